@@ -1,0 +1,40 @@
+# The two commands a newcomer needs: `make run` and `make test`.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+export PY
+
+.PHONY: run test stop services migrate seed lint install clean
+
+run: install services migrate seed
+	@$(PY) scripts/banner.py
+	$(VENV)/bin/honcho start -f Procfile
+
+test: install services lint
+	$(PY) -m pytest
+
+# Reinstall only when requirements.txt changed since the last install.
+install: $(VENV)/.installed
+$(VENV)/.installed: requirements.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --disable-pip-version-check -r requirements.txt
+	@touch $@
+
+services: install
+	@scripts/services.sh start
+
+migrate: install
+	$(PY) manage.py migrate --noinput
+
+seed: install
+	$(PY) manage.py seed_demo
+
+lint: install
+	$(VENV)/bin/ruff check .
+
+stop:
+	@PY=$(PY) scripts/services.sh stop
+
+clean: stop
+	rm -rf $(VENV) .run .pytest_cache .ruff_cache

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class CartConfig(AppConfig):
+    name = "cart"
+    default_auto_field = "django.db.models.BigAutoField"

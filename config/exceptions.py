@@ -1,0 +1,91 @@
+"""Errors that know their HTTP meaning, and the one handler that renders them.
+
+Every API error leaves as ``{"error": {"code", "message", "details"}}``.
+"""
+
+import logging
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import Http404
+from rest_framework import exceptions as drf
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+logger = logging.getLogger("shop.api")
+
+
+class DomainError(Exception):
+    """A business rule said no. Subclasses set ``code`` and ``status``."""
+
+    code = "error"
+    status = 400
+    message = "The request could not be served."
+
+    def __init__(self, message: str | None = None, **details: Any) -> None:
+        self.message = message or self.message
+        self.details = details
+        super().__init__(self.message)
+
+
+class NotFound(DomainError):
+    code = "not_found"
+    status = 404
+    message = "Not found."
+
+
+class ServiceUnavailable(DomainError):
+    code = "service_unavailable"
+    status = 503
+    message = "A service the shop depends on is unavailable."
+
+
+_DRF_CODES = {
+    drf.NotAuthenticated: "not_authenticated",
+    drf.AuthenticationFailed: "authentication_failed",
+    drf.PermissionDenied: "permission_denied",
+    drf.NotFound: "not_found",
+    drf.MethodNotAllowed: "method_not_allowed",
+    drf.NotAcceptable: "not_acceptable",
+    drf.UnsupportedMediaType: "unsupported_media_type",
+    drf.Throttled: "rate_limited",
+    drf.ParseError: "malformed_request",
+    drf.ValidationError: "invalid",
+}
+
+
+def error_body(code: str, message: str, details: Any = None) -> dict:
+    return {"error": {"code": code, "message": message, "details": details or {}}}
+
+
+def api_exception_handler(exc: Exception, context: dict) -> Response:
+    if isinstance(exc, DomainError):
+        return Response(error_body(exc.code, exc.message, exc.details), status=exc.status)
+
+    if isinstance(exc, DjangoValidationError):
+        details = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+        return Response(error_body("invalid", "The request is invalid.", details), status=400)
+    if isinstance(exc, Http404):
+        exc = drf.NotFound()
+    elif isinstance(exc, PermissionDenied):
+        exc = drf.PermissionDenied()
+
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        view = context.get("view")
+        logger.exception("unhandled error in %s", type(view).__name__ if view else "API", exc_info=exc)
+        return Response(
+            error_body("internal_error", "Something went wrong on our side; it has been logged."),
+            status=500,
+        )
+
+    code = next((c for cls, c in _DRF_CODES.items() if isinstance(exc, cls)), "error")
+    if isinstance(exc, drf.ValidationError):
+        message, details = "The request is invalid.", exc.detail
+        if not isinstance(details, dict):
+            details = {"non_field_errors": details}
+    else:
+        message, details = str(exc.detail), {}
+    response.data = error_body(code, message, details)
+    return response

@@ -1,0 +1,51 @@
+"""Liveness and readiness probes: plain Django views, no auth, JSON bodies."""
+
+import time
+from collections.abc import Callable
+
+from django.conf import settings
+from django.db import connection
+from django.http import JsonResponse
+from django_redis import get_redis_connection
+
+from config.kafka import ping_kafka
+
+
+def healthz(request):
+    return JsonResponse({"status": "ok"})
+
+
+def _check_postgres(timeout: float) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+
+
+def _check_redis(timeout: float) -> None:
+    get_redis_connection("default").ping()
+
+
+def _check_kafka(timeout: float) -> None:
+    ping_kafka(timeout=timeout)
+
+
+CHECKS: dict[str, Callable[[float], None]] = {
+    "postgres": _check_postgres,
+    "redis": _check_redis,
+    "kafka": _check_kafka,
+}
+
+
+def readyz(request):
+    timeout = settings.HEALTH_CHECK_TIMEOUT_SECONDS
+    services = {}
+    for name, check in CHECKS.items():
+        started = time.monotonic()
+        try:
+            check(timeout)
+        except Exception as exc:  # any failure means "not ready", and says why
+            services[name] = {"status": "down", "error": f"{type(exc).__name__}: {exc}"[:300]}
+        else:
+            services[name] = {"status": "up", "ms": round((time.monotonic() - started) * 1000, 1)}
+    down = [name for name, result in services.items() if result["status"] != "up"]
+    body = {"status": "unavailable" if down else "ready", "down": down, "services": services}
+    return JsonResponse(body, status=503 if down else 200)

@@ -1,0 +1,32 @@
+"""OpenAPI pieces shared by every API: the error envelope."""
+
+from drf_spectacular.utils import OpenApiResponse, inline_serializer
+from rest_framework import serializers
+
+ErrorSerializer = inline_serializer(
+    name="Error",
+    fields={
+        "error": inline_serializer(
+            name="ErrorBody",
+            fields={
+                "code": serializers.CharField(),
+                "message": serializers.CharField(),
+                "details": serializers.DictField(),
+            },
+        )
+    },
+)
+
+_DESCRIPTIONS = {
+    400: "Malformed or invalid input",
+    401: "Not authenticated",
+    404: "Not found",
+    409: "Conflict with the current state",
+    422: "Well-formed but cannot be processed",
+    429: "Rate limited (see Retry-After)",
+    503: "A service the shop depends on is unavailable",
+}
+
+
+def ERRORS(*statuses: int) -> dict:  # noqa: N802 - reads like a constant in decorators
+    return {s: OpenApiResponse(ErrorSerializer, description=_DESCRIPTIONS[s]) for s in statuses}

@@ -1,0 +1,216 @@
+"""The shop's one settings module.
+
+Every value comes from the environment with a local default that works on a
+developer machine as it is; production differs only by environment values.
+"""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+# pytest (8.2+) sets PYTEST_VERSION: tests get their own Redis databases.
+TESTING = "PYTEST_VERSION" in os.environ
+
+
+def env(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    return env(name, "1" if default else "0").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_int(name: str, default: int) -> int:
+    raw = env(name, str(default))
+    try:
+        return int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be an integer, got {raw!r}") from None
+
+
+def env_list(name: str, default: str) -> list[str]:
+    return [item.strip() for item in env(name, default).split(",") if item.strip()]
+
+
+DEV_SECRET_KEY = "dev-only-insecure-secret-key-change-me"
+DEV_PAYMENT_WEBHOOK_SECRET = "dev-only-payment-webhook-secret"
+
+DEBUG = env_bool("DEBUG", True)
+SECRET_KEY = env("SECRET_KEY", DEV_SECRET_KEY)
+PAYMENT_WEBHOOK_SECRET = env("PAYMENT_WEBHOOK_SECRET", DEV_PAYMENT_WEBHOOK_SECRET)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
+
+
+def refuse_development_secrets(*, debug: bool, secret_key: str, webhook_secret: str) -> None:
+    """With DEBUG off the shop must not run on the secrets committed in this file."""
+    if debug:
+        return
+    if secret_key == DEV_SECRET_KEY:
+        raise ImproperlyConfigured(
+            "DEBUG is off but SECRET_KEY is the development key: set SECRET_KEY in the environment."
+        )
+    if webhook_secret == DEV_PAYMENT_WEBHOOK_SECRET:
+        raise ImproperlyConfigured(
+            "DEBUG is off but PAYMENT_WEBHOOK_SECRET is the development secret: "
+            "set PAYMENT_WEBHOOK_SECRET in the environment."
+        )
+
+
+refuse_development_secrets(
+    debug=DEBUG, secret_key=SECRET_KEY, webhook_secret=PAYMENT_WEBHOOK_SECRET
+)
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "shop",
+    "inventory",
+    "cart",
+    "orders",
+    "outbox",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- PostgreSQL -------------------------------------------------------------
+DATABASE_URL = env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/shop")
+DATABASES = {
+    "default": dj_database_url.parse(
+        DATABASE_URL, conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60), conn_health_checks=True
+    )
+}
+DATABASES["default"]["OPTIONS"] = {"connect_timeout": 5}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis: cart, flash-sale gate, caches ----------------------------------
+REDIS_URL = env("REDIS_URL", "redis://127.0.0.1:6379/15" if TESTING else "redis://127.0.0.1:6379/0")
+CACHES = {
+    "default": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": REDIS_URL,
+        "OPTIONS": {
+            "CLIENT_CLASS": "django_redis.client.DefaultClient",
+            "SOCKET_CONNECT_TIMEOUT": 1,
+            "SOCKET_TIMEOUT": 1,
+        },
+    }
+}
+
+# --- Celery -----------------------------------------------------------------
+CELERY_BROKER_URL = env(
+    "CELERY_BROKER_URL", "redis://127.0.0.1:6379/14" if TESTING else "redis://127.0.0.1:6379/1"
+)
+CELERY_TASK_ALWAYS_EAGER = TESTING
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BEAT_SCHEDULE: dict = {}
+
+# --- Kafka ------------------------------------------------------------------
+KAFKA_BOOTSTRAP_SERVERS = env("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+
+# --- The shop ---------------------------------------------------------------
+SHOP_CURRENCY = env("SHOP_CURRENCY", "EUR")
+ORDER_PAYMENT_TIMEOUT_SECONDS = env_int("ORDER_PAYMENT_TIMEOUT_SECONDS", 900)
+CART_TTL_SECONDS = env_int("CART_TTL_SECONDS", 30 * 24 * 3600)
+CART_MAX_LINES = env_int("CART_MAX_LINES", 100)
+CART_MAX_QUANTITY = env_int("CART_MAX_QUANTITY", 99)
+HEALTH_CHECK_TIMEOUT_SECONDS = float(env("HEALTH_CHECK_TIMEOUT_SECONDS", "1.0"))
+
+# --- Email (console locally) ------------------------------------------------
+EMAIL_BACKEND = env("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = env("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = env("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "shop@localhost")
+
+# --- Auth -------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+if TESTING:
+    PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# --- API --------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 20,
+    "EXCEPTION_HANDLER": "config.exceptions.api_exception_handler",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "The shop API",
+    "DESCRIPTION": "Cart and order flow: Redis cart, idempotent checkout, payments.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+# Served by WhiteNoise straight from the apps in every mode: no collectstatic step.
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO")},
+}

@@ -1,0 +1,60 @@
+from django.conf import settings
+from django.db import models
+
+
+class Stock(models.Model):
+    """Units of one SKU: on sale (`available`) and held by unpaid or unshipped
+    orders (`reserved`). Changed only by conditional F() updates in services."""
+
+    product = models.OneToOneField(
+        "shop.Product", primary_key=True, on_delete=models.PROTECT, db_column="sku", related_name="stock"
+    )
+    available = models.IntegerField(default=0)
+    reserved = models.IntegerField(default=0)
+    shipped = models.IntegerField(default=0)
+
+    class Meta:
+        db_table = "inventory"
+        constraints = [
+            models.CheckConstraint(condition=models.Q(available__gte=0), name="stock_available_not_negative"),
+            models.CheckConstraint(condition=models.Q(reserved__gte=0), name="stock_reserved_not_negative"),
+            models.CheckConstraint(condition=models.Q(shipped__gte=0), name="stock_shipped_not_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.product_id}: {self.available} available, {self.reserved} reserved"
+
+
+class StockMovement(models.Model):
+    """Append-only ledger of stock entering or leaving the shop (not reservations).
+
+    Stock conservation: for each SKU, sum(delta) == available + reserved + shipped.
+    """
+
+    class Reason(models.TextChoices):
+        RECEIVED = "received", "Received"
+        WRITTEN_OFF = "written_off", "Written off"
+        CORRECTION = "correction", "Correction"
+
+    product = models.ForeignKey("shop.Product", on_delete=models.PROTECT, db_column="sku", related_name="+")
+    delta = models.IntegerField()
+    reason = models.CharField(max_length=20, choices=Reason.choices)
+    note = models.CharField(max_length=200, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["product", "id"])]
+        constraints = [
+            models.CheckConstraint(condition=~models.Q(delta=0), name="stock_movement_delta_not_zero"),
+            models.CheckConstraint(
+                condition=models.Q(reason__in=["received", "written_off", "correction"]),
+                name="stock_movement_reason_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.product_id} {self.delta:+d} ({self.reason})"

@@ -1,0 +1,86 @@
+from collections.abc import Iterable
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.db.models import F, OuterRef, Subquery, Sum
+from django.db.models.functions import Coalesce
+
+from inventory.exceptions import WriteOffBelowZero
+from inventory.models import Stock, StockMovement
+
+
+@transaction.atomic
+def receive_stock(
+    *, sku: str, quantity: int, user: AbstractBaseUser | None = None, note: str = ""
+) -> StockMovement:
+    """Units arrive: available += quantity, with a ledger entry."""
+    if quantity <= 0:
+        raise ValueError("quantity must be positive")
+    Stock.objects.get_or_create(product_id=sku)
+    Stock.objects.filter(product_id=sku).update(available=F("available") + quantity)
+    return StockMovement.objects.create(
+        product_id=sku, delta=quantity, reason=StockMovement.Reason.RECEIVED, created_by=user, note=note
+    )
+
+
+@transaction.atomic
+def write_off_stock(
+    *, sku: str, quantity: int, user: AbstractBaseUser | None = None, note: str = ""
+) -> StockMovement:
+    """Units leave without a sale (damaged, lost): refused below zero available."""
+    if quantity <= 0:
+        raise ValueError("quantity must be positive")
+    updated = Stock.objects.filter(product_id=sku, available__gte=quantity).update(
+        available=F("available") - quantity
+    )
+    if not updated:
+        raise WriteOffBelowZero(sku=sku, requested=quantity)
+    return StockMovement.objects.create(
+        product_id=sku, delta=-quantity, reason=StockMovement.Reason.WRITTEN_OFF, created_by=user, note=note
+    )
+
+
+@transaction.atomic
+def set_available_stock(
+    *, sku: str, available: int, user: AbstractBaseUser | None = None, note: str = ""
+) -> StockMovement | None:
+    """Bring `available` to an exact figure, as a delta computed under the row lock
+    so that reservations made meanwhile are never overwritten."""
+    if available < 0:
+        raise ValueError("available cannot be negative")
+    Stock.objects.get_or_create(product_id=sku)
+    current = Stock.objects.select_for_update().values_list("available", flat=True).get(product_id=sku)
+    delta = available - current
+    if delta == 0:
+        return None
+    Stock.objects.filter(product_id=sku).update(available=F("available") + delta)
+    reason = StockMovement.Reason.RECEIVED if delta > 0 else StockMovement.Reason.WRITTEN_OFF
+    return StockMovement.objects.create(
+        product_id=sku, delta=delta, reason=reason, created_by=user, note=note or f"set to {available}"
+    )
+
+
+def stock_audit(*, skus: Iterable[str] | None = None) -> list[dict]:
+    """For each SKU: the ledger's net (received - written off) against
+    available + reserved + shipped. `difference` is 0 when stock is conserved."""
+    ledger = (
+        StockMovement.objects.filter(product_id=OuterRef("product_id"))
+        .values("product_id")
+        .annotate(net=Sum("delta"))
+        .values("net")
+    )
+    rows = Stock.objects.annotate(ledger_net=Coalesce(Subquery(ledger), 0)).order_by("product_id")
+    if skus is not None:
+        rows = rows.filter(product_id__in=list(skus))
+    return [
+        {
+            "sku": row.product_id,
+            "ledger_net": row.ledger_net,
+            "on_hand": row.available + row.reserved + row.shipped,
+            "available": row.available,
+            "reserved": row.reserved,
+            "shipped": row.shipped,
+            "difference": row.ledger_net - (row.available + row.reserved + row.shipped),
+        }
+        for row in rows
+    ]

@@ -1,0 +1,14 @@
+"""Printed by `make run` before the processes start."""
+
+import os
+
+base = "http://" + os.environ.get("WEB_BIND", "127.0.0.1:8000")
+print(
+    f"""
+  The shop is starting (Ctrl-C stops every process).
+    API         {base}/api/
+    API docs    {base}/api/docs/
+    Admin       {base}/admin/        (admin / admin)
+    Health      {base}/healthz  {base}/readyz
+"""
+)

@@ -1,0 +1,59 @@
+from django.contrib.auth import get_user_model
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from config.openapi import ERRORS
+from shop.services import issue_token, register_customer
+
+User = get_user_model()
+
+
+class TokenOutputSerializer(serializers.Serializer):
+    token = serializers.CharField(source="key")
+
+
+class AuthRegisterApi(APIView):
+    permission_classes = [AllowAny]
+    authentication_classes = []
+
+    class InputSerializer(serializers.Serializer):
+        username = serializers.RegexField(r"^[\w.@+-]+\Z", max_length=150)
+        password = serializers.CharField(max_length=128, trim_whitespace=False)
+        email = serializers.EmailField(required=False, default="", allow_blank=True)
+
+    @extend_schema(request=InputSerializer, responses={201: TokenOutputSerializer, **ERRORS(400, 409)})
+    def post(self, request):
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        token = register_customer(**data.validated_data)
+        return Response(TokenOutputSerializer(token).data, status=201)
+
+
+class AuthTokenApi(APIView):
+    permission_classes = [AllowAny]
+    authentication_classes = []
+
+    class InputSerializer(serializers.Serializer):
+        username = serializers.CharField(max_length=150)
+        password = serializers.CharField(max_length=128, trim_whitespace=False)
+
+    @extend_schema(request=InputSerializer, responses={200: TokenOutputSerializer, **ERRORS(400, 401)})
+    def post(self, request):
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        token = issue_token(**data.validated_data)
+        return Response(TokenOutputSerializer(token).data)
+
+
+class AuthMeApi(APIView):
+    class OutputSerializer(serializers.ModelSerializer):
+        class Meta:
+            model = User
+            fields = ["id", "username", "email"]
+
+    @extend_schema(responses={200: OutputSerializer, **ERRORS(401)})
+    def get(self, request):
+        return Response(self.OutputSerializer(request.user).data)

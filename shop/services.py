@@ -1,0 +1,79 @@
+from dataclasses import dataclass
+
+from django.contrib.auth import authenticate, get_user_model
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.password_validation import validate_password
+from django.db import IntegrityError, transaction
+from rest_framework.authtoken.models import Token
+
+from inventory.services import receive_stock
+from shop.demo import DEMO_PRODUCTS
+from shop.exceptions import InvalidCredentials, UsernameTaken
+from shop.models import Product
+
+User = get_user_model()
+
+
+@transaction.atomic
+def register_customer(*, username: str, password: str, email: str = "") -> Token:
+    """Create a shopper and their API token. Django's password validators apply."""
+    candidate = User(username=username, email=email)
+    validate_password(password, user=candidate)  # raises ValidationError -> 400
+    candidate.set_password(password)
+    try:
+        with transaction.atomic():
+            candidate.save()
+    except IntegrityError:
+        raise UsernameTaken(username=username) from None
+    return Token.objects.create(user=candidate)
+
+
+def issue_token(*, username: str, password: str) -> Token:
+    user = authenticate(username=username, password=password)
+    if user is None:
+        raise InvalidCredentials()
+    token, _ = Token.objects.get_or_create(user=user)
+    return token
+
+
+@dataclass(frozen=True)
+class DemoLogin:
+    role: str
+    username: str
+    password: str
+
+
+@dataclass(frozen=True)
+class DemoSeed:
+    products_created: int
+    products_total: int
+    logins: list[DemoLogin]
+    shopper_token: str
+
+
+DEMO_ADMIN = DemoLogin("staff (admin)", "admin", "admin")
+DEMO_SHOPPER = DemoLogin("shopper", "shopper", "shopper")
+
+
+def _ensure_user(login: DemoLogin, **flags) -> AbstractBaseUser:
+    user, created = User.objects.get_or_create(username=login.username, defaults=flags)
+    if created:
+        user.set_password(login.password)
+        user.save(update_fields=["password"])
+    return user
+
+
+@transaction.atomic
+def seed_demo() -> DemoSeed:
+    """Idempotent: existing products, stock and users are left as they are."""
+    created = 0
+    for sku, name, price, stock in DEMO_PRODUCTS:
+        _, is_new = Product.objects.get_or_create(sku=sku, defaults={"name": name, "price": price})
+        if is_new:
+            created += 1
+            if stock:
+                receive_stock(sku=sku, quantity=stock, note="demo seed")
+    _ensure_user(DEMO_ADMIN, is_staff=True, is_superuser=True, email="admin@example.com")
+    shopper = _ensure_user(DEMO_SHOPPER, email="shopper@example.com")
+    token, _ = Token.objects.get_or_create(user=shopper)
+    return DemoSeed(created, Product.objects.count(), [DEMO_ADMIN, DEMO_SHOPPER], token.key)

@@ -1,0 +1,48 @@
+import pytest
+
+
+def test_healthz_answers_without_services(client):
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+@pytest.mark.kafka
+def test_readyz_200_when_every_service_answers(client, db):
+    response = client.get("/readyz")
+    assert response.status_code == 200, response.json()
+    services = response.json()["services"]
+    assert {name: s["status"] for name, s in services.items()} == {
+        "postgres": "up",
+        "redis": "up",
+        "kafka": "up",
+    }
+
+
+def test_readyz_503_names_kafka_when_it_is_down(client, db, settings):
+    settings.KAFKA_BOOTSTRAP_SERVERS = "127.0.0.1:1"  # nothing listens there
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["down"] == ["kafka"]
+    assert response.json()["services"]["postgres"]["status"] == "up"
+
+
+def test_readyz_503_names_redis_when_it_is_down(client, db, settings):
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": "redis://127.0.0.1:1/0",
+            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 0.5, "SOCKET_TIMEOUT": 0.5},
+        }
+    }
+    settings.KAFKA_BOOTSTRAP_SERVERS = "127.0.0.1:1"
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    assert set(response.json()["down"]) == {"redis", "kafka"}
+
+
+def test_api_docs_and_schema_render(client, db):
+    assert client.get("/api/docs/").status_code == 200
+    schema = client.get("/api/schema/")
+    assert schema.status_code == 200
+    assert b"/api/auth/register" in schema.content

@@ -1,0 +1,45 @@
+import uuid
+
+import pytest
+from django.conf import settings
+from django_redis import get_redis_connection
+from rest_framework.test import APIClient
+
+from tests.factories import UserFactory
+
+
+@pytest.fixture(autouse=True)
+def redis():
+    """The tests' own Redis database (settings.TESTING), empty for every test."""
+    assert settings.REDIS_URL.endswith("/15"), "tests must not touch the development Redis database"
+    conn = get_redis_connection("default")
+    conn.flushdb()
+    yield conn
+    conn.flushdb()
+
+
+@pytest.fixture
+def api_client():
+    return APIClient()
+
+
+@pytest.fixture
+def user(db):
+    return UserFactory()
+
+
+@pytest.fixture
+def auth_client(user):
+    from rest_framework.authtoken.models import Token
+
+    client = APIClient()
+    token, _ = Token.objects.get_or_create(user=user)
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    client.user = user
+    return client
+
+
+@pytest.fixture(scope="session")
+def run_id():
+    """Unique per test run, for Kafka topic names that must not collide."""
+    return uuid.uuid4().hex[:10]

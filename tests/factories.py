@@ -1,0 +1,23 @@
+import factory
+from django.contrib.auth import get_user_model
+
+from shop.models import Product
+
+
+class UserFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = get_user_model()
+
+    username = factory.Sequence(lambda n: f"shopper{n}")
+    email = factory.LazyAttribute(lambda u: f"{u.username}@example.com")
+    password = factory.django.Password("correct-horse-battery")
+
+
+class ProductFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Product
+
+    sku = factory.Sequence(lambda n: f"SKU-{n:05d}")
+    name = factory.Sequence(lambda n: f"Product {n}")
+    price = 1000
+    is_active = True
