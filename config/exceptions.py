@@ -8,6 +8,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import OperationalError
 from django.http import Http404
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
@@ -63,6 +64,11 @@ def api_exception_handler(exc: Exception, context: dict) -> Response:
     if isinstance(exc, DomainError):
         return Response(error_body(exc.code, exc.message, exc.details), status=exc.status)
 
+    if isinstance(exc, OperationalError):  # the database is down or out of connections
+        logger.error("database unavailable: %s", exc)
+        return Response(
+            error_body("database_unavailable", "The database is unavailable; retry shortly."), status=503
+        )
     if isinstance(exc, DjangoValidationError):
         details = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
         return Response(error_body("invalid", "The request is invalid.", details), status=400)

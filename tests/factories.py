@@ -21,3 +21,17 @@ class ProductFactory(factory.django.DjangoModelFactory):
     name = factory.Sequence(lambda n: f"Product {n}")
     price = 1000
     is_active = True
+
+
+def product_with_stock(*, available: int = 10, **kwargs) -> Product:
+    """A product whose stock arrived through the ledger, as in production."""
+    from inventory.services import receive_stock
+
+    product = ProductFactory(**kwargs)
+    if available:
+        receive_stock(sku=product.sku, quantity=available)
+    else:
+        from inventory.models import Stock
+
+        Stock.objects.create(product=product)
+    return product

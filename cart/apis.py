@@ -1,0 +1,62 @@
+from django.conf import settings
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.response import Response
+
+from cart.services import get_cart, remove_cart_item, set_cart_item
+from config.authentication import CachedTokenAuthentication
+from config.fields import StrictIntegerField
+from config.hotcache import HotCacheApiView
+from config.openapi import ERRORS
+
+
+class CartOutputSerializer(serializers.Serializer):
+    class LineSerializer(serializers.Serializer):
+        sku = serializers.CharField()
+        name = serializers.CharField()
+        quantity = serializers.IntegerField()
+        unit_price = serializers.IntegerField(help_text="Minor units of `currency`, today's catalog price")
+        line_total = serializers.IntegerField()
+        in_stock = serializers.BooleanField(help_text="A hint: checkout decides")
+
+    class WarningSerializer(serializers.Serializer):
+        sku = serializers.CharField()
+        code = serializers.CharField()
+        message = serializers.CharField()
+
+    items = LineSerializer(many=True)
+    total = serializers.IntegerField()
+    currency = serializers.CharField()
+    warnings = WarningSerializer(many=True)
+
+
+class CartApi(HotCacheApiView):
+    authentication_classes = [CachedTokenAuthentication]
+
+    @extend_schema(responses={200: CartOutputSerializer, **ERRORS(401, 503)})
+    def get(self, request):
+        cart = get_cart(customer_id=request.user.id)
+        return Response(CartOutputSerializer(cart).data)
+
+
+class CartItemApi(HotCacheApiView):
+    authentication_classes = [CachedTokenAuthentication]
+
+    class InputSerializer(serializers.Serializer):
+        quantity = StrictIntegerField(min_value=0, max_value=settings.CART_MAX_QUANTITY)
+
+    @extend_schema(
+        request=InputSerializer,
+        responses={200: CartOutputSerializer, **ERRORS(400, 401, 404, 409, 422, 503)},
+        description="Set the absolute quantity of one line (idempotent); 0 removes it.",
+    )
+    def put(self, request, sku: str):
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        cart = set_cart_item(customer_id=request.user.id, sku=sku, quantity=data.validated_data["quantity"])
+        return Response(CartOutputSerializer(cart).data)
+
+    @extend_schema(responses={204: None, **ERRORS(401, 503)})
+    def delete(self, request, sku: str):
+        remove_cart_item(customer_id=request.user.id, sku=sku)
+        return Response(status=204)

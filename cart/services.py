@@ -1,0 +1,89 @@
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from django.conf import settings
+
+from cart import storage
+from cart.exceptions import InactiveProduct, UnknownProduct
+from config.hotcache import CachedProduct, hot_cache
+from inventory.selectors import available_hints, remember_available
+from shop.models import Product
+from shop.selectors import cached_products
+
+
+@dataclass(frozen=True)
+class CartLine:
+    sku: str
+    name: str
+    quantity: int
+    unit_price: int
+    in_stock: bool
+
+    @property
+    def line_total(self) -> int:
+        return self.quantity * self.unit_price
+
+
+@dataclass(frozen=True)
+class PricedCart:
+    items: list[CartLine]
+    currency: str
+    warnings: list[dict] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(line.line_total for line in self.items)
+
+
+def _price(
+    lines: Mapping[str, int], products: Mapping[str, CachedProduct | None], available: Mapping[str, int]
+) -> PricedCart:
+    items, warnings = [], []
+    for sku in sorted(lines):
+        product = products.get(sku)
+        if product is None:
+            warnings.append({"sku": sku, "code": "unknown_sku", "message": "This product no longer exists."})
+        elif not product.is_active:
+            warnings.append({"sku": sku, "code": "inactive_sku", "message": "This product is no longer on sale."})
+        else:
+            quantity = lines[sku]
+            items.append(CartLine(sku, product.name, quantity, product.price, available.get(sku, 0) >= quantity))
+    return PricedCart(items=items, currency=settings.SHOP_CURRENCY, warnings=warnings)
+
+
+def get_cart(*, customer_id: int) -> PricedCart:
+    """One Redis call for the lines, one query for current prices and stock."""
+    lines = storage.read_lines(customer_id=customer_id, generation=hot_cache.ensure_generation())
+    if not lines:
+        return _price({}, {}, {})
+    rows = Product.objects.filter(sku__in=list(lines)).values_list(
+        "sku", "name", "price", "is_active", "stock__available"
+    )
+    products, available = {}, {}
+    for sku, name, price, is_active, stock in rows:
+        products[sku] = CachedProduct(sku=sku, name=name, price=price, is_active=is_active)
+        available[sku] = stock or 0
+    remember_available(available)
+    return _price(lines, products, available)
+
+
+def set_cart_item(*, customer_id: int, sku: str, quantity: int) -> PricedCart:
+    """Set the absolute quantity of one line (idempotent); 0 removes it."""
+    product = cached_products(skus=[sku])[sku]
+    if product is None:
+        raise UnknownProduct(sku=sku)
+    if quantity and not product.is_active:
+        raise InactiveProduct(sku=sku)
+    lines = storage.write_line(
+        customer_id=customer_id, sku=sku, quantity=quantity, generation=hot_cache.ensure_generation()
+    )
+    products = cached_products(skus=lines)
+    return _price(lines, products, available_hints(skus=lines))
+
+
+def remove_cart_item(*, customer_id: int, sku: str) -> None:
+    storage.write_line(customer_id=customer_id, sku=sku, quantity=0, generation=hot_cache.ensure_generation())
+
+
+def clear_cart(*, customer_id: int) -> None:
+    storage.delete_cart(customer_id=customer_id)

@@ -1,0 +1,97 @@
+"""The cart in Redis: hash `cart:{customer_id}`, field = SKU, value = quantity.
+
+Each API call is one Lua script, so one round-trip, and each script first
+checks the hot-cache generation (config/hotcache.py) before touching the cart.
+"""
+
+from functools import cache
+
+from django.conf import settings
+from django_redis import get_redis_connection
+from redis.exceptions import RedisError
+
+from cart.exceptions import CartFull, CartUnavailable
+from config.hotcache import GENERATION_KEY, StaleCache
+
+STALE, FULL = -1, -2
+
+# KEYS: cart, generation. ARGV: generation, sku, quantity (0 removes), ttl, max lines.
+# Returns {status, cart as a flat field/value list}.
+_WRITE = """
+if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[1] then return {-1, {}} end
+local quantity = tonumber(ARGV[3])
+if quantity == 0 then
+  redis.call('HDEL', KEYS[1], ARGV[2])
+else
+  if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 0
+     and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[5]) then
+    return {-2, {}}
+  end
+  redis.call('HSET', KEYS[1], ARGV[2], quantity)
+end
+if redis.call('EXPIRE', KEYS[1], ARGV[4]) == 0 then return {0, {}} end
+return {0, redis.call('HGETALL', KEYS[1])}
+"""
+
+# KEYS: cart, generation. ARGV: generation.
+_READ = """
+if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[1] then return {-1, {}} end
+return {0, redis.call('HGETALL', KEYS[1])}
+"""
+
+
+def cart_key(customer_id: int) -> str:
+    return f"cart:{customer_id}"
+
+
+def _connection():
+    return get_redis_connection("default")
+
+
+@cache
+def _scripts():
+    conn = _connection()
+    return conn.register_script(_WRITE), conn.register_script(_READ)
+
+
+def _as_lines(flat: list[bytes]) -> dict[str, int]:
+    return {flat[i].decode(): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+
+
+def _run(script, keys, args) -> dict[str, int]:
+    try:
+        status, flat = script(keys=keys, args=args)
+    except RedisError as exc:
+        raise CartUnavailable() from exc
+    if status == STALE:
+        raise StaleCache()
+    if status == FULL:
+        raise CartFull(max_lines=settings.CART_MAX_LINES)
+    return _as_lines(flat)
+
+
+def write_line(*, customer_id: int, sku: str, quantity: int, generation: str) -> dict[str, int]:
+    """Set (or with 0, remove) one line; refresh the TTL; return the whole cart."""
+    write, _ = _scripts()
+    return _run(
+        write,
+        [cart_key(customer_id), GENERATION_KEY],
+        [generation, sku, quantity, settings.CART_TTL_SECONDS, settings.CART_MAX_LINES],
+    )
+
+
+def read_lines(*, customer_id: int, generation: str) -> dict[str, int]:
+    _, read = _scripts()
+    return _run(read, [cart_key(customer_id), GENERATION_KEY], [generation])
+
+
+def read_lines_unchecked(*, customer_id: int) -> dict[str, int]:
+    """The cart as it is, for checkout (which prices from the database anyway)."""
+    try:
+        return {sku.decode(): int(q) for sku, q in _connection().hgetall(cart_key(customer_id)).items()}
+    except RedisError as exc:
+        raise CartUnavailable() from exc
+
+
+def delete_cart(*, customer_id: int) -> None:
+    _connection().delete(cart_key(customer_id))

@@ -1,0 +1,96 @@
+"""Process-local caches for the hot path (tokens and products), kept honest by
+one generation counter in Redis.
+
+The cart's Lua scripts receive the generation this process's caches were
+filled under and refuse to run when Redis holds another one (see
+cart/storage.py). So the check costs no extra round-trip: a cart request stays
+at one Redis call and no SQL once warm. Any change of a product, token or user
+bumps the generation after commit; the next cart call in every process then
+sees `StaleCache`, drops its caches and is served again from the database.
+"""
+
+import threading
+from dataclasses import dataclass
+
+from django_redis import get_redis_connection
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from config.exceptions import DomainError
+
+GENERATION_KEY = "shop:cache-generation"
+MAX_ENTRIES = 100_000
+
+
+class StaleCache(DomainError):
+    """Redis holds a newer generation than the caches this process used.
+
+    Retried once by HotCacheApiView; only a second miss in a row reaches the client."""
+
+    code = "catalog_changing"
+    status = 503
+    message = "The catalog changed while serving this request; retry."
+
+
+@dataclass(frozen=True)
+class CachedProduct:
+    sku: str
+    name: str
+    price: int
+    is_active: bool
+
+
+class HotCache:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.generation: str | None = None
+        self.tokens: dict[str, object] = {}  # token key -> (user, token)
+        self.products: dict[str, CachedProduct | None] = {}  # None: no such SKU
+
+    def ensure_generation(self) -> str:
+        """The generation to fill the caches under; read before any database read
+        so that a change committed meanwhile is caught by the next check."""
+        if self.generation is None:
+            raw = get_redis_connection("default").get(GENERATION_KEY)
+            self.generation = raw.decode() if raw else "0"
+        return self.generation
+
+    def clear(self) -> None:
+        with self._lock:
+            self.generation = None
+            self.tokens.clear()
+            self.products.clear()
+
+    def remember(self, table: dict, key: str, value) -> None:
+        if len(table) >= MAX_ENTRIES:
+            table.clear()
+        table[key] = value
+
+
+hot_cache = HotCache()
+
+
+def bump_generation() -> None:
+    get_redis_connection("default").incr(GENERATION_KEY)
+    hot_cache.clear()
+
+
+class HotCacheApiView(APIView):
+    """An APIView whose handlers may raise StaleCache: the caches are dropped and
+    the request is authenticated and handled once more from the database."""
+
+    def handle_exception(self, exc):
+        if not isinstance(exc, StaleCache) or getattr(self.request, "_hot_cache_retried", False):
+            return super().handle_exception(exc)
+        hot_cache.clear()
+        request = self.request
+        request._hot_cache_retried = True
+        for attr in ("_user", "_auth", "_authenticator"):  # re-authenticate on next access
+            request.__dict__.pop(attr, None)
+        try:
+            self.initial(request, *self.args, **self.kwargs)
+            handler = getattr(self, request.method.lower())
+            response: Response = handler(request, *self.args, **self.kwargs)
+        except Exception as retry_exc:
+            return super().handle_exception(retry_exc)
+        return response

@@ -1,0 +1,283 @@
+import threading
+
+import pytest
+from django.conf import settings
+from django.db import connection
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from cart.storage import cart_key
+from config.hotcache import hot_cache
+from inventory.selectors import available_hints
+from shop.selectors import cached_products
+from tests.factories import ProductFactory, UserFactory, product_with_stock
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def cold_cache():
+    hot_cache.clear()
+    yield
+    hot_cache.clear()
+
+
+def put(client, sku, quantity):
+    return client.put(f"/api/cart/items/{sku}", {"quantity": quantity}, format="json")
+
+
+def test_cart_starts_empty(auth_client):
+    response = auth_client.get("/api/cart")
+    assert response.status_code == 200
+    assert response.json() == {"items": [], "total": 0, "currency": "EUR", "warnings": []}
+
+
+def test_cart_put_get_delete(auth_client):
+    a = product_with_stock(sku="A-1", name="Alpha", price=250, available=3)
+    b = product_with_stock(sku="B-2", name="Beta", price=1000, available=0)
+
+    assert put(auth_client, a.sku, 2).status_code == 200
+    response = put(auth_client, b.sku, 1)
+    assert response.status_code == 200
+    body = response.json()
+    assert body["items"] == [
+        {"sku": "A-1", "name": "Alpha", "quantity": 2, "unit_price": 250, "line_total": 500, "in_stock": True},
+        {"sku": "B-2", "name": "Beta", "quantity": 1, "unit_price": 1000, "line_total": 1000, "in_stock": False},
+    ]
+    assert body["total"] == 1500
+    assert auth_client.get("/api/cart").json() == body
+
+    assert auth_client.delete(f"/api/cart/items/{b.sku}").status_code == 204
+    assert auth_client.delete(f"/api/cart/items/{b.sku}").status_code == 204  # already gone
+    assert [line["sku"] for line in auth_client.get("/api/cart").json()["items"]] == ["A-1"]
+
+
+def test_cart_put_is_idempotent_and_absolute(auth_client, redis):
+    product = product_with_stock()
+    for _ in range(3):
+        assert put(auth_client, product.sku, 4).status_code == 200
+    assert redis.hgetall(cart_key(auth_client.user.id)) == {product.sku.encode(): b"4"}
+    put(auth_client, product.sku, 1)
+    assert redis.hgetall(cart_key(auth_client.user.id)) == {product.sku.encode(): b"1"}
+
+
+def test_cart_put_zero_removes_the_line(auth_client, redis):
+    product = product_with_stock()
+    put(auth_client, product.sku, 2)
+    response = put(auth_client, product.sku, 0)
+    assert response.status_code == 200
+    assert response.json()["items"] == []
+    assert not redis.exists(cart_key(auth_client.user.id))
+
+
+def test_cart_ttl_is_set_and_refreshed_on_every_write(auth_client, redis):
+    a, b = product_with_stock(), product_with_stock()
+    key = cart_key(auth_client.user.id)
+    put(auth_client, a.sku, 1)
+    assert settings.CART_TTL_SECONDS - 5 <= redis.ttl(key) <= settings.CART_TTL_SECONDS
+    redis.expire(key, 100)
+    put(auth_client, b.sku, 1)
+    assert redis.ttl(key) > 100
+    redis.expire(key, 100)
+    auth_client.delete(f"/api/cart/items/{b.sku}")
+    assert redis.ttl(key) > 100
+    redis.expire(key, 100)
+    auth_client.get("/api/cart")
+    assert redis.ttl(key) <= 100  # reads do not extend it
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"quantity": "2"},
+        {"quantity": 2.5},
+        {"quantity": 2.0},
+        {"quantity": True},
+        {"quantity": -1},
+        {"quantity": 100},
+        {"quantity": 10**30},
+        {"quantity": None},
+        {"qty": 2},
+        {},
+        [],
+    ],
+)
+def test_cart_put_bad_quantity_is_400_and_writes_nothing(auth_client, redis, body):
+    product = product_with_stock()
+    response = auth_client.put(f"/api/cart/items/{product.sku}", body, format="json")
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] in {"invalid", "malformed_request"}
+    assert not redis.exists(cart_key(auth_client.user.id))
+
+
+def test_cart_put_malformed_json_is_400(auth_client):
+    product = product_with_stock()
+    response = auth_client.put(f"/api/cart/items/{product.sku}", "{", content_type="application/json")
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "malformed_request"
+
+
+def test_cart_put_unknown_fields_are_ignored(auth_client):
+    product = product_with_stock()
+    response = auth_client.put(
+        f"/api/cart/items/{product.sku}", {"quantity": 1, "price": 1}, format="json"
+    )
+    assert response.status_code == 200
+    assert response.json()["items"][0]["unit_price"] == product.price
+
+
+@pytest.mark.parametrize("sku", ["NOPE", "bad sku!", "x" * 65])
+def test_cart_put_unknown_sku_is_404(auth_client, sku):
+    response = put(auth_client, sku, 1)
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "unknown_sku"
+
+
+def test_cart_put_inactive_sku_is_422(auth_client):
+    product = product_with_stock(is_active=False)
+    response = put(auth_client, product.sku, 1)
+    assert response.status_code == 422
+    assert response.json()["error"]["details"] == {"sku": product.sku}
+
+
+def test_cart_requires_authentication(api_client):
+    assert api_client.get("/api/cart").status_code == 401
+    assert put(api_client, "A", 1).status_code == 401
+    assert api_client.delete("/api/cart/items/A").status_code == 401
+
+
+def test_cart_price_change_shows_in_next_get(auth_client):
+    product = product_with_stock(price=500)
+    put(auth_client, product.sku, 2)
+    product.price = 700
+    product.save()
+    body = auth_client.get("/api/cart").json()
+    assert body["items"][0]["unit_price"] == 700
+    assert body["total"] == 1400
+
+
+def test_cart_inactive_or_unknown_sku_is_a_warning_left_out_of_total(auth_client, redis):
+    kept, dropped = product_with_stock(price=100), product_with_stock(price=900)
+    put(auth_client, kept.sku, 1)
+    put(auth_client, dropped.sku, 1)
+    redis.hset(cart_key(auth_client.user.id), "GONE", 3)
+    dropped.is_active = False
+    dropped.save()
+    body = auth_client.get("/api/cart").json()
+    assert [line["sku"] for line in body["items"]] == [kept.sku]
+    assert body["total"] == 100
+    assert {(w["sku"], w["code"]) for w in body["warnings"]} == {
+        (dropped.sku, "inactive_sku"),
+        ("GONE", "unknown_sku"),
+    }
+
+
+def test_cart_of_another_shopper_is_never_visible(auth_client):
+    product = product_with_stock()
+    put(auth_client, product.sku, 5)
+    other = APIClient()
+    other.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=UserFactory()).key}")
+    assert other.get("/api/cart").json()["items"] == []
+    put(other, product.sku, 1)
+    assert auth_client.get("/api/cart").json()["items"][0]["quantity"] == 5
+
+
+def test_cart_full_is_409(auth_client, settings):
+    settings.CART_MAX_LINES = 3
+    products = [product_with_stock() for _ in range(4)]
+    for product in products[:3]:
+        assert put(auth_client, product.sku, 1).status_code == 200
+    response = put(auth_client, products[3].sku, 1)
+    assert response.status_code == 409
+    assert response.json()["error"]["code"] == "cart_full"
+    assert put(auth_client, products[0].sku, 7).status_code == 200  # existing lines still change
+
+
+def test_cart_deactivating_a_product_invalidates_the_cache(auth_client, django_capture_on_commit_callbacks):
+    product = product_with_stock()
+    assert put(auth_client, product.sku, 1).status_code == 200  # warm
+    with django_capture_on_commit_callbacks(execute=True):
+        product.is_active = False
+        product.save()
+    response = put(auth_client, product.sku, 2)
+    assert response.status_code == 422
+
+
+def test_cart_deleted_token_is_refused_at_once(auth_client, django_capture_on_commit_callbacks):
+    product = product_with_stock()
+    assert put(auth_client, product.sku, 1).status_code == 200  # token cached
+    with django_capture_on_commit_callbacks(execute=True):
+        Token.objects.get(user=auth_client.user).delete()
+    assert put(auth_client, product.sku, 2).status_code == 401
+    assert auth_client.get("/api/cart").status_code == 401
+
+
+def test_cart_cache_invalidated_by_another_process(auth_client, redis):
+    """Another process bumps the generation: this one's stale cache is dropped."""
+    product = product_with_stock()
+    assert put(auth_client, product.sku, 1).status_code == 200
+    type(product).objects.filter(sku=product.sku).update(is_active=False)  # no signal, like another process
+    redis.incr("shop:cache-generation")  # ... which bumped the generation after its commit
+    assert put(auth_client, product.sku, 2).status_code == 422
+
+
+def test_cart_put_and_delete_make_no_sql_query_once_warm(auth_client, django_assert_num_queries):
+    product = product_with_stock()
+    put(auth_client, product.sku, 1)  # warms token, product and stock hint
+    with django_assert_num_queries(0):
+        assert put(auth_client, product.sku, 2).status_code == 200
+    with django_assert_num_queries(0):
+        assert auth_client.delete(f"/api/cart/items/{product.sku}").status_code == 204
+
+
+def test_cart_get_makes_one_query_and_one_redis_call(auth_client, django_assert_num_queries, redis):
+    products = [product_with_stock() for _ in range(5)]
+    for product in products:
+        put(auth_client, product.sku, 1)
+    before = redis.info("commandstats")
+    with django_assert_num_queries(1):
+        body = auth_client.get("/api/cart").json()
+    assert len(body["items"]) == 5
+    after = redis.info("commandstats")
+
+    def calls(stats):
+        return sum(v["calls"] for k, v in stats.items() if k != "cmdstat_info")
+
+    # One script call (EVALSHA) runs GET + HGETALL inside Redis: 3 commands, one round-trip.
+    assert after.get("cmdstat_evalsha", {}).get("calls", 0) - before.get("cmdstat_evalsha", {}).get("calls", 0) == 1
+    assert calls(after) - calls(before) == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cart_line_cap_holds_under_150_concurrent_adds(redis):
+    user = UserFactory()
+    token = Token.objects.create(user=user)
+    skus = [product.sku for product in ProductFactory.create_batch(150)]
+    # Warm the caches so that the 150 threads race on Redis alone, not for
+    # PostgreSQL's 100 connections.
+    cached_products(skus=skus)
+    available_hints(skus=skus)
+    warm = APIClient()
+    warm.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    assert warm.get("/api/cart").status_code == 200
+    statuses = []
+    barrier = threading.Barrier(len(skus))
+
+    def add(sku):
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+        barrier.wait()
+        try:
+            statuses.append(put(client, sku, 1).status_code)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=add, args=(sku,)) for sku in skus]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert redis.hlen(cart_key(user.id)) == settings.CART_MAX_LINES == 100
+    assert sorted(set(statuses)) == [200, 409]
+    assert statuses.count(200) == 100
+    assert statuses.count(409) == 50
