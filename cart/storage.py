@@ -4,6 +4,7 @@ Each API call is one Lua script, so one round-trip, and each script first
 checks the hot-cache generation (config/hotcache.py) before touching the cart.
 """
 
+import logging
 from functools import cache
 
 from django.conf import settings
@@ -12,6 +13,8 @@ from redis.exceptions import RedisError
 
 from cart.exceptions import CartFull, CartUnavailable
 from config.hotcache import GENERATION_KEY, StaleCache
+
+logger = logging.getLogger(__name__)
 
 STALE, FULL = -1, -2
 
@@ -62,6 +65,7 @@ def _run(script, keys, args) -> dict[str, int]:
     try:
         status, flat = script(keys=keys, args=args)
     except RedisError as exc:
+        logger.warning("cart store unavailable: %r", exc)
         raise CartUnavailable() from exc
     if status == STALE:
         raise StaleCache()
@@ -90,6 +94,7 @@ def read_lines_unchecked(*, customer_id: int) -> dict[str, int]:
     try:
         return {sku.decode(): int(q) for sku, q in _connection().hgetall(cart_key(customer_id)).items()}
     except RedisError as exc:
+        logger.warning("cart store unavailable: %r", exc)
         raise CartUnavailable() from exc
 
 
