@@ -1,0 +1,20 @@
+from django.contrib import admin
+
+from shop.models import Product
+
+
+@admin.register(Product)
+class ProductAdmin(admin.ModelAdmin):
+    list_display = ["sku", "name", "price", "is_active", "updated_at"]
+    list_filter = ["is_active"]
+    search_fields = ["sku", "name"]
+    readonly_fields = ["created_at", "updated_at"]
+    ordering = ["sku"]
+
+    def get_readonly_fields(self, request, obj=None):
+        # The SKU is the key orders and stock refer to: set once.
+        return [*self.readonly_fields, "sku"] if obj else self.readonly_fields
+
+    def get_fields(self, request, obj=None):
+        fields = ["sku", "name", "price", "is_active"]
+        return [*fields, "created_at", "updated_at"] if obj else fields

@@ -1,0 +1,143 @@
+"""Catalog import from CSV (`sku,name,price,stock`): every row is checked before
+anything is written, then the whole file goes in one transaction."""
+
+import csv
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from config.hotcache import bump_generation
+from inventory.models import Stock, StockMovement
+from shop.models import SKU_PATTERN, Product
+
+COLUMNS = ["sku", "name", "price", "stock"]
+BATCH_SIZE = 2000
+MAX_PRICE = 10**12
+MAX_STOCK = 2**31 - 1
+_SKU = re.compile(SKU_PATTERN)
+_INTEGER = re.compile(r"^[0-9]+$")
+
+
+@dataclass(frozen=True)
+class CatalogRow:
+    line: int
+    sku: str
+    name: str
+    price: int
+    stock: int
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    created: int
+    updated: int
+    stock_movements: int
+
+
+class CatalogFileInvalid(Exception):
+    def __init__(self, errors: list[str]) -> None:
+        self.errors = errors
+        super().__init__(f"{len(errors)} invalid row(s)")
+
+
+def parse_catalog(lines: Iterable[str]) -> list[CatalogRow]:
+    """Parse and validate the whole file; raise CatalogFileInvalid listing every bad row."""
+    reader = csv.reader(lines)
+    header = next(reader, None)
+    if header is None or [h.strip().lower() for h in header] != COLUMNS:
+        raise CatalogFileInvalid([f"line 1: the header must be {','.join(COLUMNS)}, got {header!r}"])
+    rows, errors, seen = [], [], {}
+    for values in reader:
+        line = reader.line_num
+        if not values or all(not v.strip() for v in values):
+            continue
+        if len(values) != len(COLUMNS):
+            errors.append(f"line {line}: expected {len(COLUMNS)} columns, got {len(values)}")
+            continue
+        sku, name, price, stock = (v.strip() for v in values)
+        problems = []
+        if not _SKU.match(sku):
+            problems.append(f"sku {sku!r} must be 1-64 characters of A-Z a-z 0-9 . _ -")
+        elif sku in seen:
+            problems.append(f"sku {sku} already on line {seen[sku]}")
+        if not name or len(name) > 200:
+            problems.append("name must be 1-200 characters")
+        if not _INTEGER.match(price) or not 0 < int(price) <= MAX_PRICE:
+            problems.append(f"price {price!r} must be a whole number of minor units above 0")
+        if not _INTEGER.match(stock) or int(stock) > MAX_STOCK:
+            problems.append(f"stock {stock!r} must be a whole number, 0 or more")
+        if problems:
+            errors.append(f"line {line}: " + "; ".join(problems))
+            continue
+        seen[sku] = line
+        rows.append(CatalogRow(line, sku, name, int(price), int(stock)))
+    if errors:
+        raise CatalogFileInvalid(errors)
+    return rows
+
+
+def read_catalog_file(path: str) -> list[CatalogRow]:
+    with open(path, newline="", encoding="utf-8-sig") as file:
+        return parse_catalog(file)
+
+
+@transaction.atomic
+def import_catalog(
+    *,
+    rows: list[CatalogRow],
+    user: AbstractBaseUser | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ImportResult:
+    """Upsert products; bring each SKU's available stock to the file's figure
+    through the ledger (received for a new SKU, a correction for an existing one).
+
+    Existing stock rows are locked (in SKU order, as checkout takes them) so the
+    delta is computed against a figure no reservation can change meanwhile."""
+    created = updated = movements = 0
+    now = timezone.now()
+    for start in range(0, len(rows), BATCH_SIZE):
+        batch = sorted(rows[start : start + BATCH_SIZE], key=lambda row: row.sku)
+        skus = [row.sku for row in batch]
+        existing = set(Product.objects.filter(sku__in=skus).values_list("sku", flat=True))
+        Product.objects.bulk_create(
+            [Product(sku=r.sku, name=r.name, price=r.price, created_at=now, updated_at=now) for r in batch],
+            update_conflicts=True,
+            unique_fields=["sku"],
+            update_fields=["name", "price", "updated_at"],
+        )
+        created += len(batch) - len(existing)
+        updated += len(existing)
+
+        stocks = {
+            stock.product_id: stock
+            for stock in Stock.objects.select_for_update().filter(product_id__in=skus).order_by("product_id")
+        }
+        new_stocks, changed, ledger = [], [], []
+        for row in batch:
+            stock = stocks.get(row.sku)
+            if stock is None:
+                new_stocks.append(Stock(product_id=row.sku, available=row.stock))
+                delta, reason = row.stock, StockMovement.Reason.RECEIVED
+            else:
+                delta, reason = row.stock - stock.available, StockMovement.Reason.CORRECTION
+                if delta:
+                    stock.available = row.stock
+                    changed.append(stock)
+            if delta:
+                ledger.append(
+                    StockMovement(
+                        product_id=row.sku, delta=delta, reason=reason, created_by=user, note="catalog import"
+                    )
+                )
+        Stock.objects.bulk_create(new_stocks)
+        Stock.objects.bulk_update(changed, ["available"])
+        StockMovement.objects.bulk_create(ledger)
+        movements += len(ledger)
+        if progress:
+            progress(len(batch))
+    transaction.on_commit(bump_generation)
+    return ImportResult(created=created, updated=updated, stock_movements=movements)

@@ -1,0 +1,82 @@
+import pytest
+from django.core.management import CommandError, call_command
+
+from inventory.models import Stock, StockMovement
+from inventory.services import stock_audit
+from shop.models import Product
+
+pytestmark = pytest.mark.django_db
+
+
+def write_csv(tmp_path, text, name="catalog.csv"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+GOOD = """sku,name,price,stock
+MUG-1,Mug,1299,10
+TEE-2,"T-shirt, black",1999,0
+"""
+
+
+def test_load_catalog_good_file(tmp_path, capsys):
+    call_command("load_catalog", write_csv(tmp_path, GOOD))
+    assert dict(Product.objects.values_list("sku", "price")) == {"MUG-1": 1299, "TEE-2": 1999}
+    assert Product.objects.get(sku="TEE-2").name == "T-shirt, black"
+    assert dict(Stock.objects.values_list("product_id", "available")) == {"MUG-1": 10, "TEE-2": 0}
+    assert list(StockMovement.objects.values_list("product_id", "delta", "reason")) == [
+        ("MUG-1", 10, "received")
+    ]
+    assert "2 products created, 0 updated" in capsys.readouterr().out
+    assert all(row["difference"] == 0 for row in stock_audit())
+
+
+def test_load_catalog_reimport_moves_stock_by_delta_without_duplicates(tmp_path):
+    call_command("load_catalog", write_csv(tmp_path, GOOD))
+    call_command("load_catalog", write_csv(tmp_path, GOOD))  # same file: nothing changes
+    assert StockMovement.objects.count() == 1
+    Stock.objects.filter(product_id="MUG-1").update(available=7, reserved=3)  # 3 units reserved meanwhile
+    call_command(
+        "load_catalog", write_csv(tmp_path, "sku,name,price,stock\nMUG-1,Mug XL,1500,12\n", "second.csv")
+    )
+    stock = Stock.objects.get(product_id="MUG-1")
+    assert (stock.available, stock.reserved) == (12, 3)
+    assert Product.objects.get(sku="MUG-1").name == "Mug XL"
+    assert Product.objects.count() == 2 and Stock.objects.count() == 2
+    assert list(StockMovement.objects.filter(product_id="MUG-1").values_list("delta", "reason")) == [
+        (5, "correction"),
+        (10, "received"),
+    ]
+
+
+def test_load_catalog_bad_rows_are_all_reported_and_nothing_is_written(tmp_path, capsys):
+    bad = """sku,name,price,stock
+OK-1,Fine,100,1
+bad sku,Name,100,1
+OK-2,,100,1
+OK-3,Price,12.50,1
+OK-4,Price,0,1
+OK-5,Stock,100,-3
+OK-1,Again,100,1
+OK-6,Short,100
+"""
+    with pytest.raises(CommandError, match="7 invalid row"):
+        call_command("load_catalog", write_csv(tmp_path, bad))
+    errors = capsys.readouterr().err
+    for line in range(3, 10):
+        assert f"line {line}:" in errors
+    assert "line 2:" not in errors
+    assert not Product.objects.exists()
+    assert not StockMovement.objects.exists()
+
+
+def test_load_catalog_wrong_header(tmp_path, capsys):
+    with pytest.raises(CommandError):
+        call_command("load_catalog", write_csv(tmp_path, "id,title\n1,x\n"))
+    assert "header" in capsys.readouterr().err
+
+
+def test_load_catalog_missing_file():
+    with pytest.raises(CommandError, match="no such file"):
+        call_command("load_catalog", "/nonexistent.csv")
