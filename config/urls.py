@@ -12,6 +12,7 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("api/", include("shop.urls")),
     path("api/", include("cart.urls")),
+    path("api/", include("orders.urls")),
 ]
 
 handler404 = "config.views.not_found"

@@ -5,7 +5,7 @@ from django.db import transaction
 from django.db.models import F, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce
 
-from inventory.exceptions import WriteOffBelowZero
+from inventory.exceptions import OutOfStock, WriteOffBelowZero
 from inventory.models import Stock, StockMovement
 
 
@@ -84,3 +84,18 @@ def stock_audit(*, skus: Iterable[str] | None = None) -> list[dict]:
         }
         for row in rows
     ]
+
+
+def reserve_stock(*, lines: dict[str, int]) -> None:
+    """Move units from available to reserved, all lines or none (the caller's
+    transaction rolls back on OutOfStock)."""
+    # Reserve in SKU order so that concurrent orders take row locks in the same
+    # order and cannot deadlock.
+    for sku in sorted(lines):
+        quantity = lines[sku]
+        updated = Stock.objects.filter(product_id=sku, available__gte=quantity).update(
+            available=F("available") - quantity, reserved=F("reserved") + quantity
+        )
+        if not updated:
+            available = Stock.objects.filter(product_id=sku).values_list("available", flat=True).first()
+            raise OutOfStock(sku=sku, requested=quantity, available=available or 0)

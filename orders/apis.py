@@ -1,0 +1,85 @@
+import re
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from config.openapi import ERRORS
+from orders.exceptions import IdempotencyKeyInvalid, IdempotencyKeyMissing
+from orders.selectors import customer_orders
+from orders.services import get_customer_order, place_order
+
+_KEY = re.compile(r"^[\x21-\x7e]{1,64}$")
+
+
+def idempotency_key_from(request) -> str:
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        raise IdempotencyKeyMissing()
+    if not _KEY.match(key):
+        raise IdempotencyKeyInvalid()
+    return key
+
+
+class OrderOutputSerializer(serializers.Serializer):
+    class ItemSerializer(serializers.Serializer):
+        sku = serializers.CharField(source="product_id")
+        name = serializers.CharField()
+        quantity = serializers.IntegerField()
+        unit_price = serializers.IntegerField(help_text="Minor units; the price when the order was placed")
+        line_total = serializers.IntegerField()
+
+    id = serializers.IntegerField()
+    status = serializers.CharField()
+    items = ItemSerializer(many=True)
+    total = serializers.IntegerField(source="total_amount")
+    currency = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField()
+    paid_at = serializers.DateTimeField(allow_null=True)
+    cancelled_at = serializers.DateTimeField(allow_null=True)
+
+
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    str,
+    OpenApiParameter.HEADER,
+    required=True,
+    description="1-64 visible ASCII characters chosen by the client; the same key returns the same order.",
+)
+
+
+class OrdersApi(APIView):
+    @extend_schema(responses={200: OrderOutputSerializer(many=True), **ERRORS(401)})
+    def get(self, request):
+        paginator = PageNumberPagination()
+        page = paginator.paginate_queryset(customer_orders(customer_id=request.user.id), request, view=self)
+        return paginator.get_paginated_response(OrderOutputSerializer(page, many=True).data)
+
+    @extend_schema(
+        request=None,
+        parameters=[IDEMPOTENCY_KEY],
+        responses={
+            201: OrderOutputSerializer,
+            200: OrderOutputSerializer,
+            **ERRORS(400, 401, 409, 422, 429, 503),
+        },
+        description="Check out the cart. 201: created; 200 with `Idempotent-Replayed: true`: "
+        "this key's order, already created.",
+    )
+    def post(self, request):
+        key = idempotency_key_from(request)
+        result = place_order(customer_id=request.user.id, idempotency_key=key)
+        body = OrderOutputSerializer(result.order).data
+        if result.replayed:
+            return Response(body, status=200, headers={"Idempotent-Replayed": "true"})
+        return Response(body, status=201)
+
+
+class OrderDetailApi(APIView):
+    @extend_schema(responses={200: OrderOutputSerializer, **ERRORS(401, 404)})
+    def get(self, request, order_id: int):
+        order = get_customer_order(customer_id=request.user.id, order_id=order_id)
+        return Response(OrderOutputSerializer(order).data)

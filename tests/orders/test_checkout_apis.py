@@ -1,0 +1,201 @@
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from inventory.models import Stock
+from orders.models import Order, OrderStatus
+from orders.services import place_order
+from outbox.models import OutboxEvent
+from tests.factories import product_with_stock
+from tests.orders.conftest import checkout, fill_cart, shopper_client
+
+pytestmark = pytest.mark.django_db
+
+
+def test_checkout_creates_order_reserves_stock_and_writes_event(shopper, redis, django_capture_on_commit_callbacks):
+    a = product_with_stock(sku="A", name="Alpha", price=300, available=5)
+    b = product_with_stock(sku="B", name="Beta", price=1000, available=1)
+    fill_cart(redis, shopper.user.id, {"B": 1, "A": 2})
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = checkout(shopper)
+
+    assert response.status_code == 201
+    body = response.json()
+    assert body["status"] == "PENDING_PAYMENT"
+    assert body["total"] == 1600 and body["currency"] == "EUR"
+    assert body["items"] == [
+        {"sku": "A", "name": "Alpha", "quantity": 2, "unit_price": 300, "line_total": 600},
+        {"sku": "B", "name": "Beta", "quantity": 1, "unit_price": 1000, "line_total": 1000},
+    ]
+    stocks = {s.product_id: (s.available, s.reserved) for s in Stock.objects.all()}
+    assert stocks == {a.sku: (3, 2), b.sku: (0, 1)}
+    [event] = OutboxEvent.objects.all()
+    assert event.event_type == "OrderCreated" and event.aggregate_id == str(body["id"])
+    assert event.payload["total"] == 1600 and len(event.payload["items"]) == 2
+    assert event.published_at is None
+    assert not redis.exists(f"cart:{shopper.user.id}")  # cleared after commit
+    order = Order.objects.get()
+    delta = (order.expires_at - order.created_at).total_seconds()
+    assert delta == 900
+
+
+def test_checkout_same_key_same_cart_replays(shopper, redis):
+    product_with_stock(sku="A", available=5)
+    fill_cart(redis, shopper.user.id, {"A": 1})
+    first = checkout(shopper)
+    second = checkout(shopper)  # cart not cleared (on_commit does not run here): same cart
+    assert (first.status_code, second.status_code) == (201, 200)
+    assert second.headers["Idempotent-Replayed"] == "true"
+    assert second.json() == first.json()
+    assert Order.objects.count() == 1
+    assert Stock.objects.get().reserved == 1
+
+
+def test_checkout_replay_after_cart_was_cleared_returns_the_order(shopper, redis):
+    product_with_stock(sku="A", available=5)
+    fill_cart(redis, shopper.user.id, {"A": 1})
+    first = checkout(shopper)
+    fill_cart(redis, shopper.user.id, {})
+    second = checkout(shopper)
+    assert second.status_code == 200
+    assert second.json()["id"] == first.json()["id"]
+
+
+def test_checkout_same_key_different_cart_is_422(shopper, redis):
+    product_with_stock(sku="A", available=5)
+    product_with_stock(sku="B", available=5)
+    fill_cart(redis, shopper.user.id, {"A": 1})
+    checkout(shopper)
+    fill_cart(redis, shopper.user.id, {"A": 1, "B": 1})
+    response = checkout(shopper)
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "idempotency_key_reused"
+    assert Order.objects.count() == 1
+
+
+def test_checkout_empty_cart_is_422(shopper):
+    response = checkout(shopper)
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "cart_empty"
+
+
+def test_checkout_out_of_stock_is_409_naming_the_sku(shopper, redis):
+    product_with_stock(sku="A", available=2)
+    fill_cart(redis, shopper.user.id, {"A": 3})
+    response = checkout(shopper)
+    assert response.status_code == 409
+    assert response.json()["error"] == {
+        "code": "out_of_stock",
+        "message": "Not enough stock for this SKU.",
+        "details": {"sku": "A", "requested": 3, "available": 2},
+    }
+
+
+def test_checkout_atomic_when_last_line_is_out_of_stock(shopper, redis):
+    product_with_stock(sku="A", available=5)
+    product_with_stock(sku="B", available=5)
+    product_with_stock(sku="C", available=1)
+    fill_cart(redis, shopper.user.id, {"A": 1, "B": 2, "C": 2})
+    assert checkout(shopper).status_code == 409
+    assert {s.product_id: (s.available, s.reserved) for s in Stock.objects.all()} == {
+        "A": (5, 0),
+        "B": (5, 0),
+        "C": (1, 0),
+    }
+    assert not Order.objects.exists()
+    assert not OutboxEvent.objects.exists()
+    assert redis.hlen(f"cart:{shopper.user.id}") == 3  # the cart is kept to fix and retry
+
+
+def test_checkout_failed_attempt_leaves_the_key_free_for_a_retry(shopper, redis):
+    product_with_stock(sku="A", available=0)
+    fill_cart(redis, shopper.user.id, {"A": 1})
+    assert checkout(shopper, key="retry-me").status_code == 409
+    Stock.objects.filter(product_id="A").update(available=1)
+    assert checkout(shopper, key="retry-me").status_code == 201
+
+
+@pytest.mark.parametrize("active", [False, None])
+def test_checkout_inactive_or_unknown_sku_is_422_naming_it(shopper, redis, active):
+    product_with_stock(sku="A", available=5)
+    if active is False:
+        product_with_stock(sku="Z", available=5, is_active=False)
+    fill_cart(redis, shopper.user.id, {"A": 1, "Z": 1})
+    response = checkout(shopper)
+    assert response.status_code == 422
+    assert response.json()["error"]["details"] == {"sku": "Z"}
+    assert not Order.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("key", "code"),
+    [(None, "idempotency_key_missing"), ("", "idempotency_key_invalid"), ("x" * 65, "idempotency_key_invalid"),
+     ("has space", "idempotency_key_invalid"), ("ключ", "idempotency_key_invalid")],
+)
+def test_checkout_bad_idempotency_key_is_400(shopper, redis, key, code):
+    product_with_stock(sku="A", available=5)
+    fill_cart(redis, shopper.user.id, {"A": 1})
+    response = checkout(shopper, key=key)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == code
+    assert not Order.objects.exists()
+
+
+def test_checkout_price_snapshot_survives_price_change(shopper, redis):
+    product = product_with_stock(sku="A", price=500, available=5)
+    fill_cart(redis, shopper.user.id, {"A": 2})
+    order_id = checkout(shopper).json()["id"]
+    product.price = 9999
+    product.save()
+    body = shopper.get(f"/api/orders/{order_id}").json()
+    assert body["items"][0]["unit_price"] == 500
+    assert body["total"] == 1000
+
+
+def test_checkout_requires_authentication(api_client):
+    assert api_client.post("/api/orders", HTTP_IDEMPOTENCY_KEY="k").status_code == 401
+
+
+def test_order_detail_of_someone_else_is_404_like_a_missing_one(shopper, redis):
+    product_with_stock(sku="A", available=5)
+    fill_cart(redis, shopper.user.id, {"A": 1})
+    order_id = checkout(shopper).json()["id"]
+    stranger = shopper_client()
+    foreign = stranger.get(f"/api/orders/{order_id}")
+    missing = stranger.get("/api/orders/999999999")
+    huge = stranger.get(f"/api/orders/{10**30}")
+    assert foreign.status_code == missing.status_code == huge.status_code == 404
+    assert foreign.json() == missing.json() == huge.json()
+
+
+def test_order_list_is_the_shoppers_own_newest_first(shopper, redis):
+    product_with_stock(sku="A", available=5)
+    ids = []
+    for key in ("k1", "k2", "k3"):
+        fill_cart(redis, shopper.user.id, {"A": 1})
+        ids.append(checkout(shopper, key=key).json()["id"])
+    other = shopper_client()
+    fill_cart(redis, other.user.id, {"A": 1})
+    checkout(other)
+    body = shopper.get("/api/orders").json()
+    assert body["count"] == 3
+    assert [order["id"] for order in body["results"]] == ids[::-1]
+    assert body["results"][0]["status"] == OrderStatus.PENDING_PAYMENT
+
+
+def test_checkout_statement_count_is_k_plus_6(shopper, redis):
+    """k-line cart: SELECT prices, BEGIN, INSERT order, k UPDATEs, INSERT items,
+    INSERT event, COMMIT = k + 6. Inside the test's own transaction, BEGIN/COMMIT
+    show as SAVEPOINT/RELEASE. The token lookup belongs to authentication."""
+    for sku in ("A", "B", "C"):
+        product_with_stock(sku=sku, available=5)
+    fill_cart(redis, shopper.user.id, {"A": 1, "B": 1, "C": 1})
+
+    with CaptureQueriesContext(connection) as captured:
+        result = place_order(customer_id=shopper.user.id, idempotency_key="count-me")
+
+    assert not result.replayed
+    verbs = [query["sql"].split()[0].upper() for query in captured.captured_queries]
+    assert verbs == ["SELECT", "SAVEPOINT", "INSERT", "UPDATE", "UPDATE", "UPDATE", "INSERT", "INSERT", "RELEASE"]
+    assert len(verbs) == 3 + 6
