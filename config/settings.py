@@ -142,7 +142,14 @@ CELERY_BROKER_URL = env(
 )
 CELERY_TASK_ALWAYS_EAGER = TESTING
 CELERY_TASK_IGNORE_RESULT = True
-CELERY_BEAT_SCHEDULE: dict = {}
+ORDER_EXPIRY_INTERVAL_SECONDS = env_int("ORDER_EXPIRY_INTERVAL_SECONDS", 30)
+ORDER_EXPIRY_BATCH_SIZE = env_int("ORDER_EXPIRY_BATCH_SIZE", 500)
+CELERY_BEAT_SCHEDULE = {
+    "expire-unpaid-orders": {
+        "task": "orders.tasks.expire_unpaid_orders_task",
+        "schedule": ORDER_EXPIRY_INTERVAL_SECONDS,
+    },
+}
 
 # --- Kafka ------------------------------------------------------------------
 KAFKA_BOOTSTRAP_SERVERS = env("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")

@@ -1,7 +1,7 @@
 from collections.abc import Iterable
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce
 
@@ -99,3 +99,30 @@ def reserve_stock(*, lines: dict[str, int]) -> None:
         if not updated:
             available = Stock.objects.filter(product_id=sku).values_list("available", flat=True).first()
             raise OutOfStock(sku=sku, requested=quantity, available=available or 0)
+
+
+def return_reserved_stock(*, order_ids: list[int]) -> None:
+    """Move the units the given orders reserved back to available, with one
+    UPDATE whatever the number of orders: quantities are summed per SKU first,
+    so 300 orders of one SKU make one row change, not 300."""
+    with connection.cursor() as cursor:
+        # Lock the rows in SKU order first, as checkout does, so that a
+        # concurrent multi-SKU checkout and this cannot deadlock.
+        cursor.execute(
+            """
+            SELECT sku FROM inventory
+            WHERE sku IN (SELECT sku FROM order_items WHERE order_id = ANY(%s))
+            ORDER BY sku FOR UPDATE
+            """,
+            [order_ids],
+        )
+        cursor.execute(
+            """
+            UPDATE inventory SET available = available + returned.quantity,
+                                 reserved = reserved - returned.quantity
+            FROM (SELECT sku, SUM(quantity) AS quantity FROM order_items
+                  WHERE order_id = ANY(%s) GROUP BY sku) AS returned
+            WHERE inventory.sku = returned.sku
+            """,
+            [order_ids],
+        )

@@ -9,7 +9,7 @@ from rest_framework.views import APIView
 from config.openapi import ERRORS
 from orders.exceptions import IdempotencyKeyInvalid, IdempotencyKeyMissing
 from orders.selectors import customer_orders
-from orders.services import get_customer_order, place_order
+from orders.services import cancel_customer_order, get_customer_order, place_order
 
 _KEY = re.compile(r"^[\x21-\x7e]{1,64}$")
 
@@ -82,4 +82,11 @@ class OrderDetailApi(APIView):
     @extend_schema(responses={200: OrderOutputSerializer, **ERRORS(401, 404)})
     def get(self, request, order_id: int):
         order = get_customer_order(customer_id=request.user.id, order_id=order_id)
+        return Response(OrderOutputSerializer(order).data)
+
+
+class OrderCancelApi(APIView):
+    @extend_schema(request=None, responses={200: OrderOutputSerializer, **ERRORS(401, 404, 409)})
+    def post(self, request, order_id: int):
+        order = cancel_customer_order(customer_id=request.user.id, order_id=order_id)
         return Response(OrderOutputSerializer(order).data)

@@ -35,3 +35,21 @@ class OrderNotFound(DomainError):
     code = "not_found"
     status = 404
     message = "No such order."
+
+
+class InvalidSignature(DomainError):
+    code = "invalid_signature"
+    status = 401
+    message = "The Payment-Signature header is missing, malformed, stale or wrong."
+
+
+class OrderNotCancellable(DomainError):
+    code = "order_not_cancellable"
+    status = 409
+    message = "Only an order awaiting payment can be cancelled."
+
+
+class OrderNotRefundable(DomainError):
+    code = "order_not_refundable"
+    status = 409
+    message = "Only a paid order can be refunded."

@@ -76,3 +76,78 @@ class OrderItem(models.Model):
     @property
     def line_total(self) -> int:
         return self.quantity * self.unit_price
+
+
+class Payment(models.Model):
+    """One provider callback, recorded whatever it says. `provider_payment_id`
+    is unique: a redelivered webhook finds its payment and changes nothing."""
+
+    class Status(models.TextChoices):
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+
+    class Outcome(models.TextChoices):
+        APPLIED = "applied", "Paid the order"
+        REFUNDED = "refunded", "Refund requested"
+        FAILED = "failed", "Payment failed"
+
+    provider_payment_id = models.CharField(max_length=100, unique=True)
+    # Null for an orphan payment (unknown order); the order id it named is in `raw`.
+    order = models.ForeignKey(Order, null=True, blank=True, on_delete=models.PROTECT, related_name="payments")
+    amount = models.BigIntegerField()
+    currency = models.CharField(max_length=3)
+    status = models.CharField(max_length=10, choices=Status.choices)
+    outcome = models.CharField(max_length=10, choices=Outcome.choices)
+    received_at = models.DateTimeField()
+    raw = models.JSONField()
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(status__in=["succeeded", "failed"]), name="payment_status_valid"),
+            models.CheckConstraint(
+                condition=Q(outcome__in=["applied", "refunded", "failed"]), name="payment_outcome_valid"
+            ),
+            models.CheckConstraint(condition=Q(amount__gte=0), name="payment_amount_not_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return f"payment {self.provider_payment_id} ({self.status}, {self.outcome})"
+
+
+class Refund(models.Model):
+    """Money to give back. The provider integration picks up `RefundRequested`."""
+
+    class Reason(models.TextChoices):
+        ORDER_NOT_PENDING = "order_not_pending", "Order was no longer awaiting payment"
+        AMOUNT_MISMATCH = "amount_mismatch", "Amount or currency did not match the order"
+        UNKNOWN_ORDER = "unknown_order", "No such order"
+        STAFF = "staff", "Refunded by staff"
+
+    class Status(models.TextChoices):
+        REQUESTED = "REQUESTED", "Requested"
+        COMPLETED = "COMPLETED", "Completed"
+
+    payment = models.OneToOneField(Payment, on_delete=models.PROTECT, related_name="refund")
+    order = models.ForeignKey(Order, null=True, blank=True, on_delete=models.PROTECT, related_name="refunds")
+    amount = models.BigIntegerField()
+    currency = models.CharField(max_length=3)
+    reason = models.CharField(max_length=20, choices=Reason.choices)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.REQUESTED)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(amount__gte=0), name="refund_amount_not_negative"),
+            models.CheckConstraint(condition=Q(reason__in=[
+                "order_not_pending", "amount_mismatch", "unknown_order", "staff"
+            ]), name="refund_reason_valid"),
+            models.CheckConstraint(condition=Q(status__in=["REQUESTED", "COMPLETED"]), name="refund_status_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"refund {self.pk} of {self.amount} {self.currency} ({self.reason})"

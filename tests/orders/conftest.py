@@ -54,3 +54,37 @@ def run_in_threads(targets):
 @pytest.fixture
 def shopper(db):
     return shopper_client()
+
+
+def place_pending_order(redis, customer, lines: dict[str, int], key: str | None = None):
+    """A real order through place_order, as checkout makes it."""
+    from orders.services import place_order
+
+    fill_cart(redis, customer.id, lines)
+    return place_order(customer_id=customer.id, idempotency_key=key or f"k-{customer.id}-{sorted(lines)}").order
+
+
+def expire_now(*orders) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from orders.models import Order
+
+    Order.objects.filter(id__in=[o.id for o in orders]).update(expires_at=timezone.now() - timedelta(seconds=1))
+
+
+def post_webhook(client, *, payment_id, order_id, amount, currency="EUR", status="succeeded", secret=None, t=None):
+    import json
+
+    from django.conf import settings
+
+    from orders.signatures import sign
+
+    body = json.dumps(
+        {"payment_id": payment_id, "order_id": order_id, "amount": amount, "currency": currency, "status": status}
+    ).encode()
+    signature = sign(body=body, secret=secret or settings.PAYMENT_WEBHOOK_SECRET, timestamp=t)
+    return client.post(
+        "/api/payments/webhook", body, content_type="application/json", HTTP_PAYMENT_SIGNATURE=signature
+    )

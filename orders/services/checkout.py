@@ -5,11 +5,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from cart.services import clear_cart
 from cart.storage import read_lines_unchecked
+from config.db import insert_unless_exists
 from inventory.services import reserve_stock
 from orders.exceptions import CartEmpty, IdempotencyKeyReused, OrderNotFound, ProductUnavailable
 from orders.models import Order, OrderItem, OrderStatus
@@ -52,35 +53,6 @@ def _price_cart(lines: dict[str, int]) -> list[_PricedLine]:
 def _request_hash(lines: list[_PricedLine], currency: str) -> str:
     canonical = json.dumps([currency, [(li.sku, li.quantity, li.unit_price) for li in lines]])
     return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def _insert_order_if_absent(*, order: Order) -> int | None:
-    """INSERT ... ON CONFLICT DO NOTHING: the unique (customer, key) decides who
-    creates the order. A concurrent twin waits for the winner's commit, then
-    finds the key taken. Returns the new id, or None when the key exists."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            INSERT INTO {Order._meta.db_table}
-                (customer_id, idempotency_key, request_hash, status, total_amount, currency,
-                 expires_at, created_at)
-            VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
-            ON CONFLICT (customer_id, idempotency_key) DO NOTHING
-            RETURNING id
-            """,
-            [
-                order.customer_id,
-                order.idempotency_key,
-                order.request_hash,
-                order.status,
-                order.total_amount,
-                order.currency,
-                order.expires_at,
-                order.created_at,
-            ],
-        )
-        row = cursor.fetchone()
-    return row[0] if row else None
 
 
 def _existing_order(*, customer_id: int, idempotency_key: str) -> Order | None:
@@ -127,8 +99,7 @@ def place_order(*, customer_id: int, idempotency_key: str) -> PlacedOrder:
         expires_at=now + timedelta(seconds=settings.ORDER_PAYMENT_TIMEOUT_SECONDS),
     )
     with transaction.atomic():
-        order.id = _insert_order_if_absent(order=order)
-        if order.id is None:
+        if insert_unless_exists(order, conflict_fields=["customer", "idempotency_key"]) is None:
             existing = _existing_order(customer_id=customer_id, idempotency_key=idempotency_key)
             return _replay(existing, request_hash=request_hash)
         reserve_stock(lines={line.sku: line.quantity for line in priced})

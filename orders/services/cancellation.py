@@ -1,0 +1,98 @@
+from datetime import datetime
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from inventory.services import return_reserved_stock
+from orders.exceptions import OrderNotCancellable, OrderNotFound, OrderNotRefundable
+from orders.models import Order, OrderStatus, Payment, Refund
+from orders.services.payments import request_refund
+from outbox.models import OutboxEvent
+
+
+def cancel_orders(*, order_ids: list[int], reason: str, now: datetime | None = None) -> list[int]:
+    """Cancel those of `order_ids` still awaiting payment and put their stock
+    back on sale; returns the ids that were cancelled. Inside the caller's
+    transaction. The conditional UPDATE is what makes a concurrent payment and
+    this cancellation exclusive: whichever updates the row first wins."""
+    if not order_ids:
+        return []
+    now = now or timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE {Order._meta.db_table} SET status = %s, cancelled_at = %s
+            WHERE id = ANY(%s) AND status = %s
+            RETURNING id, customer_id
+            """,
+            [OrderStatus.CANCELLED, now, order_ids, OrderStatus.PENDING_PAYMENT],
+        )
+        cancelled = cursor.fetchall()
+    if not cancelled:
+        return []
+    ids = [order_id for order_id, _ in cancelled]
+    return_reserved_stock(order_ids=ids)
+    OutboxEvent.objects.bulk_create(
+        [
+            OutboxEvent(
+                aggregate_type="order",
+                aggregate_id=str(order_id),
+                event_type="OrderCancelled",
+                payload={"order_id": order_id, "customer_id": customer_id, "reason": reason},
+            )
+            for order_id, customer_id in cancelled
+        ]
+    )
+    return ids
+
+
+def expire_unpaid_orders(*, batch_size: int | None = None, now: datetime | None = None) -> int:
+    """Cancel every PENDING_PAYMENT order past `expires_at`, one bounded
+    transaction per batch. Orders locked by a payment being applied right now
+    are skipped, never waited on; the payment decides them. Returns the count."""
+    batch_size = batch_size or settings.ORDER_EXPIRY_BATCH_SIZE
+    total = 0
+    while True:
+        with transaction.atomic():
+            moment = now or timezone.now()
+            ids = list(
+                Order.objects.pending_expired(moment)
+                .order_by("expires_at")
+                .select_for_update(skip_locked=True)
+                .values_list("id", flat=True)[:batch_size]
+            )
+            if not ids:
+                return total
+            total += len(cancel_orders(order_ids=ids, reason="expired", now=moment))
+        if len(ids) < batch_size:
+            return total
+
+
+@transaction.atomic
+def cancel_customer_order(*, customer_id: int, order_id: int) -> Order:
+    """A shopper cancels their own order while it awaits payment."""
+    order = Order.objects.filter(id=order_id, customer_id=customer_id).first()
+    if order is None:
+        raise OrderNotFound()
+    if not cancel_orders(order_ids=[order.id], reason="cancelled_by_customer"):
+        raise OrderNotCancellable(order_id=order.id, status=Order.objects.get(id=order.id).status)
+    return Order.objects.prefetch_related("items").get(id=order.id)
+
+
+@transaction.atomic
+def cancel_pending_order(*, order_id: int, reason: str = "cancelled_by_staff") -> bool:
+    return bool(cancel_orders(order_ids=[order_id], reason=reason))
+
+
+@transaction.atomic
+def refund_paid_order(*, order_id: int, user=None) -> Refund:
+    """Staff refund of a paid, not yet shipped order: the money goes back and
+    the reserved units go back on sale."""
+    updated = Order.objects.filter(id=order_id, status=OrderStatus.PAID).update(status=OrderStatus.REFUNDED)
+    if not updated:
+        raise OrderNotRefundable(order_id=order_id)
+    order = Order.objects.get(id=order_id)
+    payment = order.payments.filter(outcome=Payment.Outcome.APPLIED).get()
+    return_reserved_stock(order_ids=[order.id])
+    return request_refund(payment=payment, order=order, reason=Refund.Reason.STAFF, user=user)
