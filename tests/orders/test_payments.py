@@ -283,6 +283,7 @@ def test_payment_and_expiry_race_exactly_one_wins(redis):
 
     for sku, total in before.items():
         s = Stock.objects.get(product_id=sku)
-        paid_quantity = sum(OrderItem.objects.filter(order_id__in=paid, product_id=sku).values_list("quantity", flat=True))
+        paid_items = OrderItem.objects.filter(order_id__in=paid, product_id=sku)
+        paid_quantity = sum(paid_items.values_list("quantity", flat=True))
         assert s.reserved == paid_quantity
         assert s.available + s.reserved == total
