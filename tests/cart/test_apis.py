@@ -230,15 +230,24 @@ def test_cart_put_and_delete_make_no_sql_query_once_warm(auth_client, django_ass
         assert auth_client.delete(f"/api/cart/items/{product.sku}").status_code == 204
 
 
+def redis_commands(redis, monkeypatch) -> list[str]:
+    """Record every command sent from now on; outside a pipeline, one is one round-trip."""
+    sent = []
+    real_execute = type(redis).execute_command
+
+    def execute(self, *args, **kwargs):
+        sent.append(args[0])
+        return real_execute(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(redis), "execute_command", execute)
+    return sent
+
+
 def test_cart_get_makes_one_query_and_one_redis_call(auth_client, django_assert_num_queries, redis, monkeypatch):
     products = [product_with_stock() for _ in range(5)]
     for product in products:
         put(auth_client, product.sku, 1)
-    sent = []
-    real_execute = type(redis).execute_command
-    monkeypatch.setattr(
-        type(redis), "execute_command", lambda self, *args, **kw: sent.append(args[0]) or real_execute(self, *args, **kw)
-    )
+    sent = redis_commands(redis, monkeypatch)
     with django_assert_num_queries(1):
         body = auth_client.get("/api/cart").json()
     assert len(body["items"]) == 5
@@ -248,11 +257,7 @@ def test_cart_get_makes_one_query_and_one_redis_call(auth_client, django_assert_
 def test_cart_put_makes_one_redis_call_once_warm(auth_client, redis, monkeypatch):
     product = product_with_stock()
     put(auth_client, product.sku, 1)
-    sent = []
-    real_execute = type(redis).execute_command
-    monkeypatch.setattr(
-        type(redis), "execute_command", lambda self, *args, **kw: sent.append(args[0]) or real_execute(self, *args, **kw)
-    )
+    sent = redis_commands(redis, monkeypatch)
     assert put(auth_client, product.sku, 3).status_code == 200
     assert sent == ["EVALSHA"]
 
