@@ -149,10 +149,33 @@ CELERY_BEAT_SCHEDULE = {
         "task": "orders.tasks.expire_unpaid_orders_task",
         "schedule": ORDER_EXPIRY_INTERVAL_SECONDS,
     },
+    "publish-outbox": {
+        "task": "outbox.tasks.publish_outbox_task",
+        "schedule": 1.0,
+        "options": {"expires": 5},
+    },
+    "purge-published-outbox-events": {
+        "task": "outbox.tasks.purge_published_events_task",
+        "schedule": 3600.0,
+    },
 }
 
 # --- Kafka ------------------------------------------------------------------
 KAFKA_BOOTSTRAP_SERVERS = env("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+KAFKA_ORDERS_TOPIC = env("KAFKA_ORDERS_TOPIC", "shop.orders")
+KAFKA_TOPIC_PARTITIONS = env_int("KAFKA_TOPIC_PARTITIONS", 6)
+KAFKA_REPLICATION_FACTOR = env_int("KAFKA_REPLICATION_FACTOR", 1)
+KAFKA_CONSUMER_GROUP_PREFIX = env("KAFKA_CONSUMER_GROUP_PREFIX", "shop.")
+# librdkafka gives up on a message after this; the relay then recreates its producer.
+KAFKA_MESSAGE_TIMEOUT_MS = env_int("KAFKA_MESSAGE_TIMEOUT_MS", 30_000)
+
+# --- Outbox relay and consumers ---------------------------------------------
+OUTBOX_BATCH_SIZE = env_int("OUTBOX_BATCH_SIZE", 500)
+OUTBOX_FLUSH_TIMEOUT_SECONDS = float(env("OUTBOX_FLUSH_TIMEOUT_SECONDS", "10"))
+OUTBOX_POLL_INTERVAL_SECONDS = float(env("OUTBOX_POLL_INTERVAL_SECONDS", "0.1"))
+OUTBOX_MAX_BACKOFF_SECONDS = float(env("OUTBOX_MAX_BACKOFF_SECONDS", "5"))
+OUTBOX_RETENTION_DAYS = env_int("OUTBOX_RETENTION_DAYS", 7)
+CONSUMER_MAX_ATTEMPTS = env_int("CONSUMER_MAX_ATTEMPTS", 5)
 
 # --- The shop ---------------------------------------------------------------
 SHOP_CURRENCY = env("SHOP_CURRENCY", "EUR")

@@ -58,3 +58,28 @@ class StockMovement(models.Model):
 
     def __str__(self) -> str:
         return f"{self.product_id} {self.delta:+d} ({self.reason})"
+
+
+class Shipment(models.Model):
+    """A warehouse request to pick and ship a paid order (the warehouse consumer)."""
+
+    class Status(models.TextChoices):
+        REQUESTED = "REQUESTED", "Requested"
+        SHIPPED = "SHIPPED", "Shipped"
+
+    order = models.OneToOneField("orders.Order", on_delete=models.PROTECT, related_name="shipment")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.REQUESTED)
+    items = models.JSONField()
+    requested_at = models.DateTimeField(auto_now_add=True)
+    shipped_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(status__in=["REQUESTED", "SHIPPED"]), name="shipment_status_valid"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"shipment of order {self.order_id} ({self.status})"

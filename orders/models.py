@@ -151,3 +151,24 @@ class Refund(models.Model):
 
     def __str__(self) -> str:
         return f"refund {self.pk} of {self.amount} {self.currency} ({self.reason})"
+
+
+class Notification(models.Model):
+    """An email sent to a shopper about an order (the email consumer)."""
+
+    class Kind(models.TextChoices):
+        ORDER_CONFIRMED = "order_confirmed", "Order confirmed"
+        ORDER_CANCELLED = "order_cancelled", "Order cancelled"
+        REFUND_REQUESTED = "refund_requested", "Refund on its way"
+
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="notifications")
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    to = models.EmailField()
+    subject = models.CharField(max_length=200)
+    sent_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} to {self.to}"

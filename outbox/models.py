@@ -27,3 +27,24 @@ class OutboxEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event_type} {self.aggregate_type}:{self.aggregate_id}"
+
+
+class ProcessedEvent(models.Model):
+    """The consumer-side ledger: a row per (consumer, event) applied. Inserted in
+    the same transaction as the handler's effect, so a redelivered event is seen
+    and skipped."""
+
+    consumer = models.CharField(max_length=50)
+    event_id = models.UUIDField()
+    event_type = models.CharField(max_length=50)
+    processed_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "processed_events"
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["consumer", "event_id"], name="processed_event_once_per_consumer")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.consumer}: {self.event_type} {self.event_id}"

@@ -1,4 +1,8 @@
+from datetime import timedelta
+
+from django.conf import settings
 from django.db import connection
+from django.utils import timezone
 
 from outbox.models import OutboxEvent
 
@@ -11,3 +15,17 @@ def record_event(*, aggregate_type: str, aggregate_id: str | int, event_type: st
     return OutboxEvent.objects.create(
         aggregate_type=aggregate_type, aggregate_id=str(aggregate_id), event_type=event_type, payload=data
     )
+
+
+def purge_published_events(*, older_than_days: int | None = None, batch_size: int = 10_000) -> int:
+    """Delete published events past the retention period, in bounded batches."""
+    days = settings.OUTBOX_RETENTION_DAYS if older_than_days is None else older_than_days
+    cutoff = timezone.now() - timedelta(days=days)
+    total = 0
+    while True:
+        ids = list(
+            OutboxEvent.objects.filter(published_at__lt=cutoff).order_by("id").values_list("id", flat=True)[:batch_size]
+        )
+        if not ids:
+            return total
+        total += OutboxEvent.objects.filter(id__in=ids).delete()[0]

@@ -6,6 +6,6 @@ class ShopConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from shop import signals
+        from shop import handlers, signals  # noqa: F401 - handlers register the loyalty consumer
 
         signals.connect()

@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 
@@ -23,3 +24,30 @@ class Product(models.Model):
 
     def __str__(self) -> str:
         return f"{self.sku} {self.name}"
+
+
+class LoyaltyEntry(models.Model):
+    """The shopper's points ledger (the loyalty consumer): earned on payment,
+    reversed on refund. A shopper's balance is the sum of `points`."""
+
+    class Reason(models.TextChoices):
+        ORDER_PAID = "order_paid", "Order paid"
+        ORDER_REFUNDED = "order_refunded", "Order refunded"
+
+    customer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="loyalty_entries")
+    order_id = models.BigIntegerField()
+    points = models.IntegerField()
+    reason = models.CharField(max_length=20, choices=Reason.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["order_id", "reason"], name="loyalty_once_per_order_and_reason"),
+            models.CheckConstraint(
+                condition=models.Q(reason__in=["order_paid", "order_refunded"]), name="loyalty_reason_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.points:+d} points for order {self.order_id}"

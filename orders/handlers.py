@@ -1,0 +1,55 @@
+"""The email consumer: order confirmation, cancellation and refund notices."""
+
+from django.conf import settings
+from django.core.mail import send_mail
+
+from orders.models import Notification, Order
+from outbox.consumers import Event, register
+
+
+def _money(amount: int, currency: str) -> str:
+    return f"{amount / 100:.2f} {currency}"
+
+
+def _notify(*, order_id: int | None, kind: str, subject: str, body: str) -> None:
+    order = Order.objects.select_related("customer").filter(id=order_id).first() if order_id else None
+    if order is None or not order.customer.email:
+        return  # nobody to write to (an orphan payment, or no address on file)
+    send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, [order.customer.email])
+    Notification.objects.create(order=order, kind=kind, to=order.customer.email, subject=subject)
+
+
+@register("email", "OrderPaid")
+def send_order_confirmation(event: Event) -> None:
+    data = event.data
+    lines = "\n".join(f"  {i['quantity']} x {i['name']} ({i['sku']})" for i in data["items"])
+    _notify(
+        order_id=data["order_id"],
+        kind=Notification.Kind.ORDER_CONFIRMED,
+        subject=f"Order {data['order_id']} confirmed",
+        body=f"Thank you! We received {_money(data['total'], data['currency'])}.\n\n{lines}\n",
+    )
+
+
+@register("email", "OrderCancelled")
+def send_cancellation_notice(event: Event) -> None:
+    order_id = event.data["order_id"]
+    _notify(
+        order_id=order_id,
+        kind=Notification.Kind.ORDER_CANCELLED,
+        subject=f"Order {order_id} cancelled",
+        body="Your order was cancelled"
+        + (" because it was not paid in time." if event.data.get("reason") == "expired" else ".")
+        + "\n",
+    )
+
+
+@register("email", "RefundRequested")
+def send_refund_notice(event: Event) -> None:
+    data = event.data
+    _notify(
+        order_id=data.get("order_id"),
+        kind=Notification.Kind.REFUND_REQUESTED,
+        subject=f"Refund for order {data.get('order_id')}",
+        body=f"We are refunding {_money(data['amount'], data['currency'])} to you.\n",
+    )

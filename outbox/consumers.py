@@ -1,0 +1,165 @@
+"""Kafka consumers that apply each event once, though delivery is at least once.
+
+Apps register handlers for the effects they own (warehouse in inventory/,
+email in orders/, loyalty in shop/). For every message the runner opens one
+transaction: insert (consumer, event_id) into processed_events — a duplicate
+finds the row and is skipped — then the handler's effect; and only after that
+commit does it commit the Kafka offset. A handler that keeps failing sends
+the message to the dead-letter topic and the consumer moves on.
+"""
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer
+from django.conf import settings
+from django.db import close_old_connections, transaction
+
+from config.db import insert_unless_exists
+from config.kafka import client_config
+from outbox.models import ProcessedEvent
+from outbox.topics import dead_letter_topic
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Event:
+    event_id: uuid.UUID
+    event_type: str
+    occurred_at: str
+    aggregate_type: str
+    aggregate_id: str
+    data: dict
+
+
+Handler = Callable[[Event], None]
+HANDLERS: dict[str, dict[str, Handler]] = {}
+
+
+def register(consumer: str, event_type: str) -> Callable[[Handler], Handler]:
+    def decorator(handler: Handler) -> Handler:
+        HANDLERS.setdefault(consumer, {})[event_type] = handler
+        return handler
+
+    return decorator
+
+
+def parse_event(value: bytes) -> Event:
+    body = json.loads(value)
+    return Event(
+        event_id=uuid.UUID(body["event_id"]),
+        event_type=body["event_type"],
+        occurred_at=body["occurred_at"],
+        aggregate_type=body["aggregate_type"],
+        aggregate_id=str(body["aggregate_id"]),
+        data=body["data"],
+    )
+
+
+@transaction.atomic
+def apply_event(*, consumer: str, event: Event) -> bool:
+    """Apply one event for one consumer, once. Returns False for a duplicate."""
+    handler = HANDLERS.get(consumer, {}).get(event.event_type)
+    if handler is None:
+        return False  # not for us; nothing to remember either
+    seen = ProcessedEvent(consumer=consumer, event_id=event.event_id, event_type=event.event_type)
+    if insert_unless_exists(seen, conflict_fields=["consumer", "event_id"]) is None:
+        return False
+    handler(event)
+    return True
+
+
+def new_consumer(*, name: str, topic: str) -> Consumer:
+    consumer = Consumer(
+        client_config(
+            **{
+                "group.id": f"{settings.KAFKA_CONSUMER_GROUP_PREFIX}{name}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                # A first assignment waits half the session timeout: keep it short.
+                "session.timeout.ms": 6000,
+                "heartbeat.interval.ms": 2000,
+            }
+        )
+    )
+    consumer.subscribe([topic])
+    return consumer
+
+
+class EventConsumer:
+    def __init__(self, *, name: str, topic: str | None = None, max_attempts: int | None = None) -> None:
+        if name not in HANDLERS:
+            raise ValueError(f"unknown consumer {name!r}; known: {', '.join(sorted(HANDLERS))}")
+        self.name = name
+        self.topic = topic or settings.KAFKA_ORDERS_TOPIC
+        self.max_attempts = max_attempts or settings.CONSUMER_MAX_ATTEMPTS
+        self.consumer = new_consumer(name=name, topic=self.topic)
+        self._dlq_producer: Producer | None = None
+        self.processed = self.duplicates = self.dead_lettered = 0
+
+    def handle(self, message: Message) -> None:
+        """Apply one message (retrying, then dead-lettering), then commit its offset."""
+        error = None
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                close_old_connections()
+                applied = apply_event(consumer=self.name, event=parse_event(message.value()))
+            except Exception as exc:  # any handler failure: retry, then dead-letter
+                error = exc
+                logger.warning("%s: attempt %d failed at offset %s: %r", self.name, attempt, message.offset(), exc)
+                if attempt < self.max_attempts:
+                    time.sleep(min(0.05 * 2**attempt, 1.0))
+            else:
+                error = None
+                if applied:
+                    self.processed += 1
+                else:
+                    self.duplicates += 1
+                break
+        if error is not None:
+            self._dead_letter(message, error)
+        self.consumer.commit(message=message, asynchronous=False)
+
+    def _dead_letter(self, message: Message, error: Exception) -> None:
+        if self._dlq_producer is None:
+            self._dlq_producer = Producer(client_config(**{"enable.idempotence": True, "acks": "all"}))
+        headers = list(message.headers() or []) + [
+            ("error", f"{type(error).__name__}: {error}"[:1000].encode()),
+            ("consumer", self.name.encode()),
+            ("source_offset", str(message.offset()).encode()),
+        ]
+        self._dlq_producer.produce(
+            dead_letter_topic(self.topic), key=message.key(), value=message.value(), headers=headers
+        )
+        if self._dlq_producer.flush(10):
+            raise RuntimeError("could not write to the dead-letter topic; not committing the offset")
+        self.dead_lettered += 1
+        logger.error("%s: offset %s sent to %s: %r", self.name, message.offset(), dead_letter_topic(self.topic), error)
+
+    def run(self, *, should_stop: Callable[[], bool], max_idle_seconds: float | None = None) -> None:
+        idle_since = time.monotonic()
+        try:
+            while not should_stop():
+                message = self.consumer.poll(0.5)
+                if message is None:
+                    if max_idle_seconds is not None and time.monotonic() - idle_since > max_idle_seconds:
+                        return
+                    continue
+                if message.error():
+                    if message.error().code() != KafkaError._PARTITION_EOF:
+                        logger.warning("%s: %s", self.name, message.error())
+                    continue
+                self.handle(message)
+                idle_since = time.monotonic()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self.consumer.close()  # commits nothing more: every handled offset was committed synchronously
+        if self._dlq_producer is not None:
+            self._dlq_producer.flush(5)

@@ -1,0 +1,23 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from outbox.consumers import HANDLERS, EventConsumer
+from outbox.signals import stop_on_sigterm
+
+
+class Command(BaseCommand):
+    help = "Run one event consumer (warehouse, email or loyalty) until SIGTERM."
+
+    def add_arguments(self, parser):
+        parser.add_argument("name", help="warehouse | email | loyalty")
+
+    def handle(self, *args, name, **options):
+        if name not in HANDLERS:
+            raise CommandError(f"unknown consumer {name!r}; choose from {', '.join(sorted(HANDLERS))}")
+        stop = stop_on_sigterm()
+        consumer = EventConsumer(name=name)
+        self.stdout.write(f"consumer {name}: reading {consumer.topic} (Ctrl-C to stop)")
+        consumer.run(should_stop=stop.is_set)
+        self.stdout.write(
+            f"consumer {name}: stopped after {consumer.processed} processed, "
+            f"{consumer.duplicates} duplicates, {consumer.dead_lettered} dead-lettered"
+        )

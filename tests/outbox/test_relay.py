@@ -1,0 +1,102 @@
+import json
+import threading
+
+import pytest
+from django.db import connection, transaction
+
+from outbox.models import OutboxEvent
+from outbox.relay import OutboxRelay
+from outbox.services import purge_published_events, record_event
+from tests.outbox.conftest import read_topic
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.kafka]
+
+
+def write_events(count: int, *, orders: int = 1) -> list[OutboxEvent]:
+    with transaction.atomic():
+        return [
+            record_event(
+                aggregate_type="order", aggregate_id=i % orders, event_type=f"Step{i // orders}", data={"n": i}
+            )
+            for i in range(count)
+        ]
+
+
+def test_record_event_refuses_to_run_outside_a_transaction():
+    with pytest.raises(RuntimeError):
+        record_event(aggregate_type="order", aggregate_id=1, event_type="X", data={})
+
+
+def test_relay_publishes_envelope_with_key_and_headers_and_marks_published(kafka_topic):
+    [event] = write_events(1)
+    assert OutboxRelay().drain() == 1
+    event.refresh_from_db()
+    assert event.published_at is not None and event.attempts == 0
+    [message] = read_topic(kafka_topic, expected=1)
+    assert message.key() == b"0"
+    assert dict(message.headers()) == {"event_id": str(event.event_id).encode(), "event_type": b"Step0"}
+    body = json.loads(message.value())
+    assert body == {
+        "event_id": str(event.event_id),
+        "event_type": "Step0",
+        "occurred_at": event.created_at.isoformat(),
+        "aggregate_type": "order",
+        "aggregate_id": "0",
+        "data": {"n": 0},
+    }
+
+
+def test_relay_with_kafka_down_keeps_events_and_records_the_error(settings, kafka_topic):
+    write_events(3)
+    settings.KAFKA_BOOTSTRAP_SERVERS = "127.0.0.1:1"
+    settings.OUTBOX_FLUSH_TIMEOUT_SECONDS = 1
+    relay = OutboxRelay()
+    result = relay.publish_batch()
+    assert (result.published, result.failed) == (0, 3)
+    assert OutboxEvent.objects.filter(published_at__isnull=True, attempts=1).exclude(last_error="").count() == 3
+    assert relay.retry_at > 0 and relay.producer is None
+    settings.KAFKA_BOOTSTRAP_SERVERS = "127.0.0.1:9092"
+    assert relay.drain() == 3  # the same relay recovers with a new producer
+    assert not OutboxEvent.objects.filter(published_at__isnull=True).exists()
+
+
+def test_two_relays_keep_per_order_order_and_publish_each_event_once(kafka_topic):
+    events = write_events(600, orders=7)
+    relays = [OutboxRelay(batch_size=50), OutboxRelay(batch_size=50)]
+    done = threading.Event()
+
+    def run(relay):
+        try:
+            while not done.is_set() and OutboxEvent.objects.filter(published_at__isnull=True).exists():
+                relay.publish_batch()
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in relays]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    done.set()
+    messages = read_topic(kafka_topic, expected=600)
+    bodies = [json.loads(m.value()) for m in messages]
+    assert len(bodies) == 600 and len({b["event_id"] for b in bodies}) == 600  # none twice
+    written = {}
+    for event in events:
+        written.setdefault(event.aggregate_id, []).append(str(event.event_id))
+    received = {}
+    for body in bodies:  # per partition in offset order; one order lives in one partition
+        received.setdefault(body["aggregate_id"], []).append(body["event_id"])
+    assert received == written
+
+
+def test_purge_deletes_only_old_published_events(kafka_topic):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    old, recent, unpublished = write_events(3)
+    OutboxEvent.objects.filter(id=old.id).update(published_at=timezone.now() - timedelta(days=8))
+    OutboxEvent.objects.filter(id=recent.id).update(published_at=timezone.now() - timedelta(days=1))
+    assert purge_published_events() == 1
+    assert set(OutboxEvent.objects.values_list("id", flat=True)) == {recent.id, unpublished.id}
