@@ -44,8 +44,9 @@ class HotCache:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.generation: str | None = None
-        self.tokens: dict[str, object] = {}  # token key -> (user, token)
+        self.tokens: dict[str, tuple] = {}  # token key -> ((user, token), monotonic expiry)
         self.products: dict[str, CachedProduct | None] = {}  # None: no such SKU
+        self.flash_sales: dict[str, int] | None = None  # gated SKU -> per-customer limit (0: none)
 
     def ensure_generation(self) -> str:
         """The generation to fill the caches under; read before any database read
@@ -60,6 +61,7 @@ class HotCache:
             self.generation = None
             self.tokens.clear()
             self.products.clear()
+            self.flash_sales = None
 
     def remember(self, table: dict, key: str, value) -> None:
         if len(table) >= MAX_ENTRIES:

@@ -136,6 +136,19 @@ CACHES = {
     }
 }
 
+# The flash-sale gate may live on its own Redis; by default it shares the cart's.
+GATE_REDIS_URL = env("GATE_REDIS_URL", REDIS_URL)
+CACHES["gate"] = {
+    "BACKEND": "django_redis.cache.RedisCache",
+    "LOCATION": GATE_REDIS_URL,
+    "OPTIONS": {
+        "CLIENT_CLASS": "django_redis.client.DefaultClient",
+        "SOCKET_CONNECT_TIMEOUT": 0.5,
+        "SOCKET_TIMEOUT": 0.5,
+        "CONNECTION_POOL_KWARGS": {"max_connections": env_int("REDIS_MAX_CONNECTIONS", 256)},
+    },
+}
+
 # --- Celery -----------------------------------------------------------------
 CELERY_BROKER_URL = env(
     "CELERY_BROKER_URL", "redis://127.0.0.1:6379/14" if TESTING else "redis://127.0.0.1:6379/1"

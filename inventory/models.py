@@ -83,3 +83,25 @@ class Shipment(models.Model):
 
     def __str__(self) -> str:
         return f"shipment of order {self.order_id} ({self.status})"
+
+
+class FlashSale(models.Model):
+    """A SKU whose checkouts first pass the Redis gate (inventory/gate.py).
+    PostgreSQL keeps the stock; Redis only turns away what cannot be served."""
+
+    product = models.OneToOneField(
+        "shop.Product", primary_key=True, on_delete=models.CASCADE, db_column="sku", related_name="flash_sale"
+    )
+    per_customer_limit = models.PositiveIntegerField(null=True, blank=True)
+    started_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(per_customer_limit__isnull=True) | models.Q(per_customer_limit__gt=0),
+                name="flash_sale_limit_positive",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"flash sale of {self.product_id}"

@@ -1,4 +1,4 @@
-"""Any change to what the hot caches hold (products, tokens, users) moves the
+"""Any change to what the hot caches hold (products, flash sales, tokens, users) moves the
 cache generation once the transaction commits; see config/hotcache.py.
 
 New users and tokens are not in any cache yet, and a login only touches
@@ -10,6 +10,7 @@ from django.db.models.signals import post_delete, post_save
 from rest_framework.authtoken.models import Token
 
 from config.hotcache import bump_generation
+from inventory.models import FlashSale
 from shop.models import Product
 
 
@@ -24,8 +25,9 @@ def _bump_after_change(created: bool = False, update_fields=None, **kwargs) -> N
 
 
 def connect() -> None:
-    post_save.connect(_bump_after_commit, sender=Product, dispatch_uid="hotcache-product-save")
-    for model in (Product, Token, get_user_model()):
+    for model in (Product, FlashSale):
+        post_save.connect(_bump_after_commit, sender=model, dispatch_uid=f"hotcache-save-{model.__name__}")
+    for model in (Product, FlashSale, Token, get_user_model()):
         post_delete.connect(_bump_after_commit, sender=model, dispatch_uid=f"hotcache-delete-{model.__name__}")
     for model in (Token, get_user_model()):
         post_save.connect(_bump_after_change, sender=model, dispatch_uid=f"hotcache-save-{model.__name__}")

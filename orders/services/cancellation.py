@@ -20,30 +20,29 @@ def cancel_orders(*, order_ids: list[int], reason: str, now: datetime | None = N
         return []
     now = now or timezone.now()
     with connection.cursor() as cursor:
+        # The OrderCancelled events are written by the same statement: building
+        # them in Python was 60% of an expiry batch (bench/expiry.py).
         cursor.execute(
             f"""
-            UPDATE {Order._meta.db_table} SET status = %s, cancelled_at = %s
-            WHERE id = ANY(%s) AND status = %s
-            RETURNING id, customer_id
-            """,
-            [OrderStatus.CANCELLED, now, order_ids, OrderStatus.PENDING_PAYMENT],
-        )
-        cancelled = cursor.fetchall()
-    if not cancelled:
-        return []
-    ids = [order_id for order_id, _ in cancelled]
-    return_reserved_stock(order_ids=ids)
-    OutboxEvent.objects.bulk_create(
-        [
-            OutboxEvent(
-                aggregate_type="order",
-                aggregate_id=str(order_id),
-                event_type="OrderCancelled",
-                payload={"order_id": order_id, "customer_id": customer_id, "reason": reason},
+            WITH cancelled AS (
+                UPDATE {Order._meta.db_table} SET status = %s, cancelled_at = %s
+                WHERE id = ANY(%s) AND status = %s
+                RETURNING id, customer_id
+            ), events AS (
+                INSERT INTO {OutboxEvent._meta.db_table}
+                    (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, attempts, last_error)
+                SELECT gen_random_uuid(), 'order', id::text, 'OrderCancelled',
+                       jsonb_build_object('order_id', id, 'customer_id', customer_id, 'reason', %s::text),
+                       %s, 0, ''
+                FROM cancelled ORDER BY id
             )
-            for order_id, customer_id in cancelled
-        ]
-    )
+            SELECT id FROM cancelled
+            """,
+            [OrderStatus.CANCELLED, now, order_ids, OrderStatus.PENDING_PAYMENT, reason, now],
+        )
+        ids = [row[0] for row in cursor.fetchall()]
+    if ids:
+        return_reserved_stock(order_ids=ids)
     return ids
 
 

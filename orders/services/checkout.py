@@ -9,9 +9,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from cart.services import clear_cart
-from cart.storage import read_lines_unchecked
+from cart.storage import read_lines
 from config.db import insert_unless_exists
+from config.hotcache import hot_cache
+from inventory import gate
 from inventory.services import reserve_stock
+from inventory.services.flash_sales import gated_skus
 from orders.exceptions import CartEmpty, IdempotencyKeyReused, OrderNotFound, ProductUnavailable
 from orders.models import Order, OrderItem, OrderStatus
 from outbox.services import record_event
@@ -74,8 +77,9 @@ def place_order(*, customer_id: int, idempotency_key: str) -> PlacedOrder:
 
     The same key returns the same order (replayed=True) whatever happens in
     between; a failed attempt leaves nothing behind, so the key can be retried.
+    Flash-sale SKUs pass the Redis gate first: a refusal costs no SQL at all.
     """
-    lines = read_lines_unchecked(customer_id=customer_id)
+    lines = read_lines(customer_id=customer_id, generation=hot_cache.ensure_generation())
     if not lines:
         # The key identifies the checkout: after the cart was cleared, a retry
         # still gets its order back.
@@ -84,6 +88,25 @@ def place_order(*, customer_id: int, idempotency_key: str) -> PlacedOrder:
             raise CartEmpty()
         return _replay(existing, request_hash=None)
 
+    limits = gated_skus()
+    gated = {sku: quantity for sku, quantity in lines.items() if sku in limits}
+    admitted = bool(gated) and gate.admit(
+        customer_id=customer_id, idempotency_key=idempotency_key, lines=gated, limits=limits
+    )
+    try:
+        result = _create_order(customer_id=customer_id, idempotency_key=idempotency_key, lines=lines, gated=gated)
+    except BaseException:
+        if admitted:
+            _release_best_effort(customer_id, gated)
+        raise
+    if admitted and result.replayed:
+        _release_best_effort(customer_id, gated)
+    return result
+
+
+def _create_order(
+    *, customer_id: int, idempotency_key: str, lines: dict[str, int], gated: dict[str, int]
+) -> PlacedOrder:
     priced = _price_cart(lines)
     currency = settings.SHOP_CURRENCY
     request_hash = _request_hash(priced, currency)
@@ -125,16 +148,26 @@ def place_order(*, customer_id: int, idempotency_key: str) -> PlacedOrder:
                 "expires_at": order.expires_at.isoformat(),
             },
         )
-        transaction.on_commit(lambda: _clear_cart_best_effort(customer_id))
+        transaction.on_commit(lambda: _after_commit(customer_id, idempotency_key, order.id, bool(gated)))
     order._prefetched_objects_cache = {"items": items}
     return PlacedOrder(order=order, replayed=False)
 
 
-def _clear_cart_best_effort(customer_id: int) -> None:
+def _after_commit(customer_id: int, idempotency_key: str, order_id: int, gated: bool) -> None:
+    """Best effort: a failure here is logged, never fails the committed order."""
     try:
         clear_cart(customer_id=customer_id)
-    except Exception:  # the order is committed; a stale cart is only an annoyance
-        logger.exception("could not clear the cart of customer %s after checkout", customer_id)
+        if gated:  # later replays of this key pass the gate without taking units
+            gate.mark_order_exists(customer_id=customer_id, idempotency_key=idempotency_key, order_id=order_id)
+    except Exception:
+        logger.exception("after-commit clean-up failed for order %s of customer %s", order_id, customer_id)
+
+
+def _release_best_effort(customer_id: int, lines: dict[str, int]) -> None:
+    try:
+        gate.release(customer_id=customer_id, lines=lines)
+    except Exception:  # the gate then undersells until flash_sale_sync; it can never oversell
+        logger.exception("could not give gate units back for customer %s: %s", customer_id, lines)
 
 
 def get_customer_order(*, customer_id: int, order_id: int) -> Order:

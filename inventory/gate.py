@@ -1,0 +1,170 @@
+"""The flash-sale gate: one Lua script, run atomically by Redis, admits a whole
+cart or nothing.
+
+For every gated SKU in the cart it checks the remaining counter and the
+shopper's per-customer limit; only if all pass does it take the units. Refused
+checkouts never reach PostgreSQL. Redis is a filter, not the truth: stock is
+still reserved by the conditional UPDATE, so a stale counter can only
+undersell. Keys (on the "gate" Redis, one instance, not a cluster):
+
+  gate:{sku}:remaining    units the gate still lets through
+  gate:{sku}:bought       hash customer id -> units admitted
+  gate:refusals           hash sku -> checkouts turned away
+  checkout:{customer}:{idempotency key}   set once an order exists: a replay
+                          passes without taking units
+"""
+
+from functools import cache
+
+from django_redis import get_redis_connection
+from redis.exceptions import RedisError
+
+from config.exceptions import DomainError
+
+REFUSALS_KEY = "gate:refusals"
+REPLAY_MARKER_TTL_SECONDS = 24 * 3600
+
+_ADMIT = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return {'replay', ''} end
+local customer = ARGV[1]
+local n = (#ARGV - 1) / 3
+for i = 1, n do
+  local sku, quantity, limit = ARGV[3*i-1], tonumber(ARGV[3*i]), tonumber(ARGV[3*i+1])
+  local remaining = redis.call('GET', KEYS[2*i])
+  if not remaining then return {'missing', sku} end
+  if tonumber(remaining) < quantity then
+    redis.call('HINCRBY', KEYS[#KEYS], sku, 1)
+    return {'sold_out', sku}
+  end
+  if limit > 0 and tonumber(redis.call('HGET', KEYS[2*i+1], customer) or '0') + quantity > limit then
+    redis.call('HINCRBY', KEYS[#KEYS], sku, 1)
+    return {'limit_reached', sku}
+  end
+end
+for i = 1, n do
+  redis.call('DECRBY', KEYS[2*i], ARGV[3*i])
+  redis.call('HINCRBY', KEYS[2*i+1], customer, ARGV[3*i])
+end
+return {'admitted', ''}
+"""
+
+_RELEASE = """
+local customer = ARGV[1]
+for i = 1, #KEYS / 2 do
+  if redis.call('EXISTS', KEYS[2*i-1]) == 1 then
+    redis.call('INCRBY', KEYS[2*i-1], ARGV[i+1])
+    if redis.call('HINCRBY', KEYS[2*i], customer, -tonumber(ARGV[i+1])) <= 0 then
+      redis.call('HDEL', KEYS[2*i], customer)
+    end
+  end
+end
+return 1
+"""
+
+
+class SoldOut(DomainError):
+    code = "sold_out"
+    status = 409
+    message = "This flash-sale item is sold out."
+
+
+class LimitReached(DomainError):
+    code = "limit_reached"
+    status = 409
+    message = "You have reached the per-customer limit for this flash-sale item."
+
+
+class GateUnavailable(DomainError):
+    code = "gate_unavailable"
+    status = 503
+    message = "The flash-sale gate is unavailable; retry shortly."
+
+
+def remaining_key(sku: str) -> str:
+    return f"gate:{sku}:remaining"
+
+
+def bought_key(sku: str) -> str:
+    return f"gate:{sku}:bought"
+
+
+def replay_key(customer_id: int, idempotency_key: str) -> str:
+    return f"checkout:{customer_id}:{idempotency_key}"
+
+
+def connection():
+    return get_redis_connection("gate")
+
+
+@cache
+def _scripts():
+    conn = connection()
+    return conn.register_script(_ADMIT), conn.register_script(_RELEASE)
+
+
+def admit(*, customer_id: int, idempotency_key: str, lines: dict[str, int], limits: dict[str, int]) -> bool:
+    """Take the units of every gated line, or raise. False: a replay of an
+    order that already exists, nothing taken."""
+    skus = sorted(lines)
+    keys = [replay_key(customer_id, idempotency_key)]
+    args: list = [customer_id]
+    for sku in skus:
+        keys += [remaining_key(sku), bought_key(sku)]
+        args += [sku, lines[sku], limits.get(sku) or 0]
+    keys.append(REFUSALS_KEY)
+    admit_script, _ = _scripts()
+    try:
+        verdict, sku = admit_script(keys=keys, args=args)
+    except RedisError as exc:
+        raise GateUnavailable() from exc
+    verdict, sku = verdict.decode(), sku.decode()
+    if verdict == "sold_out":
+        raise SoldOut(sku=sku)
+    if verdict == "limit_reached":
+        raise LimitReached(sku=sku, limit=limits.get(sku))
+    if verdict == "missing":  # the counter was lost (Redis restarted): fail closed until synced
+        raise GateUnavailable(sku=sku)
+    return verdict == "admitted"
+
+
+def release(*, customer_id: int, lines: dict[str, int]) -> None:
+    """Give back what admit() took (the checkout failed or was a replay)."""
+    skus = sorted(lines)
+    keys = [key for sku in skus for key in (remaining_key(sku), bought_key(sku))]
+    _, release_script = _scripts()
+    release_script(keys=keys, args=[customer_id, *[lines[sku] for sku in skus]])
+
+
+def mark_order_exists(*, customer_id: int, idempotency_key: str, order_id: int) -> None:
+    connection().set(replay_key(customer_id, idempotency_key), order_id, ex=REPLAY_MARKER_TTL_SECONDS)
+
+
+def set_counter(*, sku: str, remaining: int, reset_customers: bool) -> None:
+    conn = connection()
+    with conn.pipeline() as pipe:
+        pipe.set(remaining_key(sku), remaining)
+        if reset_customers:
+            pipe.delete(bought_key(sku))
+            pipe.hdel(REFUSALS_KEY, sku)
+        pipe.execute()
+
+
+def remove(*, sku: str) -> None:
+    connection().delete(remaining_key(sku), bought_key(sku))
+    connection().hdel(REFUSALS_KEY, sku)
+
+
+def counters(*, skus: list[str]) -> dict[str, dict]:
+    conn = connection()
+    with conn.pipeline() as pipe:
+        for sku in skus:
+            pipe.get(remaining_key(sku))
+            pipe.hget(REFUSALS_KEY, sku)
+        values = pipe.execute()
+    return {
+        sku: {
+            "remaining": int(values[2 * i]) if values[2 * i] is not None else None,
+            "refused": int(values[2 * i + 1] or 0),
+        }
+        for i, sku in enumerate(skus)
+    }
