@@ -8,6 +8,7 @@ from config.authentication import CachedTokenAuthentication
 from config.fields import StrictIntegerField
 from config.hotcache import HotCacheApiView
 from config.openapi import ERRORS
+from config.throttling import CartWriteThrottle
 
 
 class CartOutputSerializer(serializers.Serializer):
@@ -41,13 +42,14 @@ class CartApi(HotCacheApiView):
 
 class CartItemApi(HotCacheApiView):
     authentication_classes = [CachedTokenAuthentication]
+    throttle_classes = [CartWriteThrottle]
 
     class InputSerializer(serializers.Serializer):
         quantity = StrictIntegerField(min_value=0, max_value=settings.CART_MAX_QUANTITY)
 
     @extend_schema(
         request=InputSerializer,
-        responses={200: CartOutputSerializer, **ERRORS(400, 401, 404, 409, 422, 503)},
+        responses={200: CartOutputSerializer, **ERRORS(400, 401, 404, 409, 422, 429, 503)},
         description="Set the absolute quantity of one line (idempotent); 0 removes it.",
     )
     def put(self, request, sku: str):

@@ -5,7 +5,6 @@ checks the hot-cache generation (config/hotcache.py) before touching the cart.
 """
 
 import logging
-from functools import cache
 
 from django.conf import settings
 from django_redis import get_redis_connection
@@ -13,6 +12,7 @@ from redis.exceptions import RedisError
 
 from cart.exceptions import CartFull, CartUnavailable
 from config.hotcache import GENERATION_KEY, StaleCache
+from config.redis_scripts import run_script
 
 logger = logging.getLogger(__name__)
 
@@ -51,19 +51,13 @@ def _connection():
     return get_redis_connection("default")
 
 
-@cache
-def _scripts():
-    conn = _connection()
-    return conn.register_script(_WRITE), conn.register_script(_READ)
-
-
 def _as_lines(flat: list[bytes]) -> dict[str, int]:
     return {flat[i].decode(): int(flat[i + 1]) for i in range(0, len(flat), 2)}
 
 
-def _run(script, keys, args) -> dict[str, int]:
+def _run(script: str, keys: list, args: list) -> dict[str, int]:
     try:
-        status, flat = script(keys=keys, args=args)
+        status, flat = run_script(script, keys=keys, args=args)
     except RedisError as exc:
         logger.warning("cart store unavailable: %r", exc)
         raise CartUnavailable() from exc
@@ -76,17 +70,15 @@ def _run(script, keys, args) -> dict[str, int]:
 
 def write_line(*, customer_id: int, sku: str, quantity: int, generation: str) -> dict[str, int]:
     """Set (or with 0, remove) one line; refresh the TTL; return the whole cart."""
-    write, _ = _scripts()
     return _run(
-        write,
+        _WRITE,
         [cart_key(customer_id), GENERATION_KEY],
         [generation, sku, quantity, settings.CART_TTL_SECONDS, settings.CART_MAX_LINES],
     )
 
 
 def read_lines(*, customer_id: int, generation: str) -> dict[str, int]:
-    _, read = _scripts()
-    return _run(read, [cart_key(customer_id), GENERATION_KEY], [generation])
+    return _run(_READ, [cart_key(customer_id), GENERATION_KEY], [generation])
 
 
 def read_lines_unchecked(*, customer_id: int) -> dict[str, int]:

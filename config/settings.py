@@ -198,6 +198,13 @@ CART_MAX_LINES = env_int("CART_MAX_LINES", 100)
 CART_MAX_QUANTITY = env_int("CART_MAX_QUANTITY", 99)
 HEALTH_CHECK_TIMEOUT_SECONDS = float(env("HEALTH_CHECK_TIMEOUT_SECONDS", "1.0"))
 
+# Fixed windows per shopper (per IP for auth), counted in Redis -> 429 rate_limited.
+RATE_LIMITS = {
+    "checkout": env("RATE_LIMIT_CHECKOUT", "30/min"),
+    "cart_write": env("RATE_LIMIT_CART_WRITE", "300/min"),
+    "auth": env("RATE_LIMIT_AUTH", "20/min"),
+}
+
 # --- Email (console locally) ------------------------------------------------
 EMAIL_BACKEND = env("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 EMAIL_HOST = env("EMAIL_HOST", "localhost")

@@ -14,12 +14,11 @@ undersell. Keys (on the "gate" Redis, one instance, not a cluster):
                           passes without taking units
 """
 
-from functools import cache
-
 from django_redis import get_redis_connection
 from redis.exceptions import RedisError
 
 from config.exceptions import DomainError
+from config.redis_scripts import run_script
 
 REFUSALS_KEY = "gate:refusals"
 REPLAY_MARKER_TTL_SECONDS = 24 * 3600
@@ -96,12 +95,6 @@ def connection():
     return get_redis_connection("gate")
 
 
-@cache
-def _scripts():
-    conn = connection()
-    return conn.register_script(_ADMIT), conn.register_script(_RELEASE)
-
-
 def admit(*, customer_id: int, idempotency_key: str, lines: dict[str, int], limits: dict[str, int]) -> bool:
     """Take the units of every gated line, or raise. False: a replay of an
     order that already exists, nothing taken."""
@@ -112,9 +105,8 @@ def admit(*, customer_id: int, idempotency_key: str, lines: dict[str, int], limi
         keys += [remaining_key(sku), bought_key(sku)]
         args += [sku, lines[sku], limits.get(sku) or 0]
     keys.append(REFUSALS_KEY)
-    admit_script, _ = _scripts()
     try:
-        verdict, sku = admit_script(keys=keys, args=args)
+        verdict, sku = run_script(_ADMIT, keys=keys, args=args, alias="gate")
     except RedisError as exc:
         raise GateUnavailable() from exc
     verdict, sku = verdict.decode(), sku.decode()
@@ -131,8 +123,7 @@ def release(*, customer_id: int, lines: dict[str, int]) -> None:
     """Give back what admit() took (the checkout failed or was a replay)."""
     skus = sorted(lines)
     keys = [key for sku in skus for key in (remaining_key(sku), bought_key(sku))]
-    _, release_script = _scripts()
-    release_script(keys=keys, args=[customer_id, *[lines[sku] for sku in skus]])
+    run_script(_RELEASE, keys=keys, args=[customer_id, *[lines[sku] for sku in skus]], alias="gate")
 
 
 def mark_order_exists(*, customer_id: int, idempotency_key: str, order_id: int) -> None:

@@ -9,6 +9,7 @@ from rest_framework.views import APIView
 from config.authentication import CachedTokenAuthentication
 from config.hotcache import HotCacheApiView
 from config.openapi import ERRORS
+from config.throttling import CheckoutThrottle
 from orders.exceptions import IdempotencyKeyInvalid, IdempotencyKeyMissing
 from orders.selectors import customer_orders
 from orders.services import cancel_customer_order, get_customer_order, place_order
@@ -56,6 +57,7 @@ IDEMPOTENCY_KEY = OpenApiParameter(
 class OrdersApi(HotCacheApiView):
     # Checkout is the flash sale's hot path: a refused request makes no SQL query.
     authentication_classes = [CachedTokenAuthentication]
+    throttle_classes = [CheckoutThrottle]
 
     @extend_schema(responses={200: OrderOutputSerializer(many=True), **ERRORS(401)})
     def get(self, request):

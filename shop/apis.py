@@ -6,6 +6,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.openapi import ERRORS
+from config.throttling import AuthThrottle
 from shop.services import issue_token, register_customer
 
 User = get_user_model()
@@ -18,13 +19,14 @@ class TokenOutputSerializer(serializers.Serializer):
 class AuthRegisterApi(APIView):
     permission_classes = [AllowAny]
     authentication_classes = []
+    throttle_classes = [AuthThrottle]
 
     class InputSerializer(serializers.Serializer):
         username = serializers.RegexField(r"^[\w.@+-]+\Z", max_length=150)
         password = serializers.CharField(max_length=128, trim_whitespace=False)
         email = serializers.EmailField(required=False, default="", allow_blank=True)
 
-    @extend_schema(request=InputSerializer, responses={201: TokenOutputSerializer, **ERRORS(400, 409)})
+    @extend_schema(request=InputSerializer, responses={201: TokenOutputSerializer, **ERRORS(400, 409, 429)})
     def post(self, request):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -35,12 +37,13 @@ class AuthRegisterApi(APIView):
 class AuthTokenApi(APIView):
     permission_classes = [AllowAny]
     authentication_classes = []
+    throttle_classes = [AuthThrottle]
 
     class InputSerializer(serializers.Serializer):
         username = serializers.CharField(max_length=150)
         password = serializers.CharField(max_length=128, trim_whitespace=False)
 
-    @extend_schema(request=InputSerializer, responses={200: TokenOutputSerializer, **ERRORS(400, 401)})
+    @extend_schema(request=InputSerializer, responses={200: TokenOutputSerializer, **ERRORS(400, 401, 429)})
     def post(self, request):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)

@@ -254,12 +254,12 @@ def test_cart_get_makes_one_query_and_one_redis_call(auth_client, django_assert_
     assert sent == ["EVALSHA"]  # one round-trip: the script reads the generation and the cart
 
 
-def test_cart_put_makes_one_redis_call_once_warm(auth_client, redis, monkeypatch):
+def test_cart_put_makes_two_redis_calls_once_warm(auth_client, redis, monkeypatch):
     product = product_with_stock()
     put(auth_client, product.sku, 1)
     sent = redis_commands(redis, monkeypatch)
     assert put(auth_client, product.sku, 3).status_code == 200
-    assert sent == ["EVALSHA"]
+    assert sent == ["EVALSHA", "EVALSHA"]  # the rate limit, then the write (each one atomic script)
 
 
 @pytest.mark.django_db(transaction=True)

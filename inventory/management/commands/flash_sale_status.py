@@ -1,0 +1,24 @@
+from django.core.management.base import BaseCommand
+
+from inventory.services.flash_sales import flash_sale_status
+
+
+class Command(BaseCommand):
+    help = "Show each gated SKU: the Redis gate counter next to the database stock, orders and refusals."
+
+    def add_arguments(self, parser):
+        parser.add_argument("sku", nargs="?")
+
+    def handle(self, *args, sku, **options):
+        rows = flash_sale_status(sku=sku)
+        if not rows:
+            self.stdout.write("no flash sale" + (f" for {sku}" if sku else "s"))
+            return
+        header = f"{'sku':<24}{'gate':>10}{'available':>11}{'reserved':>10}{'ordered':>9}{'refused':>9}{'limit':>7}"
+        self.stdout.write(header)
+        for row in rows:
+            gate = "LOST" if row.gate_remaining is None else row.gate_remaining
+            self.stdout.write(
+                f"{row.sku:<24}{gate:>10}{row.available:>11}{row.reserved:>10}"
+                f"{row.units_ordered:>9}{row.refused:>9}{row.per_customer_limit or '-':>7}"
+            )

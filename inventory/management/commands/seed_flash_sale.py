@@ -1,0 +1,31 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from inventory.services.flash_sales import seed_flash_sale
+
+
+class Command(BaseCommand):
+    help = "Put a SKU on flash sale: exactly N units available in the database and the same N in the Redis gate."
+
+    def add_arguments(self, parser):
+        parser.add_argument("sku")
+        parser.add_argument("--stock", type=int, required=True)
+        parser.add_argument("--price", type=int, help="minor units (required for a new product)")
+        parser.add_argument("--name")
+        parser.add_argument("--per-customer-limit", type=int)
+
+    def handle(self, *args, sku, stock, price, name, per_customer_limit, **options):
+        if stock < 0:
+            raise CommandError("--stock must be 0 or more")
+        if per_customer_limit is not None and per_customer_limit < 1:
+            raise CommandError("--per-customer-limit must be 1 or more")
+        try:
+            sale = seed_flash_sale(
+                sku=sku, stock=stock, price=price, name=name, per_customer_limit=per_customer_limit
+            )
+        except ValueError as error:
+            raise CommandError(str(error)) from None
+        limit = sale.per_customer_limit or "none"
+        self.stdout.write(
+            f"{sku}: flash sale open with {stock} units (database available = gate counter = {stock}), "
+            f"per-customer limit {limit}"
+        )

@@ -1,0 +1,219 @@
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from config.authentication import CachedTokenAuthentication
+from config.hotcache import hot_cache
+from inventory import gate
+from inventory.models import FlashSale, Stock
+from inventory.services.flash_sales import gated_skus, seed_flash_sale
+from orders.models import Order
+from tests.factories import UserFactory, product_with_stock
+from tests.orders.conftest import checkout, fill_cart, run_in_threads, shopper_client
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def cold_cache():
+    hot_cache.clear()
+    yield
+    hot_cache.clear()
+
+
+def seed(sku="HOT", stock=5, limit=None):
+    """seed_flash_sale sets the gate counter after commit: run the callbacks."""
+    from django.test import TestCase
+
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        seed_flash_sale(sku=sku, stock=stock, price=999, name="Console", per_customer_limit=limit)
+
+
+def counter(sku="HOT"):
+    return int(gate.connection().get(gate.remaining_key(sku)))
+
+
+def test_seed_flash_sale_sets_database_and_gate(capsys, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        call_command("seed_flash_sale", "HOT", "--stock", "7", "--price", "49999", "--per-customer-limit", "2")
+    stock = Stock.objects.get(product_id="HOT")
+    assert (stock.available, stock.reserved) == (7, 0)
+    assert counter() == 7
+    assert FlashSale.objects.get().per_customer_limit == 2
+    assert "7 units" in capsys.readouterr().out
+    with django_capture_on_commit_callbacks(execute=True):
+        call_command("seed_flash_sale", "HOT", "--stock", "3")  # re-seed: exactly 3, through the ledger
+    assert Stock.objects.get(product_id="HOT").available == 3 and counter() == 3
+    from inventory.services import stock_audit
+
+    assert stock_audit(skus=["HOT"])[0]["difference"] == 0
+
+
+def test_refused_checkout_makes_zero_sql_queries(redis, django_assert_num_queries):
+    seed(stock=0)
+    shopper = shopper_client()
+    fill_cart(redis, shopper.user.id, {"HOT": 1})
+    assert checkout(shopper, key="warm").status_code == 409  # warms token and flash-sale caches
+    with django_assert_num_queries(0):
+        response = checkout(shopper, key="refused")
+    assert response.status_code == 409
+    assert response.json()["error"]["code"] == "sold_out"
+    assert response.json()["error"]["details"] == {"sku": "HOT"}
+
+
+def test_gate_is_all_or_nothing_for_a_multi_sku_cart(redis):
+    seed(sku="A", stock=5)
+    seed(sku="B", stock=0)
+    shopper = shopper_client()
+    fill_cart(redis, shopper.user.id, {"A": 2, "B": 1})
+    response = checkout(shopper)
+    assert response.status_code == 409
+    assert response.json()["error"]["details"] == {"sku": "B"}
+    assert counter("A") == 5
+    assert Stock.objects.get(product_id="A").available == 5
+
+
+def test_gate_gives_units_back_when_the_database_refuses(redis):
+    seed(stock=5)
+    Stock.objects.filter(product_id="HOT").update(available=0)  # the DB knows better than the gate
+    shopper = shopper_client()
+    fill_cart(redis, shopper.user.id, {"HOT": 2})
+    response = checkout(shopper)
+    assert response.status_code == 409 and response.json()["error"]["code"] == "out_of_stock"
+    assert counter() == 5
+    assert not gate.connection().hget(gate.bought_key("HOT"), shopper.user.id)
+
+
+def test_replay_does_not_consume_gate_units(redis, django_capture_on_commit_callbacks):
+    seed(stock=5)
+    shopper = shopper_client()
+    fill_cart(redis, shopper.user.id, {"HOT": 1})
+    with django_capture_on_commit_callbacks(execute=True):
+        assert checkout(shopper, key="once").status_code == 201
+    assert counter() == 4
+    fill_cart(redis, shopper.user.id, {"HOT": 1})  # the same cart again, the same key
+    response = checkout(shopper, key="once")
+    assert response.status_code == 200 and response.headers["Idempotent-Replayed"] == "true"
+    assert counter() == 4
+    fill_cart(redis, shopper.user.id, {})  # and after the cart was cleared
+    assert checkout(shopper, key="once").status_code == 200
+    assert counter() == 4
+
+
+def test_gate_redis_down_fails_closed_for_gated_skus_only(redis, settings):
+    seed(stock=5)
+    product_with_stock(sku="PLAIN", available=5)
+    settings.CACHES = {
+        **settings.CACHES,
+        "gate": {**settings.CACHES["gate"], "LOCATION": "redis://127.0.0.1:1/0"},
+    }
+    shopper = shopper_client()
+    fill_cart(redis, shopper.user.id, {"HOT": 1})
+    response = checkout(shopper, key="gated")
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "gate_unavailable"
+    assert not Order.objects.exists()
+    fill_cart(redis, shopper.user.id, {"PLAIN": 1})
+    assert checkout(shopper, key="plain").status_code == 201
+
+
+def test_lost_counter_fails_closed_until_synced(redis, capsys):
+    seed(stock=5)
+    gate.connection().delete(gate.remaining_key("HOT"))  # Redis restarted without persistence
+    shopper = shopper_client()
+    fill_cart(redis, shopper.user.id, {"HOT": 1})
+    assert checkout(shopper, key="k1").status_code == 503
+    call_command("flash_sale_sync", "HOT")
+    assert counter() == 5
+    assert checkout(shopper, key="k2").status_code == 201
+    call_command("flash_sale_status")
+    out = capsys.readouterr().out
+    assert "HOT" in out and "gate counter set to 5" in out
+
+
+def test_end_flash_sale_removes_the_gate(redis, django_capture_on_commit_callbacks):
+    seed(stock=5)
+    with django_capture_on_commit_callbacks(execute=True):
+        call_command("end_flash_sale", "HOT")
+    assert not FlashSale.objects.exists()
+    assert gate.connection().get(gate.remaining_key("HOT")) is None
+    assert gated_skus() == {}
+    shopper = shopper_client()
+    fill_cart(redis, shopper.user.id, {"HOT": 1})
+    assert checkout(shopper).status_code == 201  # straight to the database
+
+
+def test_checkout_rate_limit_is_429_with_retry_after(redis, settings):
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "checkout": "2/min"}
+    shopper = shopper_client()
+    statuses = [checkout(shopper, key=f"k{i}").status_code for i in range(2)]
+    assert statuses == [422, 422]  # empty cart, but counted
+    response = checkout(shopper, key="k3")
+    assert response.status_code == 429
+    assert response.json()["error"]["code"] == "rate_limited"
+    assert 1 <= int(response.headers["Retry-After"]) <= 60
+    assert shopper_client().post("/api/orders", HTTP_IDEMPOTENCY_KEY="x").status_code == 422  # per shopper
+
+
+def test_auth_rate_limit_is_per_ip(api_client, settings):
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "auth": "3/min"}
+    for _ in range(3):
+        assert api_client.post("/api/auth/token", {"username": "x", "password": "y"}).status_code == 401
+    response = api_client.post("/api/auth/token", {"username": "x", "password": "y"})
+    assert response.status_code == 429 and "Retry-After" in response.headers
+    other_ip = api_client.post("/api/auth/token", {"username": "x", "password": "y"}, REMOTE_ADDR="10.9.9.9")
+    assert other_ip.status_code == 401
+
+
+def test_cart_write_rate_limit(auth_client, settings):
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "cart_write": "1/min"}
+    product_with_stock(sku="A")
+    assert auth_client.put("/api/cart/items/A", {"quantity": 1}, format="json").status_code == 200
+    assert auth_client.put("/api/cart/items/A", {"quantity": 2}, format="json").status_code == 429
+    assert auth_client.get("/api/cart").status_code == 200  # reads are not limited
+
+
+def _warm(clients):
+    """Token and flash-sale caches warm, so that threads race in Redis, and only
+    admitted checkouts open a database connection (PostgreSQL allows 100)."""
+    auth = CachedTokenAuthentication()
+    for client in clients:
+        auth.authenticate_credentials(client._credentials["HTTP_AUTHORIZATION"].split()[1])
+    gated_skus()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_200_concurrent_buyers_for_50_units(redis):
+    seed(stock=50)
+    clients = [shopper_client(UserFactory()) for _ in range(200)]
+    for client in clients:
+        fill_cart(redis, client.user.id, {"HOT": 1})
+    _warm(clients)
+    responses = run_in_threads([lambda c=c: checkout(c) for c in clients])
+    statuses = sorted(r.status_code for r in responses)
+    assert statuses == [201] * 50 + [409] * 150
+    assert {r.json()["error"]["code"] for r in responses if r.status_code == 409} == {"sold_out"}
+    assert counter() == 0
+    stock = Stock.objects.get(product_id="HOT")
+    assert (stock.available, stock.reserved) == (0, 50)
+    assert Order.objects.count() == 50
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_per_customer_limit_under_concurrency(redis, monkeypatch):
+    seed(stock=100, limit=1)
+    user = UserFactory()
+    fill_cart(redis, user.id, {"HOT": 1})
+    monkeypatch.setattr("orders.services.checkout.clear_cart", lambda **kw: None)  # keep the cart for all 20
+    clients = [shopper_client(user) for _ in range(20)]
+    _warm(clients)
+    responses = run_in_threads([lambda c=c, i=i: checkout(c, key=f"tab-{i}") for i, c in enumerate(clients)])
+    statuses = sorted(r.status_code for r in responses)
+    assert statuses == [201] + [409] * 19
+    assert {r.json()["error"]["code"] for r in responses if r.status_code == 409} == {"limit_reached"}
+    assert Order.objects.count() == 1
+    assert counter() == 99
+    assert Stock.objects.get(product_id="HOT").reserved == 1
+    connection.close()
