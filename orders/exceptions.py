@@ -53,3 +53,9 @@ class OrderNotRefundable(DomainError):
     code = "order_not_refundable"
     status = 409
     message = "Only a paid order can be refunded."
+
+
+class OrderNotShippable(DomainError):
+    code = "order_not_shippable"
+    status = 409
+    message = "Only a paid order can be shipped."

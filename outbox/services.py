@@ -1,6 +1,9 @@
+import json
+import uuid
 from datetime import timedelta
 
 from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
 from django.utils import timezone
 
@@ -9,12 +12,34 @@ from outbox.models import OutboxEvent
 
 def record_event(*, aggregate_type: str, aggregate_id: str | int, event_type: str, data: dict) -> OutboxEvent:
     """Write an event to the outbox. Only inside the transaction of the change it
-    announces: both commit together or neither does."""
+    announces: both commit together or neither does. (One raw INSERT: it runs
+    on every checkout, where the ORM's save() path cost more than the insert.)"""
     if not connection.in_atomic_block:
         raise RuntimeError("record_event must run inside the transaction of the change it announces")
-    return OutboxEvent.objects.create(
-        aggregate_type=aggregate_type, aggregate_id=str(aggregate_id), event_type=event_type, payload=data
+    event = OutboxEvent(
+        event_id=uuid.uuid4(),
+        aggregate_type=aggregate_type,
+        aggregate_id=str(aggregate_id),
+        event_type=event_type,
+        payload=data,
+        created_at=timezone.now(),
     )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {OutboxEvent._meta.db_table} (event_id, aggregate_type, aggregate_id, event_type, "
+            "payload, created_at, attempts, last_error) VALUES (%s, %s, %s, %s, %s::jsonb, %s, 0, '') RETURNING id",
+            [
+                event.event_id,
+                event.aggregate_type,
+                event.aggregate_id,
+                event.event_type,
+                json.dumps(data, cls=DjangoJSONEncoder),
+                event.created_at,
+            ],
+        )
+        event.id = cursor.fetchone()[0]
+    event._state.adding = False
+    return event
 
 
 def purge_published_events(*, older_than_days: int | None = None, batch_size: int = 10_000) -> int:

@@ -5,6 +5,7 @@ from inventory.services.stock import (
     reserve_stock,
     return_reserved_stock,
     set_available_stock,
+    ship_reserved_stock,
     stock_audit,
     write_off_stock,
 )
@@ -14,6 +15,7 @@ __all__ = [
     "reserve_stock",
     "return_reserved_stock",
     "set_available_stock",
+    "ship_reserved_stock",
     "stock_audit",
     "write_off_stock",
 ]

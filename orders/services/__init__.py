@@ -5,6 +5,7 @@ from orders.services.cancellation import (
     cancel_orders,
     cancel_pending_order,
     expire_unpaid_orders,
+    mark_order_shipped,
     refund_paid_order,
 )
 from orders.services.checkout import PlacedOrder, get_customer_order, place_order
@@ -19,6 +20,7 @@ __all__ = [
     "expire_unpaid_orders",
     "get_customer_order",
     "handle_payment_webhook",
+    "mark_order_shipped",
     "place_order",
     "refund_paid_order",
 ]

@@ -4,11 +4,13 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from inventory.services import return_reserved_stock
-from orders.exceptions import OrderNotCancellable, OrderNotFound, OrderNotRefundable
+from inventory.models import Shipment
+from inventory.services import return_reserved_stock, ship_reserved_stock
+from orders.exceptions import OrderNotCancellable, OrderNotFound, OrderNotRefundable, OrderNotShippable
 from orders.models import Order, OrderStatus, Payment, Refund
 from orders.services.payments import request_refund
 from outbox.models import OutboxEvent
+from outbox.services import record_event
 
 
 def cancel_orders(*, order_ids: list[int], reason: str, now: datetime | None = None) -> list[int]:
@@ -95,3 +97,29 @@ def refund_paid_order(*, order_id: int, user=None) -> Refund:
     payment = order.payments.filter(outcome=Payment.Outcome.APPLIED).get()
     return_reserved_stock(order_ids=[order.id])
     return request_refund(payment=payment, order=order, reason=Refund.Reason.STAFF, user=user)
+
+
+@transaction.atomic
+def mark_order_shipped(*, order_id: int) -> Order:
+    """A paid order leaves the warehouse: PAID -> SHIPPED, its units reserved -> shipped."""
+    now = timezone.now()
+    if not Order.objects.filter(id=order_id, status=OrderStatus.PAID).update(status=OrderStatus.SHIPPED):
+        raise OrderNotShippable(order_id=order_id)
+    ship_reserved_stock(order_ids=[order_id])
+    order = Order.objects.get(id=order_id)
+    items = [
+        {"sku": sku, "quantity": quantity}
+        for sku, quantity in order.items.values_list("product_id", "quantity")
+    ]
+    Shipment.objects.update_or_create(
+        order=order, defaults={"status": Shipment.Status.SHIPPED, "shipped_at": now}, create_defaults={
+            "status": Shipment.Status.SHIPPED, "shipped_at": now, "items": items,
+        },
+    )
+    record_event(
+        aggregate_type="order",
+        aggregate_id=order.id,
+        event_type="OrderShipped",
+        data={"order_id": order.id, "customer_id": order.customer_id, "shipped_at": now.isoformat(), "items": items},
+    )
+    return order

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from cart.services import clear_cart
@@ -38,12 +38,11 @@ class _PricedLine:
 
 
 def _price_cart(lines: dict[str, int]) -> list[_PricedLine]:
-    products = {
-        sku: (name, price, active)
-        for sku, name, price, active in Product.objects.filter(sku__in=list(lines)).values_list(
-            "sku", "name", "price", "is_active"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT sku, name, price, is_active FROM {Product._meta.db_table} WHERE sku = ANY(%s)", [list(lines)]
         )
-    }
+        products = {sku: (name, price, active) for sku, name, price, active in cursor.fetchall()}
     priced = []
     for sku in sorted(lines):
         name, price, active = products.get(sku, (None, None, False))
@@ -51,6 +50,22 @@ def _price_cart(lines: dict[str, int]) -> list[_PricedLine]:
             raise ProductUnavailable(sku=sku)
         priced.append(_PricedLine(sku, name, lines[sku], price))
     return priced
+
+
+def _insert_items(order_id: int, priced: list[_PricedLine]) -> None:
+    """All lines in one INSERT, whatever their number."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {OrderItem._meta.db_table} (order_id, sku, name, quantity, unit_price) "
+            "SELECT %s, * FROM unnest(%s::text[], %s::text[], %s::int[], %s::bigint[])",
+            [
+                order_id,
+                [li.sku for li in priced],
+                [li.name for li in priced],
+                [li.quantity for li in priced],
+                [li.unit_price for li in priced],
+            ],
+        )
 
 
 def _request_hash(lines: list[_PricedLine], currency: str) -> str:
@@ -121,17 +136,15 @@ def _create_order(
         created_at=now,
         expires_at=now + timedelta(seconds=settings.ORDER_PAYMENT_TIMEOUT_SECONDS),
     )
+    items = [
+        OrderItem(order=order, product_id=li.sku, name=li.name, quantity=li.quantity, unit_price=li.unit_price)
+        for li in priced
+    ]
     with transaction.atomic():
         if insert_unless_exists(order, conflict_fields=["customer", "idempotency_key"]) is None:
             existing = _existing_order(customer_id=customer_id, idempotency_key=idempotency_key)
             return _replay(existing, request_hash=request_hash)
-        reserve_stock(lines={line.sku: line.quantity for line in priced})
-        items = OrderItem.objects.bulk_create(
-            [
-                OrderItem(order=order, product_id=li.sku, name=li.name, quantity=li.quantity, unit_price=li.unit_price)
-                for li in priced
-            ]
-        )
+        _insert_items(order.id, priced)
         record_event(
             aggregate_type="order",
             aggregate_id=order.id,
@@ -148,6 +161,10 @@ def _create_order(
                 "expires_at": order.expires_at.isoformat(),
             },
         )
+        # Reserve last: a hot SKU's row stays locked only from its UPDATE to the
+        # COMMIT, not while the items and the event are written (measured in
+        # bench/checkout.py). Out of stock rolls back all of the above.
+        reserve_stock(lines={line.sku: line.quantity for line in priced})
         transaction.on_commit(lambda: _after_commit(customer_id, idempotency_key, order.id, bool(gated)))
     order._prefetched_objects_cache = {"items": items}
     return PlacedOrder(order=order, replayed=False)
