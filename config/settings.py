@@ -65,7 +65,8 @@ refuse_development_secrets(
 )
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "config",
+    "config.admin.ShopAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -196,6 +197,7 @@ ORDER_PAYMENT_TIMEOUT_SECONDS = env_int("ORDER_PAYMENT_TIMEOUT_SECONDS", 900)
 CART_TTL_SECONDS = env_int("CART_TTL_SECONDS", 30 * 24 * 3600)
 CART_MAX_LINES = env_int("CART_MAX_LINES", 100)
 CART_MAX_QUANTITY = env_int("CART_MAX_QUANTITY", 99)
+LOW_STOCK_THRESHOLD = env_int("LOW_STOCK_THRESHOLD", 10)
 HEALTH_CHECK_TIMEOUT_SECONDS = float(env("HEALTH_CHECK_TIMEOUT_SECONDS", "1.0"))
 
 # Fixed windows per shopper (per IP for auth), counted in Redis -> 429 rate_limited.

@@ -1,29 +1,260 @@
-from django.contrib import admin
+"""Stock for staff, safe under live traffic: no form ever writes `available` or
+`reserved` back. Every change is a delta applied with F() by a service, with a
+ledger entry naming the user."""
 
-from inventory.models import Stock, StockMovement
+from django import forms
+from django.conf import settings
+from django.contrib import admin, messages
+from django.db.models import Exists, OuterRef
+from django.shortcuts import render
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+
+from config.exceptions import DomainError
+from inventory import gate
+from inventory.models import FlashSale, Shipment, Stock, StockMovement
+from inventory.services import receive_stock, set_available_stock, stock_audit, write_off_stock
+from shop.catalog import CatalogFileInvalid, import_catalog, parse_catalog
+
+OPERATIONS = {
+    "receive": ("Receive stock (+N)", receive_stock),
+    "write_off": ("Write off (-N)", write_off_stock),
+    "set": ("Set available to N", set_available_stock),
+}
+
+
+def adjust_stock(*, sku: str, operation: str, quantity: int, user, note: str = "") -> None:
+    service = OPERATIONS[operation][1]
+    if operation == "set":
+        service(sku=sku, available=quantity, user=user, note=note)
+    else:
+        service(sku=sku, quantity=quantity, user=user, note=note)
+
+
+class StockAdjustmentForm(forms.ModelForm):
+    """The change form: no stock figure is editable; it asks for an operation."""
+
+    operation = forms.ChoiceField(choices=[(key, label) for key, (label, _) in OPERATIONS.items()])
+    quantity = forms.IntegerField(min_value=0, max_value=2**31 - 1)
+    note = forms.CharField(max_length=200, required=False)
+
+    class Meta:
+        model = Stock
+        fields: list[str] = []
+
+    def clean(self):
+        data = super().clean()
+        if data.get("operation") in ("receive", "write_off") and data.get("quantity") == 0:
+            self.add_error("quantity", "Receive or write off at least one unit.")
+        return data
+
+
+class BulkQuantityForm(forms.Form):
+    quantity = forms.IntegerField(min_value=1, max_value=2**31 - 1)
+    note = forms.CharField(max_length=200, required=False)
+
+
+class CatalogUploadForm(forms.Form):
+    file = forms.FileField(help_text="CSV with the columns sku,name,price,stock (price in minor units)")
+
+
+class LowStockFilter(admin.SimpleListFilter):
+    title = "stock level"
+    parameter_name = "low"
+
+    def lookups(self, request, model_admin):
+        return [("yes", f"Low (below {settings.LOW_STOCK_THRESHOLD})"), ("no", "Enough")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.filter(available__lt=settings.LOW_STOCK_THRESHOLD)
+        if self.value() == "no":
+            return queryset.filter(available__gte=settings.LOW_STOCK_THRESHOLD)
+        return queryset
+
+
+class GatedFilter(admin.SimpleListFilter):
+    title = "flash sale"
+    parameter_name = "gated"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "Gated"), ("no", "Not gated")]
+
+    def queryset(self, request, queryset):
+        if self.value() in ("yes", "no"):
+            return queryset.filter(is_gated=self.value() == "yes")
+        return queryset
 
 
 @admin.register(Stock)
 class StockAdmin(admin.ModelAdmin):
-    """Read-only: stock changes only through the ledger services."""
-
-    list_display = ["product_id", "product_name", "available", "reserved", "shipped"]
+    form = StockAdjustmentForm
+    list_display = ["product_id", "product_name", "available", "reserved", "shipped", "low_stock", "gate_counter"]
     list_select_related = ["product"]
+    list_filter = [LowStockFilter, GatedFilter, "product__is_active"]
     search_fields = ["product__sku", "product__name"]
     ordering = ["product_id"]
+    readonly_fields = ["product", "available", "reserved", "shipped"]
+    fields = ["product", "available", "reserved", "shipped", "operation", "quantity", "note"]
+    actions = ["bulk_receive", "audit_selected"]
+    show_full_result_count = False
+    change_list_template = "admin/inventory/stock/change_list.html"
+
+    def get_queryset(self, request):
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(is_gated=Exists(FlashSale.objects.filter(product_id=OuterRef("product_id"))))
+        )
 
     @admin.display(description="name", ordering="product__name")
     def product_name(self, stock):
         return stock.product.name
 
-    def has_add_permission(self, request):
-        return False
+    @admin.display(description="low", boolean=True)
+    def low_stock(self, stock):
+        return stock.available < settings.LOW_STOCK_THRESHOLD
 
-    def has_change_permission(self, request, obj=None):
+    @admin.display(description="gate counter")
+    def gate_counter(self, stock):
+        if not stock.is_gated:
+            return "-"
+        counters = getattr(self, "_gate_counters", None)
+        if counters is None:  # one Redis pipeline for the page, not one call per row
+            skus = list(FlashSale.objects.values_list("product_id", flat=True))
+            try:
+                counters = {sku: c["remaining"] for sku, c in gate.counters(skus=skus).items()}
+            except Exception:
+                counters = {}
+            self._gate_counters = counters
+        value = counters.get(stock.product_id)
+        return "lost" if value is None else value
+
+    def changelist_view(self, request, extra_context=None):
+        self._gate_counters = None
+        return super().changelist_view(request, extra_context=extra_context)
+
+    def has_add_permission(self, request):
         return False
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+    def save_model(self, request, obj, form, change):
+        # Never obj.save(): the row read when the form was opened is stale by now.
+        data = form.cleaned_data
+        try:
+            adjust_stock(
+                sku=obj.product_id,
+                operation=data["operation"],
+                quantity=data["quantity"],
+                user=request.user,
+                note=data.get("note", ""),
+            )
+        except DomainError as error:
+            self._adjust_error = error.message
+        else:
+            self._adjust_error = None
+
+    def response_change(self, request, obj):
+        if getattr(self, "_adjust_error", None):
+            self.message_user(request, f"{obj.product_id}: {self._adjust_error}", messages.ERROR)
+        else:
+            obj.refresh_from_db()
+            self.message_user(
+                request, f"{obj.product_id}: now {obj.available} available, {obj.reserved} reserved.", messages.SUCCESS
+            )
+        return super().response_change(request, obj)
+
+    def log_change(self, request, obj, message):
+        return super().log_change(request, obj, message or "stock adjusted")
+
+    @admin.action(description="Receive stock for selected SKUs (+N each)", permissions=["change"])
+    def bulk_receive(self, request, queryset):
+        form = BulkQuantityForm(request.POST if "apply" in request.POST else None)
+        if form.is_valid():
+            for stock in queryset:
+                receive_stock(
+                    sku=stock.product_id,
+                    quantity=form.cleaned_data["quantity"],
+                    user=request.user,
+                    note=form.cleaned_data["note"],
+                )
+            quantity = form.cleaned_data["quantity"]
+            self.message_user(request, f"Received {quantity} units for {queryset.count()} SKU(s).", messages.SUCCESS)
+            return None
+        return render(
+            request,
+            "admin/inventory/stock/bulk_receive.html",
+            {**self.admin_site.each_context(request), "form": form, "stocks": queryset, "opts": self.model._meta},
+        )
+
+    @admin.action(description="Audit selected SKUs (ledger vs stock)", permissions=["view"])
+    def audit_selected(self, request, queryset):
+        return self._audit_response(request, list(queryset.values_list("product_id", flat=True)))
+
+    def get_urls(self):
+        return [
+            path("audit/", self.admin_site.admin_view(self.audit_view), name="inventory_stock_audit"),
+            path("import/", self.admin_site.admin_view(self.import_view), name="inventory_stock_import"),
+            *super().get_urls(),
+        ]
+
+    def audit_view(self, request):
+        if not self.has_view_permission(request):
+            raise admin.sites.PermissionDenied
+        return self._audit_response(request, None)
+
+    def _audit_response(self, request, skus):
+        rows = stock_audit(skus=skus)
+        return TemplateResponse(
+            request,
+            "admin/inventory/stock/audit.html",
+            {
+                **self.admin_site.each_context(request),
+                "opts": self.model._meta,
+                "title": "Stock audit",
+                "rows": rows,
+                "differences": sum(1 for row in rows if row["difference"]),
+            },
+        )
+
+    def import_view(self, request):
+        if not self.has_change_permission(request):
+            raise admin.sites.PermissionDenied
+        form = CatalogUploadForm(request.POST or None, request.FILES or None)
+        errors = []
+        if form.is_valid():
+            text = form.cleaned_data["file"].read().decode("utf-8-sig", errors="replace")
+            try:
+                rows = parse_catalog(text.splitlines())
+            except CatalogFileInvalid as invalid:
+                errors = invalid.errors
+            else:
+                result = import_catalog(rows=rows, user=request.user)
+                self.message_user(
+                    request,
+                    f"{len(rows)} rows: {result.created} products created, {result.updated} updated, "
+                    f"{result.stock_movements} stock movements.",
+                    messages.SUCCESS,
+                )
+                return self._redirect_to_changelist()
+        return TemplateResponse(
+            request,
+            "admin/inventory/stock/import.html",
+            {
+                **self.admin_site.each_context(request),
+                "opts": self.model._meta,
+                "title": "Import catalog and stock (CSV)",
+                "form": form,
+                "errors": errors,
+            },
+        )
+
+    def _redirect_to_changelist(self):
+        from django.http import HttpResponseRedirect
+
+        return HttpResponseRedirect(reverse("admin:inventory_stock_changelist"))
 
 
 @admin.register(StockMovement)
@@ -32,6 +263,7 @@ class StockMovementAdmin(admin.ModelAdmin):
     list_filter = ["reason"]
     search_fields = ["product__sku"]
     list_select_related = ["created_by"]
+    show_full_result_count = False
 
     def has_add_permission(self, request):
         return False
@@ -41,3 +273,38 @@ class StockMovementAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+@admin.register(Shipment)
+class ShipmentAdmin(admin.ModelAdmin):
+    list_display = ["order_id", "status", "requested_at", "shipped_at"]
+    list_filter = ["status"]
+    search_fields = ["=order__id"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(FlashSale)
+class FlashSaleAdmin(admin.ModelAdmin):
+    """Read-only: sales are opened and closed with manage.py (they set the gate too)."""
+
+    list_display = ["product_id", "per_customer_limit", "started_at", "available"]
+    list_select_related = ["product__stock"]
+
+    @admin.display(description="available")
+    def available(self, sale):
+        return sale.product.stock.available
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+

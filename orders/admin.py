@@ -1,13 +1,37 @@
 from django.contrib import admin, messages
+from django.utils.html import format_html_join
 
 from config.exceptions import DomainError
 from orders.models import Order, OrderItem, OrderStatus, Payment, Refund
-from orders.services import cancel_pending_order, refund_paid_order
+from orders.services import cancel_pending_order, mark_order_shipped, refund_paid_order
+from outbox.models import OutboxEvent
 
 
 class OrderItemInline(admin.TabularInline):
     model = OrderItem
     fields = ["product", "name", "quantity", "unit_price"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+class PaymentInline(admin.TabularInline):
+    model = Payment
+    fields = ["provider_payment_id", "amount", "currency", "status", "outcome", "received_at"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+class RefundInline(admin.TabularInline):
+    model = Refund
+    fields = ["payment", "amount", "currency", "reason", "status", "created_at", "created_by"]
     readonly_fields = fields
     extra = 0
     can_delete = False
@@ -24,10 +48,11 @@ class OrderAdmin(admin.ModelAdmin):
     list_select_related = ["customer"]
     readonly_fields = [
         "customer", "idempotency_key", "request_hash", "status", "total_amount", "currency",
-        "created_at", "expires_at", "paid_at", "cancelled_at",
+        "created_at", "expires_at", "paid_at", "cancelled_at", "shipment_status", "events",
     ]
-    inlines = [OrderItemInline]
-    actions = ["cancel_pending", "refund_paid"]
+    inlines = [OrderItemInline, PaymentInline, RefundInline]
+    actions = ["cancel_pending", "refund_paid", "mark_shipped"]
+    date_hierarchy = "created_at"
     show_full_result_count = False
 
     def has_add_permission(self, request):
@@ -35,6 +60,24 @@ class OrderAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+    @admin.display(description="shipment")
+    def shipment_status(self, order):
+        shipment = getattr(order, "shipment", None)
+        return f"{shipment.status} (requested {shipment.requested_at:%Y-%m-%d %H:%M})" if shipment else "-"
+
+    @admin.display(description="outbox events")
+    def events(self, order):
+        events = OutboxEvent.objects.filter(aggregate_type="order", aggregate_id=str(order.id)).order_by("id")
+        return format_html_join(
+            "\n",
+            "<div>{} &middot; {} &middot; {}</div>",
+            (
+                (e.event_type, e.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+                 f"published {e.published_at:%H:%M:%S}" if e.published_at else f"waiting ({e.attempts} attempts)")
+                for e in events
+            ),
+        ) or "-"
 
     def _each(self, request, queryset, wanted: str, service, done: str):
         for order in queryset:
@@ -63,6 +106,14 @@ class OrderAdmin(admin.ModelAdmin):
         self._each(
             request, queryset, OrderStatus.PAID,
             lambda order: refund_paid_order(order_id=order.id, user=request.user), "refund requested, stock returned",
+        )
+
+
+    @admin.action(description="Mark selected paid orders shipped (reserved -> shipped)")
+    def mark_shipped(self, request, queryset):
+        self._each(
+            request, queryset, OrderStatus.PAID,
+            lambda order: mark_order_shipped(order_id=order.id), "shipped",
         )
 
 

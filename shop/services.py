@@ -2,6 +2,7 @@ from dataclasses import dataclass
 
 from django.contrib.auth import authenticate, get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import Group
 from django.contrib.auth.password_validation import validate_password
 from django.db import IntegrityError, transaction
 from rest_framework.authtoken.models import Token
@@ -52,6 +53,8 @@ class DemoSeed:
 
 
 DEMO_ADMIN = DemoLogin("staff (admin)", "admin", "admin")
+DEMO_STOCK_MANAGER = DemoLogin("stock manager", "stockmanager", "stockmanager")
+DEMO_ORDER_MANAGER = DemoLogin("order manager", "ordermanager", "ordermanager")
 DEMO_SHOPPER = DemoLogin("shopper", "shopper", "shopper")
 
 
@@ -74,6 +77,10 @@ def seed_demo() -> DemoSeed:
             if stock:
                 receive_stock(sku=sku, quantity=stock, note="demo seed")
     _ensure_user(DEMO_ADMIN, is_staff=True, is_superuser=True, email="admin@example.com")
+    for login, group in ((DEMO_STOCK_MANAGER, "Stock managers"), (DEMO_ORDER_MANAGER, "Order managers")):
+        staff = _ensure_user(login, is_staff=True, email=f"{login.username}@example.com")
+        staff.groups.add(Group.objects.get(name=group))
     shopper = _ensure_user(DEMO_SHOPPER, email="shopper@example.com")
     token, _ = Token.objects.get_or_create(user=shopper)
-    return DemoSeed(created, Product.objects.count(), [DEMO_ADMIN, DEMO_SHOPPER], token.key)
+    logins = [DEMO_ADMIN, DEMO_STOCK_MANAGER, DEMO_ORDER_MANAGER, DEMO_SHOPPER]
+    return DemoSeed(created, Product.objects.count(), logins, token.key)

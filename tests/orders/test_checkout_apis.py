@@ -186,8 +186,9 @@ def test_order_list_is_the_shoppers_own_newest_first(shopper, redis):
 
 def test_checkout_statement_count_is_k_plus_6(shopper, redis):
     """k-line cart: SELECT prices, BEGIN, INSERT order, INSERT items, INSERT event,
-    k UPDATEs (last, to hold hot rows for the shortest time), COMMIT = k + 6. Inside the test's own transaction, BEGIN/COMMIT
-    show as SAVEPOINT/RELEASE. The token lookup belongs to authentication."""
+    k UPDATEs (last, to hold hot rows for the shortest time), COMMIT = k + 6.
+    Inside the test's own transaction, BEGIN/COMMIT show as SAVEPOINT/RELEASE.
+    The token lookup belongs to authentication."""
     for sku in ("A", "B", "C"):
         product_with_stock(sku=sku, available=5)
     fill_cart(redis, shopper.user.id, {"A": 1, "B": 1, "C": 1})
