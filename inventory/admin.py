@@ -5,6 +5,7 @@ ledger entry naming the user."""
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import Exists, OuterRef
 from django.shortcuts import render
 from django.template.response import TemplateResponse
@@ -202,7 +203,7 @@ class StockAdmin(admin.ModelAdmin):
 
     def audit_view(self, request):
         if not self.has_view_permission(request):
-            raise admin.sites.PermissionDenied
+            raise PermissionDenied
         return self._audit_response(request, None)
 
     def _audit_response(self, request, skus):
@@ -221,7 +222,7 @@ class StockAdmin(admin.ModelAdmin):
 
     def import_view(self, request):
         if not self.has_change_permission(request):
-            raise admin.sites.PermissionDenied
+            raise PermissionDenied
         form = CatalogUploadForm(request.POST or None, request.FILES or None)
         errors = []
         if form.is_valid():
