@@ -12,6 +12,7 @@ run: install services migrate seed
 	$(VENV)/bin/honcho start -f Procfile
 
 test: install services lint
+	@bash scripts/install_browser.sh
 	$(PY) -m pytest
 
 # Reinstall only when requirements.txt changed since the last install.

@@ -6,7 +6,7 @@ from django.conf import settings
 from cart import storage
 from cart.exceptions import InactiveProduct, UnknownProduct
 from config.hotcache import CachedProduct, hot_cache
-from inventory.selectors import available_hints, remember_available
+from inventory.selectors import fresh_available_hints, remember_available
 from shop.models import Product
 from shop.selectors import cached_products
 
@@ -51,20 +51,34 @@ def _price(
     return PricedCart(items=items, currency=settings.SHOP_CURRENCY, warnings=warnings)
 
 
+def catalog_for(skus: list[str]) -> tuple[dict[str, CachedProduct | None], dict[str, int]]:
+    """Products (generation-checked cache) and stock hints for the cart's SKUs:
+    no query once warm, else one query for everything missing."""
+    products = {sku: hot_cache.products[sku] for sku in skus if sku in hot_cache.products}
+    available = fresh_available_hints(skus=skus)
+    missing = [sku for sku in skus if sku not in products or sku not in available]
+    if missing:
+        hot_cache.ensure_generation()
+        rows = Product.objects.filter(sku__in=missing).values_list(
+            "sku", "name", "price", "is_active", "stock__available"
+        )
+        read = {}
+        for sku, name, price, is_active, stock in rows:
+            products[sku] = CachedProduct(sku=sku, name=name, price=price, is_active=is_active)
+            read[sku] = stock or 0
+        for sku in missing:
+            products.setdefault(sku, None)
+            hot_cache.remember(hot_cache.products, sku, products[sku])
+        remember_available(read)
+        available.update(read)
+    return products, available
+
+
 def get_cart(*, customer_id: int) -> PricedCart:
-    """One Redis call for the lines, one query for current prices and stock."""
+    """One Redis call (the lines, with the cache-generation check); prices from
+    the checked cache, so no query once warm and at most one otherwise."""
     lines = storage.read_lines(customer_id=customer_id, generation=hot_cache.ensure_generation())
-    if not lines:
-        return _price({}, {}, {})
-    rows = Product.objects.filter(sku__in=list(lines)).values_list(
-        "sku", "name", "price", "is_active", "stock__available"
-    )
-    products, available = {}, {}
-    for sku, name, price, is_active, stock in rows:
-        products[sku] = CachedProduct(sku=sku, name=name, price=price, is_active=is_active)
-        available[sku] = stock or 0
-    remember_available(available)
-    return _price(lines, products, available)
+    return _price(lines, *catalog_for(list(lines)))
 
 
 def set_cart_item(*, customer_id: int, sku: str, quantity: int) -> PricedCart:
@@ -77,8 +91,7 @@ def set_cart_item(*, customer_id: int, sku: str, quantity: int) -> PricedCart:
     lines = storage.write_line(
         customer_id=customer_id, sku=sku, quantity=quantity, generation=hot_cache.ensure_generation()
     )
-    products = cached_products(skus=lines)
-    return _price(lines, products, available_hints(skus=lines))
+    return _price(lines, *catalog_for(list(lines)))
 
 
 def remove_cart_item(*, customer_id: int, sku: str) -> None:

@@ -5,23 +5,33 @@ checks the hot-cache generation (config/hotcache.py) before touching the cart.
 """
 
 import logging
+import math
 
 from django.conf import settings
 from django_redis import get_redis_connection
 from redis.exceptions import RedisError
 
 from cart.exceptions import CartFull, CartUnavailable
+from config.exceptions import RateLimited
 from config.hotcache import GENERATION_KEY, StaleCache
 from config.redis_scripts import run_script
+from config.throttling import parse_rate
 
 logger = logging.getLogger(__name__)
 
-STALE, FULL = -1, -2
+STALE, FULL, LIMITED = -1, -2, -3
 
-# KEYS: cart, generation. ARGV: generation, sku, quantity (0 removes), ttl, max lines.
-# Returns {status, cart as a flat field/value list}.
+# KEYS: cart, generation, rate-limit window. ARGV: generation, sku, quantity (0
+# removes), ttl, max lines, rate limit (0: none), window in ms.
+# Returns {status, cart as a flat field/value list (or ms to wait when limited)}.
+# The shopper's write rate limit is counted here too: one round-trip in all.
 _WRITE = """
 if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[1] then return {-1, {}} end
+if tonumber(ARGV[6]) > 0 then
+  local count = redis.call('INCR', KEYS[3])
+  if count == 1 then redis.call('PEXPIRE', KEYS[3], ARGV[7]) end
+  if count > tonumber(ARGV[6]) then return {-3, redis.call('PTTL', KEYS[3])} end
+end
 local quantity = tonumber(ARGV[3])
 if quantity == 0 then
   redis.call('HDEL', KEYS[1], ARGV[2])
@@ -65,15 +75,19 @@ def _run(script: str, keys: list, args: list) -> dict[str, int]:
         raise StaleCache()
     if status == FULL:
         raise CartFull(max_lines=settings.CART_MAX_LINES)
+    if status == LIMITED:
+        raise RateLimited(retry_after=max(1, math.ceil(flat / 1000)))
     return _as_lines(flat)
 
 
 def write_line(*, customer_id: int, sku: str, quantity: int, generation: str) -> dict[str, int]:
     """Set (or with 0, remove) one line; refresh the TTL; return the whole cart."""
+    rate = settings.RATE_LIMITS.get("cart_write")
+    limit, period = parse_rate(rate) if rate else (0, 1)
     return _run(
         _WRITE,
-        [cart_key(customer_id), GENERATION_KEY],
-        [generation, sku, quantity, settings.CART_TTL_SECONDS, settings.CART_MAX_LINES],
+        [cart_key(customer_id), GENERATION_KEY, f"rate:cart_write:user:{customer_id}"],
+        [generation, sku, quantity, settings.CART_TTL_SECONDS, settings.CART_MAX_LINES, limit, period * 1000],
     )
 
 

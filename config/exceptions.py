@@ -36,6 +36,16 @@ class NotFound(DomainError):
     message = "Not found."
 
 
+class RateLimited(DomainError):
+    code = "rate_limited"
+    status = 429
+    message = "Too many requests; retry after the number of seconds in Retry-After."
+
+    def __init__(self, *, retry_after: int) -> None:
+        super().__init__(retry_after=retry_after)
+        self.headers = {"Retry-After": str(retry_after)}
+
+
 class ServiceUnavailable(DomainError):
     code = "service_unavailable"
     status = 503
@@ -62,7 +72,9 @@ def error_body(code: str, message: str, details: Any = None) -> dict:
 
 def api_exception_handler(exc: Exception, context: dict) -> Response:
     if isinstance(exc, DomainError):
-        return Response(error_body(exc.code, exc.message, exc.details), status=exc.status)
+        return Response(
+            error_body(exc.code, exc.message, exc.details), status=exc.status, headers=getattr(exc, "headers", None)
+        )
 
     if isinstance(exc, OperationalError):  # the database is down or out of connections
         logger.error("database unavailable: %s", exc)

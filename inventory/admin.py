@@ -7,6 +7,7 @@ from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Exists, OuterRef
+from django.http import HttpResponseRedirect
 from django.shortcuts import render
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -112,9 +113,9 @@ class StockAdmin(admin.ModelAdmin):
     def product_name(self, stock):
         return stock.product.name
 
-    @admin.display(description="low", boolean=True)
+    @admin.display(description="low stock")
     def low_stock(self, stock):
-        return stock.available < settings.LOW_STOCK_THRESHOLD
+        return "LOW" if stock.available < settings.LOW_STOCK_THRESHOLD else ""
 
     @admin.display(description="gate counter")
     def gate_counter(self, stock):
@@ -165,7 +166,9 @@ class StockAdmin(admin.ModelAdmin):
             self.message_user(
                 request, f"{obj.product_id}: now {obj.available} available, {obj.reserved} reserved.", messages.SUCCESS
             )
-        return super().response_change(request, obj)
+        if "_continue" in request.POST:
+            return HttpResponseRedirect(request.path)
+        return self._redirect_to_changelist()
 
     def log_change(self, request, obj, message):
         return super().log_change(request, obj, message or "stock adjusted")
@@ -253,8 +256,6 @@ class StockAdmin(admin.ModelAdmin):
         )
 
     def _redirect_to_changelist(self):
-        from django.http import HttpResponseRedirect
-
         return HttpResponseRedirect(reverse("admin:inventory_stock_changelist"))
 
 

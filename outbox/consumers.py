@@ -21,6 +21,8 @@ from django.db import close_old_connections, transaction
 
 from config.db import insert_unless_exists
 from config.kafka import client_config
+from config.metrics import CONSUMER_EVENTS
+from config.requestid import request_id_var
 from outbox.models import ProcessedEvent
 from outbox.topics import dead_letter_topic
 
@@ -84,6 +86,8 @@ def new_consumer(*, name: str, topic: str) -> Consumer:
                 # A first assignment waits half the session timeout: keep it short.
                 "session.timeout.ms": 6000,
                 "heartbeat.interval.ms": 2000,
+                # The broker otherwise holds a fetch up to 500 ms waiting for more data.
+                "fetch.wait.max.ms": 50,
             }
         )
     )
@@ -104,6 +108,15 @@ class EventConsumer:
 
     def handle(self, message: Message) -> None:
         """Apply one message (retrying, then dead-lettering), then commit its offset."""
+        headers = dict(message.headers() or [])
+        token = request_id_var.set((headers.get("request_id") or b"").decode(errors="replace"))
+        try:
+            self._apply_with_retries(message)
+        finally:
+            request_id_var.reset(token)
+        self.consumer.commit(message=message, asynchronous=False)
+
+    def _apply_with_retries(self, message: Message) -> None:
         error = None
         for attempt in range(1, self.max_attempts + 1):
             try:
@@ -118,12 +131,15 @@ class EventConsumer:
                 error = None
                 if applied:
                     self.processed += 1
+                    CONSUMER_EVENTS.labels(self.name, "processed").inc()
+                    logger.info("%s: applied %s", self.name, message.offset())
                 else:
                     self.duplicates += 1
+                    CONSUMER_EVENTS.labels(self.name, "duplicate").inc()
                 break
         if error is not None:
             self._dead_letter(message, error)
-        self.consumer.commit(message=message, asynchronous=False)
+            CONSUMER_EVENTS.labels(self.name, "dead_lettered").inc()
 
     def _dead_letter(self, message: Message, error: Exception) -> None:
         if self._dlq_producer is None:

@@ -16,6 +16,8 @@ class OutboxEvent(models.Model):
     published_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True)
+    # The request that caused the event, relayed as a Kafka header for tracing.
+    request_id = models.CharField(max_length=128, blank=True, default="")
 
     class Meta:
         db_table = "outbox_events"

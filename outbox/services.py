@@ -7,6 +7,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
 from django.utils import timezone
 
+from config.requestid import current_request_id
 from outbox.models import OutboxEvent
 
 
@@ -23,11 +24,13 @@ def record_event(*, aggregate_type: str, aggregate_id: str | int, event_type: st
         event_type=event_type,
         payload=data,
         created_at=timezone.now(),
+        request_id=current_request_id(),
     )
     with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {OutboxEvent._meta.db_table} (event_id, aggregate_type, aggregate_id, event_type, "
-            "payload, created_at, attempts, last_error) VALUES (%s, %s, %s, %s, %s::jsonb, %s, 0, '') RETURNING id",
+            "payload, created_at, attempts, last_error, request_id) "
+            "VALUES (%s, %s, %s, %s, %s::jsonb, %s, 0, '', %s) RETURNING id",
             [
                 event.event_id,
                 event.aggregate_type,
@@ -35,6 +38,7 @@ def record_event(*, aggregate_type: str, aggregate_id: str | int, event_type: st
                 event.event_type,
                 json.dumps(data, cls=DjangoJSONEncoder),
                 event.created_at,
+                event.request_id,
             ],
         )
         event.id = cursor.fetchone()[0]

@@ -5,6 +5,7 @@ from django.conf import settings
 from django_redis import get_redis_connection
 from rest_framework.test import APIClient
 
+from config.hotcache import hot_cache
 from tests.factories import UserFactory
 
 
@@ -14,8 +15,10 @@ def redis():
     assert settings.REDIS_URL.endswith("/15"), "tests must not touch the development Redis database"
     conn = get_redis_connection("default")
     conn.flushdb()
+    hot_cache.clear()  # its generation lived in the Redis just flushed
     yield conn
     conn.flushdb()
+    hot_cache.clear()
 
 
 @pytest.fixture(autouse=True)

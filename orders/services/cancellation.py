@@ -1,9 +1,12 @@
 from datetime import datetime
+from functools import partial
 
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from config.metrics import ORDERS_EXPIRED
+from config.requestid import current_request_id
 from inventory.models import Shipment
 from inventory.services import return_reserved_stock, ship_reserved_stock
 from orders.exceptions import OrderNotCancellable, OrderNotFound, OrderNotRefundable, OrderNotShippable
@@ -32,15 +35,16 @@ def cancel_orders(*, order_ids: list[int], reason: str, now: datetime | None = N
                 RETURNING id, customer_id
             ), events AS (
                 INSERT INTO {OutboxEvent._meta.db_table}
-                    (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, attempts, last_error)
+                    (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, attempts, last_error,
+                     request_id)
                 SELECT gen_random_uuid(), 'order', id::text, 'OrderCancelled',
                        jsonb_build_object('order_id', id, 'customer_id', customer_id, 'reason', %s::text),
-                       %s, 0, ''
+                       %s, 0, '', %s
                 FROM cancelled ORDER BY id
             )
             SELECT id FROM cancelled
             """,
-            [OrderStatus.CANCELLED, now, order_ids, OrderStatus.PENDING_PAYMENT, reason, now],
+            [OrderStatus.CANCELLED, now, order_ids, OrderStatus.PENDING_PAYMENT, reason, now, current_request_id()],
         )
         ids = [row[0] for row in cursor.fetchall()]
     if ids:
@@ -65,7 +69,9 @@ def expire_unpaid_orders(*, batch_size: int | None = None, now: datetime | None 
             )
             if not ids:
                 return total
-            total += len(cancel_orders(order_ids=ids, reason="expired", now=moment))
+            expired = cancel_orders(order_ids=ids, reason="expired", now=moment)
+            total += len(expired)
+            transaction.on_commit(partial(ORDERS_EXPIRED.inc, len(expired)))
         if len(ids) < batch_size:
             return total
 

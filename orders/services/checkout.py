@@ -12,7 +12,9 @@ from cart.services import clear_cart
 from cart.storage import read_lines
 from config.db import insert_unless_exists
 from config.hotcache import hot_cache
+from config.metrics import CHECKOUT_REFUSALS, IDEMPOTENT_REPLAYS, ORDERS_CREATED
 from inventory import gate
+from inventory.exceptions import OutOfStock
 from inventory.services import reserve_stock
 from inventory.services.flash_sales import gated_skus
 from orders.exceptions import CartEmpty, IdempotencyKeyReused, OrderNotFound, ProductUnavailable
@@ -101,21 +103,29 @@ def place_order(*, customer_id: int, idempotency_key: str) -> PlacedOrder:
         existing = _existing_order(customer_id=customer_id, idempotency_key=idempotency_key)
         if existing is None:
             raise CartEmpty()
+        IDEMPOTENT_REPLAYS.inc()
         return _replay(existing, request_hash=None)
 
     limits = gated_skus()
     gated = {sku: quantity for sku, quantity in lines.items() if sku in limits}
-    admitted = bool(gated) and gate.admit(
-        customer_id=customer_id, idempotency_key=idempotency_key, lines=gated, limits=limits
-    )
+    admitted = False
     try:
+        admitted = bool(gated) and gate.admit(
+            customer_id=customer_id, idempotency_key=idempotency_key, lines=gated, limits=limits
+        )
         result = _create_order(customer_id=customer_id, idempotency_key=idempotency_key, lines=lines, gated=gated)
-    except BaseException:
+    except BaseException as error:
         if admitted:
             _release_best_effort(customer_id, gated)
+        if isinstance(error, OutOfStock | gate.SoldOut | gate.LimitReached):
+            CHECKOUT_REFUSALS.labels(error.code).inc()
         raise
-    if admitted and result.replayed:
-        _release_best_effort(customer_id, gated)
+    if result.replayed:
+        IDEMPOTENT_REPLAYS.inc()
+        if admitted:
+            _release_best_effort(customer_id, gated)
+    else:
+        ORDERS_CREATED.inc()
     return result
 
 

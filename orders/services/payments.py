@@ -4,6 +4,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from config.db import insert_unless_exists
+from config.metrics import PAYMENTS, REFUNDS_REQUESTED
 from orders.models import Order, OrderStatus, Payment, Refund
 from outbox.services import record_event
 
@@ -18,6 +19,7 @@ def request_refund(
     *, payment: Payment, order: Order | None, reason: str, user=None
 ) -> Refund:
     """Record a refund of the whole payment and announce it. Inside the caller's transaction."""
+    transaction.on_commit(lambda: REFUNDS_REQUESTED.labels(reason).inc())
     refund = Refund.objects.create(
         payment=payment, order=order, amount=payment.amount, currency=payment.currency, reason=reason, created_by=user
     )
@@ -66,6 +68,7 @@ def handle_payment_webhook(
     if insert_unless_exists(payment, conflict_fields=["provider_payment_id"]) is None:
         return PaymentResult(Payment.objects.get(provider_payment_id=payment_id), redelivered=True)
     if status == Payment.Status.FAILED:
+        transaction.on_commit(lambda: PAYMENTS.labels("failed").inc())
         return PaymentResult(payment, redelivered=False)  # the order waits for another try or expiry
 
     refund_reason = None
@@ -86,6 +89,7 @@ def handle_payment_webhook(
     Payment.objects.filter(id=payment.id).update(outcome=payment.outcome)
     if refund_reason:
         request_refund(payment=payment, order=order, reason=refund_reason)
+    transaction.on_commit(lambda: PAYMENTS.labels(payment.outcome).inc())
     return PaymentResult(payment, redelivered=False)
 
 

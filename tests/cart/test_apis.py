@@ -6,10 +6,9 @@ from django.db import connection
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from cart.services import catalog_for
 from cart.storage import cart_key
 from config.hotcache import hot_cache
-from inventory.selectors import available_hints
-from shop.selectors import cached_products
 from tests.factories import ProductFactory, UserFactory, product_with_stock
 
 pytestmark = pytest.mark.django_db
@@ -146,23 +145,27 @@ def test_cart_requires_authentication(api_client):
     assert api_client.delete("/api/cart/items/A").status_code == 401
 
 
-def test_cart_price_change_shows_in_next_get(auth_client):
+def test_cart_price_change_shows_in_next_get(auth_client, django_capture_on_commit_callbacks):
     product = product_with_stock(price=500)
     put(auth_client, product.sku, 2)
-    product.price = 700
-    product.save()
+    with django_capture_on_commit_callbacks(execute=True):  # the commit moves the cache generation
+        product.price = 700
+        product.save()
     body = auth_client.get("/api/cart").json()
     assert body["items"][0]["unit_price"] == 700
     assert body["total"] == 1400
 
 
-def test_cart_inactive_or_unknown_sku_is_a_warning_left_out_of_total(auth_client, redis):
+def test_cart_inactive_or_unknown_sku_is_a_warning_left_out_of_total(
+    auth_client, redis, django_capture_on_commit_callbacks
+):
     kept, dropped = product_with_stock(price=100), product_with_stock(price=900)
     put(auth_client, kept.sku, 1)
     put(auth_client, dropped.sku, 1)
     redis.hset(cart_key(auth_client.user.id), "GONE", 3)
-    dropped.is_active = False
-    dropped.save()
+    with django_capture_on_commit_callbacks(execute=True):
+        dropped.is_active = False
+        dropped.save()
     body = auth_client.get("/api/cart").json()
     assert [line["sku"] for line in body["items"]] == [kept.sku]
     assert body["total"] == 100
@@ -247,19 +250,33 @@ def test_cart_get_makes_one_query_and_one_redis_call(auth_client, django_assert_
     products = [product_with_stock() for _ in range(5)]
     for product in products:
         put(auth_client, product.sku, 1)
+    hot_cache.products.clear()  # cold prices: the one query
     sent = redis_commands(redis, monkeypatch)
     with django_assert_num_queries(1):
         body = auth_client.get("/api/cart").json()
     assert len(body["items"]) == 5
     assert sent == ["EVALSHA"]  # one round-trip: the script reads the generation and the cart
+    with django_assert_num_queries(0):  # warm: prices from the generation-checked cache
+        assert auth_client.get("/api/cart").json() == body
 
 
-def test_cart_put_makes_two_redis_calls_once_warm(auth_client, redis, monkeypatch):
+def test_cart_json_matches_the_documented_serializer(auth_client, redis):
+    from cart.apis import CartOutputSerializer, cart_json
+    from cart.services import get_cart
+
+    product_with_stock(sku="A")
+    put(auth_client, "A", 2)
+    redis.hset(cart_key(auth_client.user.id), "GONE", 1)
+    cart = get_cart(customer_id=auth_client.user.id)
+    assert cart_json(cart) == CartOutputSerializer(cart).data
+
+
+def test_cart_put_makes_one_redis_call_once_warm(auth_client, redis, monkeypatch):
     product = product_with_stock()
     put(auth_client, product.sku, 1)
     sent = redis_commands(redis, monkeypatch)
     assert put(auth_client, product.sku, 3).status_code == 200
-    assert sent == ["EVALSHA", "EVALSHA"]  # the rate limit, then the write (each one atomic script)
+    assert sent == ["EVALSHA"]  # generation check, rate limit and write: one script
 
 
 @pytest.mark.django_db(transaction=True)
@@ -269,8 +286,7 @@ def test_cart_line_cap_holds_under_150_concurrent_adds(redis):
     skus = [product.sku for product in ProductFactory.create_batch(150)]
     # Warm the caches so that the 150 threads race on Redis alone, not for
     # PostgreSQL's 100 connections.
-    cached_products(skus=skus)
-    available_hints(skus=skus)
+    catalog_for(skus)
     warm = APIClient()
     warm.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
     assert warm.get("/api/cart").status_code == 200

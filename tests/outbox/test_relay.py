@@ -1,5 +1,6 @@
 import json
 import threading
+from datetime import datetime
 
 import pytest
 from django.db import connection, transaction
@@ -34,12 +35,16 @@ def test_relay_publishes_envelope_with_key_and_headers_and_marks_published(kafka
     assert event.published_at is not None and event.attempts == 0
     [message] = read_topic(kafka_topic, expected=1)
     assert message.key() == b"0"
-    assert dict(message.headers()) == {"event_id": str(event.event_id).encode(), "event_type": b"Step0"}
+    assert dict(message.headers()) == {
+        "event_id": str(event.event_id).encode(),
+        "event_type": b"Step0",
+        "request_id": b"",  # written outside a request
+    }
     body = json.loads(message.value())
+    assert datetime.fromisoformat(body.pop("occurred_at")) == event.created_at
     assert body == {
         "event_id": str(event.event_id),
         "event_type": "Step0",
-        "occurred_at": event.created_at.isoformat(),
         "aggregate_type": "order",
         "aggregate_id": "0",
         "data": {"n": 0},
