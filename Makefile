@@ -7,7 +7,12 @@ export PY
 
 .PHONY: run test stop services migrate seed lint install clean
 
+# Every process of `make run` adds its counters to one directory, so GET /metrics
+# on the web server shows them all.
+run: export PROMETHEUS_MULTIPROC_DIR := $(CURDIR)/.run/metrics
 run: install services migrate seed
+	@rm -rf .run/metrics && mkdir -p .run/metrics
+	@$(PY) manage.py kafka_topics
 	@$(PY) scripts/banner.py
 	$(VENV)/bin/honcho start -f Procfile
 

@@ -10,5 +10,8 @@ print(
     API docs    {base}/api/docs/
     Admin       {base}/admin/        (admin / admin)
     Health      {base}/healthz  {base}/readyz
+    Metrics     {base}/metrics
+  Processes: web (gunicorn), worker + beat (Celery), relay (outbox -> Kafka),
+  warehouse / email / loyalty (Kafka consumers). `manage.py shop_status` shows the state.
 """
 )

@@ -1,5 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from config.metrics import serve_own_metrics
 from outbox.consumers import HANDLERS, EventConsumer
 from outbox.signals import stop_on_sigterm
 
@@ -14,6 +15,7 @@ class Command(BaseCommand):
         if name not in HANDLERS:
             raise CommandError(f"unknown consumer {name!r}; choose from {', '.join(sorted(HANDLERS))}")
         stop = stop_on_sigterm()
+        serve_own_metrics()
         consumer = EventConsumer(name=name)
         self.stdout.write(f"consumer {name}: reading {consumer.topic} (Ctrl-C to stop)")
         consumer.run(should_stop=stop.is_set)

@@ -1,5 +1,6 @@
 from django.core.management.base import BaseCommand
 
+from config.metrics import serve_own_metrics
 from outbox.relay import OutboxRelay
 from outbox.signals import stop_on_sigterm
 
@@ -17,5 +18,6 @@ class Command(BaseCommand):
             self.stdout.write(f"{relay.drain()} event(s) published")
             return
         stop = stop_on_sigterm()
+        serve_own_metrics()
         self.stdout.write(f"relaying the outbox to {relay.topic} (Ctrl-C to stop)")
         relay.run_forever(should_stop=stop.is_set)
