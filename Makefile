@@ -9,12 +9,11 @@ export PY
 
 # Every process of `make run` adds its counters to one directory, so GET /metrics
 # on the web server shows them all.
-run: export PROMETHEUS_MULTIPROC_DIR := $(CURDIR)/.run/metrics
 run: install services migrate seed
-	@rm -rf .run/metrics && mkdir -p .run/metrics
 	@$(PY) manage.py kafka_topics
 	@$(PY) scripts/banner.py
-	$(VENV)/bin/honcho start -f Procfile
+	@rm -rf .run/metrics && mkdir -p .run/metrics
+	PROMETHEUS_MULTIPROC_DIR=$(CURDIR)/.run/metrics $(VENV)/bin/honcho start -f Procfile
 
 test: install services lint
 	@bash scripts/install_browser.sh

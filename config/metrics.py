@@ -39,7 +39,7 @@ RELAY_PUBLISHED = Counter("shop_relay_published_total", "Outbox events acknowled
 RELAY_FAILURES = Counter("shop_relay_failures_total", "Outbox events not delivered in a batch")
 CONSUMER_EVENTS = Counter(
     "shop_consumer_events_total", "Events seen by consumers", ["consumer", "result"]
-)  # result: processed | duplicate | dead_lettered
+)  # result: processed | duplicate | ignored | dead_lettered
 
 
 class LiveStateCollector:

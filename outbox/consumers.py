@@ -63,17 +63,21 @@ def parse_event(value: bytes) -> Event:
     )
 
 
+PROCESSED, DUPLICATE, IGNORED = "processed", "duplicate", "ignored"
+
+
 @transaction.atomic
-def apply_event(*, consumer: str, event: Event) -> bool:
-    """Apply one event for one consumer, once. Returns False for a duplicate."""
+def apply_event(*, consumer: str, event: Event) -> str:
+    """Apply one event for one consumer, once: PROCESSED, DUPLICATE (applied
+    before) or IGNORED (no handler for this event type)."""
     handler = HANDLERS.get(consumer, {}).get(event.event_type)
     if handler is None:
-        return False  # not for us; nothing to remember either
+        return IGNORED  # nothing to remember either
     seen = ProcessedEvent(consumer=consumer, event_id=event.event_id, event_type=event.event_type)
     if insert_unless_exists(seen, conflict_fields=["consumer", "event_id"]) is None:
-        return False
+        return DUPLICATE
     handler(event)
-    return True
+    return PROCESSED
 
 
 def new_consumer(*, name: str, topic: str) -> Consumer:
@@ -121,7 +125,7 @@ class EventConsumer:
         for attempt in range(1, self.max_attempts + 1):
             try:
                 close_old_connections()
-                applied = apply_event(consumer=self.name, event=parse_event(message.value()))
+                result = apply_event(consumer=self.name, event=parse_event(message.value()))
             except Exception as exc:  # any handler failure: retry, then dead-letter
                 error = exc
                 logger.warning("%s: attempt %d failed at offset %s: %r", self.name, attempt, message.offset(), exc)
@@ -129,13 +133,12 @@ class EventConsumer:
                     time.sleep(min(0.05 * 2**attempt, 1.0))
             else:
                 error = None
-                if applied:
+                CONSUMER_EVENTS.labels(self.name, result).inc()
+                if result == PROCESSED:
                     self.processed += 1
-                    CONSUMER_EVENTS.labels(self.name, "processed").inc()
-                    logger.info("%s: applied %s", self.name, message.offset())
-                else:
+                    logger.info("%s: applied offset %s", self.name, message.offset())
+                elif result == DUPLICATE:
                     self.duplicates += 1
-                    CONSUMER_EVENTS.labels(self.name, "duplicate").inc()
                 break
         if error is not None:
             self._dead_letter(message, error)

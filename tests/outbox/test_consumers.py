@@ -117,7 +117,9 @@ def test_apply_event_twice_applies_once_and_failure_leaves_no_trace(db):
     with pytest.raises(RuntimeError):
         apply_event(consumer="test-consumer", event=event)
     assert not ProcessedEvent.objects.exists()  # the effect and the ledger rolled back together
-    assert apply_event(consumer="test-consumer", event=event) is True
-    assert apply_event(consumer="test-consumer", event=event) is False
+    assert apply_event(consumer="test-consumer", event=event) == "processed"
+    assert apply_event(consumer="test-consumer", event=event) == "duplicate"
+    other = Event(uuid.uuid4(), "NotForMe", "2026-01-01T00:00:00+00:00", "order", "1", {})
+    assert apply_event(consumer="test-consumer", event=other) == "ignored"
     assert len(calls) == 2
     assert ProcessedEvent.objects.filter(consumer="test-consumer").count() == 1
