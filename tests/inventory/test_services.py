@@ -42,3 +42,16 @@ def test_stock_audit_reports_a_planted_difference():
     Stock.objects.filter(product=product).update(available=4)  # a unit vanished outside the ledger
     [row] = stock_audit()
     assert row["difference"] == 1
+
+
+def test_stock_audit_command_fails_on_a_difference(capsys):
+    from django.core.management import CommandError, call_command
+
+    product = ProductFactory(sku="AUD")
+    receive_stock(sku=product.sku, quantity=5)
+    call_command("stock_audit")
+    assert "1 SKU(s) audited, 0 with a difference" in capsys.readouterr().out
+    Stock.objects.filter(product=product).update(available=7)
+    with pytest.raises(CommandError):
+        call_command("stock_audit")
+    assert "AUD: ledger 5 != on hand 7" in capsys.readouterr().out
