@@ -12,6 +12,7 @@ from django.shortcuts import render
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
+from config.admin import ReadOnlyAdmin
 from config.exceptions import DomainError
 from inventory import gate
 from inventory.models import FlashSale, Shipment, Stock, StockMovement
@@ -260,41 +261,23 @@ class StockAdmin(admin.ModelAdmin):
 
 
 @admin.register(StockMovement)
-class StockMovementAdmin(admin.ModelAdmin):
+class StockMovementAdmin(ReadOnlyAdmin):
     list_display = ["id", "product_id", "delta", "reason", "note", "created_by", "created_at"]
     list_filter = ["reason"]
     search_fields = ["product__sku"]
     list_select_related = ["created_by"]
     show_full_result_count = False
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(Shipment)
-class ShipmentAdmin(admin.ModelAdmin):
+class ShipmentAdmin(ReadOnlyAdmin):
     list_display = ["order_id", "status", "requested_at", "shipped_at"]
     list_filter = ["status"]
     search_fields = ["=order__id"]
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(FlashSale)
-class FlashSaleAdmin(admin.ModelAdmin):
+class FlashSaleAdmin(ReadOnlyAdmin):
     """Read-only: sales are opened and closed with manage.py (they set the gate too)."""
 
     list_display = ["product_id", "per_customer_limit", "started_at", "available"]
@@ -303,10 +286,4 @@ class FlashSaleAdmin(admin.ModelAdmin):
     @admin.display(description="available")
     def available(self, sale):
         return sale.product.stock.available
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
 

@@ -1,43 +1,26 @@
 from django.contrib import admin, messages
 from django.utils.html import format_html_join
 
+from config.admin import ReadOnlyAdmin, ReadOnlyInline
 from config.exceptions import DomainError
 from orders.models import Order, OrderItem, OrderStatus, Payment, Refund
 from orders.services import cancel_pending_order, mark_order_shipped, refund_paid_order
 from outbox.models import OutboxEvent
 
 
-class OrderItemInline(admin.TabularInline):
+class OrderItemInline(ReadOnlyInline):
     model = OrderItem
     fields = ["product", "name", "quantity", "unit_price"]
-    readonly_fields = fields
-    extra = 0
-    can_delete = False
-
-    def has_add_permission(self, request, obj=None):
-        return False
 
 
-class PaymentInline(admin.TabularInline):
+class PaymentInline(ReadOnlyInline):
     model = Payment
     fields = ["provider_payment_id", "amount", "currency", "status", "outcome", "received_at"]
-    readonly_fields = fields
-    extra = 0
-    can_delete = False
-
-    def has_add_permission(self, request, obj=None):
-        return False
 
 
-class RefundInline(admin.TabularInline):
+class RefundInline(ReadOnlyInline):
     model = Refund
     fields = ["payment", "amount", "currency", "reason", "status", "created_at", "created_by"]
-    readonly_fields = fields
-    extra = 0
-    can_delete = False
-
-    def has_add_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(Order)
@@ -118,32 +101,14 @@ class OrderAdmin(admin.ModelAdmin):
 
 
 @admin.register(Payment)
-class PaymentAdmin(admin.ModelAdmin):
+class PaymentAdmin(ReadOnlyAdmin):
     list_display = ["provider_payment_id", "order_id", "amount", "currency", "status", "outcome", "received_at"]
     list_filter = ["status", "outcome"]
     search_fields = ["provider_payment_id", "=order__id"]
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(Refund)
-class RefundAdmin(admin.ModelAdmin):
+class RefundAdmin(ReadOnlyAdmin):
     list_display = ["id", "order_id", "payment", "amount", "currency", "reason", "status", "created_at"]
     list_filter = ["reason", "status"]
     list_select_related = ["payment"]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

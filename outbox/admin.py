@@ -1,5 +1,6 @@
 from django.contrib import admin, messages
 
+from config.admin import ReadOnlyAdmin
 from outbox.models import OutboxEvent, ProcessedEvent
 from outbox.tasks import publish_outbox_task
 
@@ -18,22 +19,13 @@ class PublishedFilter(admin.SimpleListFilter):
 
 
 @admin.register(OutboxEvent)
-class OutboxEventAdmin(admin.ModelAdmin):
+class OutboxEventAdmin(ReadOnlyAdmin):
     list_display = ["id", "event_type", "aggregate_type", "aggregate_id", "created_at", "published_at", "attempts",
                     "last_error"]
     list_filter = [PublishedFilter, "event_type"]
     search_fields = ["=aggregate_id", "=event_id"]
     actions = ["retry_now"]
     show_full_result_count = False
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     @admin.action(description="Retry publishing now", permissions=["view"])
     def retry_now(self, request, queryset):
@@ -43,17 +35,8 @@ class OutboxEventAdmin(admin.ModelAdmin):
 
 
 @admin.register(ProcessedEvent)
-class ProcessedEventAdmin(admin.ModelAdmin):
+class ProcessedEventAdmin(ReadOnlyAdmin):
     list_display = ["consumer", "event_type", "event_id", "processed_at"]
     list_filter = ["consumer", "event_type"]
     search_fields = ["=event_id"]
     show_full_result_count = False
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

@@ -110,10 +110,11 @@ def reserve_stock(*, lines: dict[str, int]) -> None:
                 raise OutOfStock(sku=sku, requested=quantity, available=available or 0)
 
 
-def return_reserved_stock(*, order_ids: list[int]) -> None:
-    """Move the units the given orders reserved back to available, with one
-    UPDATE whatever the number of orders: quantities are summed per SKU first,
-    so 300 orders of one SKU make one row change, not 300."""
+def _move_reserved(*, order_ids: list[int], to: str) -> None:
+    """Move the units the given orders reserved to `available` or `shipped`
+    with one UPDATE whatever the number of orders: quantities are summed per
+    SKU first, so 300 orders of one SKU make one row change, not 300."""
+    assert to in ("available", "shipped")
     with connection.cursor() as cursor:
         # Lock the rows in SKU order first, as checkout does, so that a
         # concurrent multi-SKU checkout and this cannot deadlock.
@@ -126,35 +127,21 @@ def return_reserved_stock(*, order_ids: list[int]) -> None:
             [order_ids],
         )
         cursor.execute(
-            """
-            UPDATE inventory SET available = available + returned.quantity,
-                                 reserved = reserved - returned.quantity
-            FROM (SELECT sku, SUM(quantity) AS quantity FROM order_items
-                  WHERE order_id = ANY(%s) GROUP BY sku) AS returned
-            WHERE inventory.sku = returned.sku
-            """,
-            [order_ids],
-        )
-
-
-def ship_reserved_stock(*, order_ids: list[int]) -> None:
-    """Reserved units of the given orders leave the warehouse: reserved -> shipped,
-    one UPDATE summed per SKU (rows locked in SKU order, as everywhere)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            SELECT sku FROM inventory
-            WHERE sku IN (SELECT sku FROM order_items WHERE order_id = ANY(%s))
-            ORDER BY sku FOR UPDATE
-            """,
-            [order_ids],
-        )
-        cursor.execute(
-            """
-            UPDATE inventory SET reserved = reserved - moved.quantity, shipped = shipped + moved.quantity
+            f"""
+            UPDATE inventory SET {to} = {to} + moved.quantity, reserved = reserved - moved.quantity
             FROM (SELECT sku, SUM(quantity) AS quantity FROM order_items
                   WHERE order_id = ANY(%s) GROUP BY sku) AS moved
             WHERE inventory.sku = moved.sku
             """,
             [order_ids],
         )
+
+
+def return_reserved_stock(*, order_ids: list[int]) -> None:
+    """Cancelled or refunded before shipping: reserved units go back on sale."""
+    _move_reserved(order_ids=order_ids, to="available")
+
+
+def ship_reserved_stock(*, order_ids: list[int]) -> None:
+    """Reserved units of the given orders leave the warehouse: reserved -> shipped."""
+    _move_reserved(order_ids=order_ids, to="shipped")
