@@ -14,13 +14,6 @@ from tests.factories import ProductFactory, UserFactory, product_with_stock
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def cold_cache():
-    hot_cache.clear()
-    yield
-    hot_cache.clear()
-
-
 def put(client, sku, quantity):
     return client.put(f"/api/cart/items/{sku}", {"quantity": quantity}, format="json")
 

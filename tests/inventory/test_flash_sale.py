@@ -3,7 +3,6 @@ from django.core.management import call_command
 from django.db import connection
 
 from config.authentication import CachedTokenAuthentication
-from config.hotcache import hot_cache
 from inventory import gate
 from inventory.models import FlashSale, Stock
 from inventory.services.flash_sales import gated_skus, seed_flash_sale
@@ -12,13 +11,6 @@ from tests.factories import UserFactory, product_with_stock
 from tests.orders.conftest import checkout, fill_cart, run_in_threads, shopper_client
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def cold_cache():
-    hot_cache.clear()
-    yield
-    hot_cache.clear()
 
 
 def seed(sku="HOT", stock=5, limit=None):
