@@ -31,4 +31,6 @@ RUN python -m compileall -q config shop cart inventory orders outbox \
 USER shop
 EXPOSE 8000
 
-CMD ["sh", "-c", "exec gunicorn config.wsgi --bind \"$WEB_BIND\" --workers \"$WEB_WORKERS\" --threads \"$WEB_THREADS\" --worker-tmp-dir /dev/shm --access-logfile - --graceful-timeout 10"]
+# Workers add their metrics up in PROMETHEUS_MULTIPROC_DIR (config/metrics.py creates it).
+ENV PROMETHEUS_MULTIPROC_DIR=/dev/shm/metrics
+CMD ["gunicorn", "config.wsgi", "--config", "python:config.gunicorn", "--worker-tmp-dir", "/dev/shm"]

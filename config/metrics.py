@@ -10,7 +10,11 @@ live from PostgreSQL and Redis at scrape time.
 
 import os
 
-from prometheus_client import (
+# The directory must exist before the first metric is created (in the image it is a tmpfs path).
+if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
+
+from prometheus_client import (  # noqa: E402
     CONTENT_TYPE_LATEST,
     REGISTRY,
     CollectorRegistry,

@@ -3,7 +3,7 @@ from django.utils.html import format_html_join
 
 from config.admin import ReadOnlyAdmin, ReadOnlyInline
 from config.exceptions import DomainError
-from orders.models import Order, OrderItem, OrderStatus, Payment, Refund
+from orders.models import Notification, Order, OrderItem, OrderStatus, Payment, Refund
 from orders.services import cancel_pending_order, mark_order_shipped, refund_paid_order
 from outbox.models import OutboxEvent
 
@@ -112,3 +112,10 @@ class RefundAdmin(ReadOnlyAdmin):
     list_display = ["id", "order_id", "payment", "amount", "currency", "reason", "status", "created_at"]
     list_filter = ["reason", "status"]
     list_select_related = ["payment"]
+
+
+@admin.register(Notification)
+class NotificationAdmin(ReadOnlyAdmin):
+    list_display = ["order_id", "kind", "to", "subject", "sent_at"]
+    list_filter = ["kind"]
+    search_fields = ["=order__id", "to"]

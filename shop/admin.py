@@ -1,6 +1,7 @@
 from django.contrib import admin
 
-from shop.models import Product
+from config.admin import ReadOnlyAdmin
+from shop.models import LoyaltyEntry, Product
 
 
 @admin.register(Product)
@@ -18,3 +19,11 @@ class ProductAdmin(admin.ModelAdmin):
     def get_fields(self, request, obj=None):
         fields = ["sku", "name", "price", "is_active"]
         return [*fields, "created_at", "updated_at"] if obj else fields
+
+
+@admin.register(LoyaltyEntry)
+class LoyaltyEntryAdmin(ReadOnlyAdmin):
+    list_display = ["customer", "order_id", "points", "reason", "created_at"]
+    list_filter = ["reason"]
+    search_fields = ["customer__username", "=order_id"]
+    list_select_related = ["customer"]

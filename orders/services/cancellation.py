@@ -1,3 +1,4 @@
+import logging
 from datetime import datetime
 from functools import partial
 
@@ -7,13 +8,17 @@ from django.utils import timezone
 
 from config.metrics import ORDERS_EXPIRED
 from config.requestid import current_request_id
+from inventory import gate
 from inventory.models import Shipment
 from inventory.services import return_reserved_stock, ship_reserved_stock
+from inventory.services.flash_sales import gated_skus
 from orders.exceptions import OrderNotCancellable, OrderNotFound, OrderNotRefundable, OrderNotShippable
-from orders.models import Order, OrderStatus, Payment, Refund
+from orders.models import Order, OrderItem, OrderStatus, Payment, Refund
 from orders.services.payments import request_refund
 from outbox.models import OutboxEvent
 from outbox.services import record_event
+
+logger = logging.getLogger(__name__)
 
 
 def cancel_orders(*, order_ids: list[int], reason: str, now: datetime | None = None) -> list[int]:
@@ -49,7 +54,33 @@ def cancel_orders(*, order_ids: list[int], reason: str, now: datetime | None = N
         ids = [row[0] for row in cursor.fetchall()]
     if ids:
         return_reserved_stock(order_ids=ids)
+        _reopen_gate_units(order_ids=ids)
     return ids
+
+
+def _reopen_gate_units(*, order_ids: list[int]) -> None:
+    """Units of a flash-sale SKU back on sale in the database go back through
+    the gate too (and the shopper may buy again), once the cancel commits."""
+    limits = gated_skus()
+    if not limits:
+        return
+    by_customer: dict[int, dict[str, int]] = {}
+    rows = OrderItem.objects.filter(order_id__in=order_ids, product_id__in=list(limits)).values_list(
+        "order__customer_id", "product_id", "quantity"
+    )
+    for customer_id, sku, quantity in rows:
+        lines = by_customer.setdefault(customer_id, {})
+        lines[sku] = lines.get(sku, 0) + quantity
+    if by_customer:
+        transaction.on_commit(lambda: _release_all(by_customer))
+
+
+def _release_all(by_customer: dict[int, dict[str, int]]) -> None:
+    for customer_id, lines in by_customer.items():
+        try:
+            gate.release(customer_id=customer_id, lines=lines)
+        except Exception:  # the gate then undersells until flash_sale_sync; it never oversells
+            logger.exception("could not reopen gate units %s of customer %s", lines, customer_id)
 
 
 def expire_unpaid_orders(*, batch_size: int | None = None, now: datetime | None = None) -> int:
@@ -102,6 +133,7 @@ def refund_paid_order(*, order_id: int, user=None) -> Refund:
     order = Order.objects.get(id=order_id)
     payment = order.payments.filter(outcome=Payment.Outcome.APPLIED).get()
     return_reserved_stock(order_ids=[order.id])
+    _reopen_gate_units(order_ids=[order.id])
     return request_refund(payment=payment, order=order, reason=Refund.Reason.STAFF, user=user)
 
 

@@ -1,7 +1,8 @@
 """Staff groups: what each kind of staff user may see and do in the admin."""
 
-from django.contrib.auth.management import create_permissions
 from django.db import migrations
+
+from shop.migrations import _groups
 
 GROUPS = {
     "Stock managers": {
@@ -24,24 +25,6 @@ GROUPS = {
 }
 
 
-def create_groups(apps, schema_editor):
-    # Permissions are normally created after all migrations ran; make sure they exist now.
-    for app_config in apps.get_app_configs():
-        app_config.models_module = True
-        create_permissions(app_config, verbosity=0)
-        app_config.models_module = None
-    Group = apps.get_model("auth", "Group")
-    Permission = apps.get_model("auth", "Permission")
-    for name, grants in GROUPS.items():
-        group, _ = Group.objects.get_or_create(name=name)
-        for label, actions in grants.items():
-            app_label, model = label.split(".")
-            for action in actions:
-                group.permissions.add(
-                    Permission.objects.get(content_type__app_label=app_label, codename=f"{action}_{model}")
-                )
-
-
 def delete_groups(apps, schema_editor):
     apps.get_model("auth", "Group").objects.filter(name__in=GROUPS).delete()
 
@@ -56,4 +39,4 @@ class Migration(migrations.Migration):
         ("contenttypes", "0002_remove_content_type_name"),
     ]
 
-    operations = [migrations.RunPython(create_groups, delete_groups)]
+    operations = [migrations.RunPython(_groups.granter(GROUPS), delete_groups)]

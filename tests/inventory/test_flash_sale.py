@@ -209,3 +209,17 @@ def test_per_customer_limit_under_concurrency(redis, monkeypatch):
     assert counter() == 99
     assert Stock.objects.get(product_id="HOT").reserved == 1
     connection.close()
+
+
+def test_cancelled_order_gives_its_units_back_to_the_gate(redis, django_capture_on_commit_callbacks):
+    seed(stock=5, limit=1)
+    shopper = shopper_client()
+    fill_cart(redis, shopper.user.id, {"HOT": 1})
+    with django_capture_on_commit_callbacks(execute=True):
+        order_id = checkout(shopper, key="first").json()["id"]
+    assert counter() == 4
+    with django_capture_on_commit_callbacks(execute=True):
+        assert shopper.post(f"/api/orders/{order_id}/cancel").status_code == 200
+    assert counter() == 5 and Stock.objects.get(product_id="HOT").available == 5
+    fill_cart(redis, shopper.user.id, {"HOT": 1})
+    assert checkout(shopper, key="second").status_code == 201  # the limit counts live orders only
