@@ -9,9 +9,10 @@ For two scenarios, every order a one-line cart (quantity 1):
 it measures orders/s and p50/p99 latency of `place_order(customer_id=..., idempotency_key=...)` with
 --threads threads (each its own Django connection), and in the same run, with the same thread count
 (one psycopg connection per thread, autocommit off), the ceiling: the very SQL statements Django
-emits for such a checkout (captured from one place_order at start-up) run through plain psycopg:
-SELECT prices; INSERT the order ON CONFLICT DO NOTHING RETURNING id; the conditional UPDATE of
-inventory; INSERT order_items; INSERT outbox_events; COMMIT. Then the ratio Django/psycopg.
+emits for such a checkout (captured from one place_order at start-up) run through plain psycopg,
+in Django's order: SELECT prices (sku = ANY(list)); INSERT the order ON CONFLICT DO NOTHING
+RETURNING id; INSERT order_items (one INSERT ... SELECT FROM unnest); INSERT outbox_events
+RETURNING id; the conditional UPDATE of inventory; COMMIT. Then the ratio Django/psycopg.
 It also counts the SQL statements of a checkout of a k-line cart (k = 1, 3, 5), goal k + 6.
 
 Goals: ratio >= 0.7 on (a), >= 0.5 on (b).
@@ -239,10 +240,16 @@ class Statement:
     sql: str
     params: list
     kind: str = ""  # select_prices, insert_order, update_stock, insert_items, insert_event
-    columns: list[str] = field(default_factory=list)  # for the INSERTs
+    columns: list[str] = field(default_factory=list)  # for the INSERTs: the column of each parameter
 
 
 _INSERT = re.compile(r'^\s*INSERT INTO "?(\w+)"?\s*\(([^)]*)\)', re.IGNORECASE | re.DOTALL)
+_VALUES = re.compile(r"^\s*VALUES\s*\(([^)]*)\)", re.IGNORECASE)
+
+
+def _names_table(sql: str, keyword: str, table: str) -> bool:
+    """`keyword table` in sql, the table name quoted (ORM) or not (raw SQL)."""
+    return re.search(rf'\b{keyword}\s+"?{re.escape(table)}"?(\s|$)', sql, re.IGNORECASE) is not None
 
 
 def _classify(statement: Statement, tables: dict[str, str]) -> None:
@@ -251,12 +258,18 @@ def _classify(statement: Statement, tables: dict[str, str]) -> None:
     match = _INSERT.match(sql)
     if match:
         table = match.group(1)
-        statement.columns = [c.strip().strip('"') for c in match.group(2).split(",")]
+        columns = [c.strip().strip('"') for c in match.group(2).split(",")]
+        # VALUES (...) may hold literals (outbox: attempts 0, last_error ''): keep the columns of
+        # the placeholders only. INSERT ... SELECT %s, * FROM unnest(%s, ...): one per column.
+        values = _VALUES.match(sql[match.end() :])
+        if values:
+            columns = [c for c, v in zip(columns, values.group(1).split(","), strict=True) if "%s" in v]
+        statement.columns = columns
         statement.kind = {tables["orders"]: "insert_order", tables["items"]: "insert_items",
                           tables["outbox"]: "insert_event"}.get(table, f"insert {table}")  # fmt: skip
-    elif head == "SELECT" and f'"{tables["products"]}"' in sql:
+    elif head == "SELECT" and _names_table(sql, "FROM", tables["products"]):
         statement.kind = "select_prices"
-    elif head == "UPDATE" and f'"{tables["stock"]}"' in sql:
+    elif head == "UPDATE" and _names_table(sql, "UPDATE", tables["stock"]):
         statement.kind = "update_stock"
     else:
         statement.kind = f"other: {sql[:60]}"
@@ -310,6 +323,8 @@ class CheckoutSQL:
 
     def __init__(self, statements: list[Statement], *, sku: str, quantity: int, customer_id: int, key: str):
         kinds = [s.kind for s in statements]
+        # The psycopg side replays them in Django's order (the stock UPDATE now comes last); only
+        # what needs an earlier result is checked: prices before the order, its id before the rest.
         known = [k for k in kinds if k in self.EXPECTED]
         if (
             sorted(known) != sorted(self.EXPECTED)
@@ -327,7 +342,7 @@ class CheckoutSQL:
         self.statements = statements
         self.by_kind = {s.kind: s for s in statements}
         select, update = self.by_kind["select_prices"], self.by_kind["update_stock"]
-        if select.params != [sku]:
+        if select.params != [[sku]]:
             raise RuntimeError(f"unexpected SELECT parameters {select.params!r}")
         # Which UPDATE parameters are the SKU and which the quantity (quantity != 1 in the capture).
         self.update_slots = ["sku" if p == sku else "q" if p == quantity else None for p in update.params]
@@ -353,7 +368,6 @@ class CheckoutSQL:
             theirs = self.by_kind[kind]
             if kind in ("insert_order", "insert_items", "insert_event"):
                 for column, a, b in zip(theirs.columns, params, theirs.params, strict=True):
-                    a, b = getattr(a, "obj", a), getattr(b, "obj", b)  # Jsonb wrappers
                     if (kind, column) in volatile:
                         a, b = type(a), type(b)
                     if a != b:
@@ -381,7 +395,7 @@ class CheckoutSQL:
             "paid_at": None, "cancelled_at": None,
         }  # fmt: skip
         out = {
-            "select_prices": [sku for sku, *_ in lines],
+            "select_prices": [[sku for sku, *_ in lines]],
             "insert_order": [order_values[c] for c in self.by_kind["insert_order"].columns],
             "update_stock": [lines[0][0] if slot == "sku" else lines[0][2] for slot in self.update_slots],
         }
@@ -399,13 +413,15 @@ class CheckoutSQL:
         return [new.get(p, p) if isinstance(p, (str, int)) and not isinstance(p, bool) else p for p in statement.params]
 
     def build_rest(self, context: dict, order_id: int, event_id: uuid.UUID | None = None) -> dict[str, list]:
-        """Parameters of the order_items and outbox_events INSERTs."""
+        """Parameters of the order_items INSERT (one array per column, unnest) and of the
+        outbox_events INSERT (the payload as JSON text, cast to jsonb in the SQL)."""
+        from django.core.serializers.json import DjangoJSONEncoder
         from django.utils import timezone
-        from psycopg.types.json import Jsonb
 
         lines = context["lines"]
-        item_values = {"order_id": order_id, "sku": lines[0][0], "name": lines[0][1], "quantity": lines[0][2],
-                       "unit_price": lines[0][3]}  # fmt: skip
+        skus, names, quantities, prices = (list(column) for column in zip(*lines, strict=True))
+        item_values = {"order_id": order_id, "sku": skus, "name": names, "quantity": quantities,
+                       "unit_price": prices}  # fmt: skip
         payload = {
             "order_id": order_id, "customer_id": context["customer_id"],
             "items": [{"sku": sku, "name": name, "quantity": q, "unit_price": price} for sku, name, q, price in lines],
@@ -414,8 +430,8 @@ class CheckoutSQL:
         }  # fmt: skip
         event_values = {
             "event_id": event_id or uuid.uuid4(), "aggregate_type": "order", "aggregate_id": str(order_id),
-            "event_type": "OrderCreated", "payload": Jsonb(payload), "created_at": timezone.now(),
-            "published_at": None, "attempts": 0, "last_error": "",
+            "event_type": "OrderCreated", "payload": json.dumps(payload, cls=DjangoJSONEncoder),
+            "created_at": timezone.now(), "request_id": "",  # no request: current_request_id() is ""
         }  # fmt: skip
         return {
             "insert_items": [item_values[c] for c in self.by_kind["insert_items"].columns],
@@ -555,7 +571,7 @@ def make_psycopg_worker(checkout: CheckoutSQL):
                 if cur.description is not None:
                     cur.fetchall()
             elif kind == "select_prices":
-                cur.execute(sql[kind], [job.sku])
+                cur.execute(sql[kind], [[job.sku]])
                 priced = {row[0]: row for row in cur.fetchall()}  # (sku, name, price, is_active)
                 _, name, price, active = priced[job.sku]
                 if not active:
@@ -573,14 +589,15 @@ def make_psycopg_worker(checkout: CheckoutSQL):
                 cur.execute(sql[kind], params[kind])
                 if cur.rowcount != 1:
                     raise RuntimeError(f"out of stock: {job.sku}")
-            else:  # insert_items, insert_event: RETURNING id
+            else:  # insert_items; insert_event, RETURNING id
                 cur.execute(sql[kind], rest[kind])
-                cur.fetchall()
+                if cur.description is not None:
+                    cur.fetchall()
         conn.commit()
 
     def worker(warm, jobs, gate, latencies, errors, ends, slot) -> None:
         with psycopg.connect(**conninfo, autocommit=False) as conn:
-            cur = conn.cursor()
+            cur = psycopg.ClientCursor(conn)  # as Django: parameters bound client-side
             for job in warm:
                 try:
                     one_order(conn, cur, job)
