@@ -304,3 +304,20 @@ def test_cart_line_cap_holds_under_150_concurrent_adds(redis):
     assert sorted(set(statuses)) == [200, 409]
     assert statuses.count(200) == 100
     assert statuses.count(409) == 50
+
+
+def test_token_seen_by_one_process_costs_another_no_sql(auth_client, django_assert_num_queries):
+    product = product_with_stock()
+    put(auth_client, product.sku, 1)  # this "process" loaded the token into Redis
+    hot_cache.tokens.clear()  # another worker: its own memory is cold, Redis is shared
+    with django_assert_num_queries(0):
+        assert put(auth_client, product.sku, 2).status_code == 200
+
+
+def test_token_in_redis_is_dropped_with_its_generation(auth_client, django_capture_on_commit_callbacks):
+    product = product_with_stock()
+    put(auth_client, product.sku, 1)
+    with django_capture_on_commit_callbacks(execute=True):
+        Token.objects.get(user=auth_client.user).delete()
+    hot_cache.tokens.clear()
+    assert put(auth_client, product.sku, 2).status_code == 401
