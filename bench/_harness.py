@@ -635,3 +635,43 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> Non
         print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))))
         if n == 0:
             print("  ".join("-" * w for w in widths))
+
+
+def ensure_user_ids(count: int, *, prefix: str) -> list[int]:
+    """Users prefix00001... with unusable passwords (they never log in), created in bulk; their ids."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.hashers import make_password
+    from django.db import transaction
+
+    user_model = get_user_model()
+    names = [f"{prefix}{i:05d}" for i in range(1, count + 1)]
+    with transaction.atomic():
+        existing = set(user_model.objects.filter(username__in=names).values_list("username", flat=True))
+        missing = [name for name in names if name not in existing]
+        if missing:
+            password = make_password(None)
+            user_model.objects.bulk_create(
+                [user_model(username=name, password=password, is_active=True) for name in missing],
+                batch_size=2000,
+                ignore_conflicts=True,
+            )
+        ids = dict(user_model.objects.filter(username__in=names).values_list("username", "id"))
+    return [ids[name] for name in names]
+
+
+def fill_carts(carts: list[tuple[int, dict[str, int]]]) -> None:
+    """Exactly these carts in Redis (cart:{customer_id}), as the cart API would leave them."""
+    from django.conf import settings
+    from django_redis import get_redis_connection
+
+    from cart.storage import cart_key
+
+    redis = get_redis_connection("default")
+    for start in range(0, len(carts), 2000):
+        pipe = redis.pipeline(transaction=False)
+        for customer_id, lines in carts[start : start + 2000]:
+            key = cart_key(customer_id)
+            pipe.delete(key)
+            pipe.hset(key, mapping=lines)
+            pipe.expire(key, settings.CART_TTL_SECONDS)
+        pipe.execute()

@@ -669,41 +669,10 @@ def part1(args, topic: str, original_topic: str, lock: BenchLock) -> dict:
 
 def ensure_shoppers(count: int) -> list[int]:
     """Shoppers BENCH-RL-00001... (unusable passwords: they never log in), their ids in order."""
-    from django.contrib.auth import get_user_model
-    from django.contrib.auth.hashers import make_password
-    from django.db import transaction
-
-    user_model = get_user_model()
-    names = [f"{PREFIX}{i:05d}" for i in range(1, count + 1)]
-    with transaction.atomic():
-        existing = set(user_model.objects.filter(username__in=names).values_list("username", flat=True))
-        missing = [name for name in names if name not in existing]
-        if missing:
-            password = make_password(None)
-            user_model.objects.bulk_create(
-                [user_model(username=name, password=password, is_active=True) for name in missing],
-                batch_size=2000,
-                ignore_conflicts=True,
-            )
-        ids = dict(user_model.objects.filter(username__in=names).values_list("username", "id"))
-    return [ids[name] for name in names]
+    return _harness.ensure_user_ids(count, prefix=PREFIX)
 
 
-def fill_carts(carts: list[tuple[int, dict[str, int]]]) -> None:
-    from django.conf import settings
-    from django_redis import get_redis_connection
-
-    from cart.storage import cart_key
-
-    redis = get_redis_connection("default")
-    for start in range(0, len(carts), 2000):
-        pipe = redis.pipeline(transaction=False)
-        for customer_id, lines in carts[start : start + 2000]:
-            key = cart_key(customer_id)
-            pipe.delete(key)
-            pipe.hset(key, mapping=lines)
-            pipe.expire(key, settings.CART_TTL_SECONDS)
-        pipe.execute()
+fill_carts = _harness.fill_carts
 
 
 def outbox_write_rate(seconds: float = 1.0) -> float:
