@@ -47,8 +47,15 @@ return {0, redis.call('HGETALL', KEYS[1])}
 """
 
 # KEYS: cart, generation. ARGV: generation.
+# KEYS: cart, generation, rate-limit window. ARGV: generation, rate limit (0: none), window in ms.
+# Checkout reads the cart with its rate limit counted in the same call.
 _READ = """
 if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[1] then return {-1, {}} end
+if tonumber(ARGV[2]) > 0 then
+  local count = redis.call('INCR', KEYS[3])
+  if count == 1 then redis.call('PEXPIRE', KEYS[3], ARGV[3]) end
+  if count > tonumber(ARGV[2]) then return {-3, redis.call('PTTL', KEYS[3])} end
+end
 return {0, redis.call('HGETALL', KEYS[1])}
 """
 
@@ -80,28 +87,27 @@ def _run(script: str, keys: list, args: list) -> dict[str, int]:
     return _as_lines(flat)
 
 
+def _rate(scope: str | None, customer_id: int) -> tuple[str, int, int]:
+    """(window key, limit, window ms) of a shopper's rate limit; limit 0 when none applies."""
+    rate = settings.RATE_LIMITS.get(scope) if scope else None
+    limit, period = parse_rate(rate) if rate else (0, 1)
+    return f"rate:{scope}:user:{customer_id}", limit, period * 1000
+
+
 def write_line(*, customer_id: int, sku: str, quantity: int, generation: str) -> dict[str, int]:
     """Set (or with 0, remove) one line; refresh the TTL; return the whole cart."""
-    rate = settings.RATE_LIMITS.get("cart_write")
-    limit, period = parse_rate(rate) if rate else (0, 1)
+    rate_key, limit, window = _rate("cart_write", customer_id)
     return _run(
         _WRITE,
-        [cart_key(customer_id), GENERATION_KEY, f"rate:cart_write:user:{customer_id}"],
-        [generation, sku, quantity, settings.CART_TTL_SECONDS, settings.CART_MAX_LINES, limit, period * 1000],
+        [cart_key(customer_id), GENERATION_KEY, rate_key],
+        [generation, sku, quantity, settings.CART_TTL_SECONDS, settings.CART_MAX_LINES, limit, window],
     )
 
 
-def read_lines(*, customer_id: int, generation: str) -> dict[str, int]:
-    return _run(_READ, [cart_key(customer_id), GENERATION_KEY], [generation])
-
-
-def read_lines_unchecked(*, customer_id: int) -> dict[str, int]:
-    """The cart as it is, for checkout (which prices from the database anyway)."""
-    try:
-        return {sku.decode(): int(q) for sku, q in _connection().hgetall(cart_key(customer_id)).items()}
-    except RedisError as exc:
-        logger.warning("cart store unavailable: %r", exc)
-        raise CartUnavailable() from exc
+def read_lines(*, customer_id: int, generation: str, rate_scope: str | None = None) -> dict[str, int]:
+    """The cart; with `rate_scope`, the shopper's rate limit for it is counted in the same call."""
+    rate_key, limit, window = _rate(rate_scope, customer_id)
+    return _run(_READ, [cart_key(customer_id), GENERATION_KEY, rate_key], [generation, limit, window])
 
 
 def delete_cart(*, customer_id: int) -> None:

@@ -7,7 +7,6 @@ from django.conf import settings
 from redis.exceptions import RedisError
 from rest_framework.throttling import BaseThrottle
 
-from config.metrics import CHECKOUT_REFUSALS
 from config.redis_scripts import run_script
 
 # KEYS: counter. ARGV: window in ms. Returns {count in this window, ms left}.
@@ -51,17 +50,6 @@ class RedisRateThrottle(BaseThrottle):
 
     def wait(self) -> float:
         return math.ceil(getattr(self, "_wait", 1) or 1)
-
-
-class CheckoutThrottle(RedisRateThrottle):
-    scope = "checkout"
-    methods = frozenset({"POST"})
-
-    def allow_request(self, request, view) -> bool:
-        allowed = super().allow_request(request, view)
-        if not allowed:
-            CHECKOUT_REFUSALS.labels("rate_limited").inc()
-        return allowed
 
 
 class AuthThrottle(RedisRateThrottle):

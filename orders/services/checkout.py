@@ -11,6 +11,7 @@ from django.utils import timezone
 from cart.services import clear_cart
 from cart.storage import read_lines
 from config.db import insert_unless_exists
+from config.exceptions import RateLimited
 from config.hotcache import hot_cache
 from config.metrics import CHECKOUT_REFUSALS, IDEMPOTENT_REPLAYS, ORDERS_CREATED
 from inventory import gate
@@ -89,14 +90,24 @@ def _replay(order: Order, request_hash: str | None) -> PlacedOrder:
     return PlacedOrder(order=order, replayed=True)
 
 
-def place_order(*, customer_id: int, idempotency_key: str) -> PlacedOrder:
+def place_order(*, customer_id: int, idempotency_key: str, rate_limited: bool = False) -> PlacedOrder:
     """Turn the shopper's cart into a PENDING_PAYMENT order, reserving its stock.
 
     The same key returns the same order (replayed=True) whatever happens in
     between; a failed attempt leaves nothing behind, so the key can be retried.
     Flash-sale SKUs pass the Redis gate first: a refusal costs no SQL at all.
+    With `rate_limited`, the shopper's checkout rate limit is counted by the
+    same Redis call that reads the cart (RateLimited -> 429).
     """
-    lines = read_lines(customer_id=customer_id, generation=hot_cache.ensure_generation())
+    try:
+        lines = read_lines(
+            customer_id=customer_id,
+            generation=hot_cache.ensure_generation(),
+            rate_scope="checkout" if rate_limited else None,
+        )
+    except RateLimited:
+        CHECKOUT_REFUSALS.labels("rate_limited").inc()
+        raise
     if not lines:
         # The key identifies the checkout: after the cart was cleared, a retry
         # still gets its order back.

@@ -223,3 +223,16 @@ def test_cancelled_order_gives_its_units_back_to_the_gate(redis, django_capture_
     assert counter() == 5 and Stock.objects.get(product_id="HOT").available == 5
     fill_cart(redis, shopper.user.id, {"HOT": 1})
     assert checkout(shopper, key="second").status_code == 201  # the limit counts live orders only
+
+
+def test_refused_checkout_makes_two_redis_calls(redis, monkeypatch):
+    """The cart read counts the rate limit too; the gate is the second and last call."""
+    from tests.cart.test_apis import redis_commands
+
+    seed(stock=0)
+    shopper = shopper_client()
+    fill_cart(redis, shopper.user.id, {"HOT": 1})
+    checkout(shopper, key="warm")
+    sent = redis_commands(redis, monkeypatch)
+    assert checkout(shopper, key="refused").status_code == 409
+    assert sent == ["EVALSHA", "EVALSHA"]
