@@ -228,8 +228,8 @@ class Shopper:
 def ensure_shoppers(count: int, *, prefix: str = "bench-") -> list[Shopper]:
     """`count` shoppers named {prefix}00001... with API tokens, created in bulk when missing.
 
-    One password hash for all of them (make_password once), users and tokens by bulk_create:
-    no signals fire, which is right, since new users and tokens are in no hot cache."""
+    One password hash for all of them (make_password once), users and tokens by bulk_create;
+    the tokens are then written through to Redis, as the token API does when it issues one."""
     from django.contrib.auth import get_user_model
     from django.contrib.auth.hashers import make_password
     from django.db import transaction
@@ -257,6 +257,10 @@ def ensure_shoppers(count: int, *, prefix: str = "bench-") -> list[Shopper]:
                 ignore_conflicts=True,
             )
             tokens = dict(Token.objects.filter(user_id__in=users.values()).values_list("user_id", "key"))
+        # bulk_create sends no signals: write the tokens through to Redis as issuing them would.
+        from config.authentication import remember_tokens
+
+        remember_tokens(Token.objects.filter(user_id__in=users.values()).select_related("user"))
         inactive = user_model.objects.filter(username__in=names, is_active=False)
         if inactive.exists():
             for user in inactive:  # save(): signals bump the hot-cache generation

@@ -1,5 +1,6 @@
 import json
 import time
+from collections.abc import Iterable
 
 from django.contrib.auth import get_user_model
 from django_redis import get_redis_connection
@@ -14,33 +15,57 @@ from config.hotcache import hot_cache
 TOKEN_CACHE_SECONDS = 60
 
 
-class CachedTokenAuthentication(TokenAuthentication):
-    """DRF token authentication without SQL once any process has seen the token.
+REDIS_TOKEN_SECONDS = 24 * 3600
 
-    Process memory first, then Redis (shared by every worker), then the
-    database. Both caches belong to the hot-cache generation: a deleted token
-    or a changed user bumps it (shop/signals.py), the Redis entries of the old
-    generation are never read again, and views built on HotCacheApiView check
-    the generation in their own Redis call. In a flash sale this keeps the
-    first request of each shopper on each worker away from PostgreSQL too.
+
+def _redis_key(key: str) -> str:
+    return f"auth:token:{key}"
+
+
+def remember_tokens(tokens: Iterable[Token]) -> None:
+    """Write-through: a token is in Redis from the moment it is issued (tokens
+    made with bulk_create, which sends no signals, are passed here by hand)."""
+    with get_redis_connection("default").pipeline(transaction=False) as pipe:
+        for token in tokens:
+            user = token.user
+            fields = {"id": user.id, "username": user.username, "email": user.email,
+                      "is_active": user.is_active, "is_staff": user.is_staff}  # fmt: skip
+            pipe.set(_redis_key(token.key), json.dumps(fields), ex=REDIS_TOKEN_SECONDS)
+        pipe.execute()
+
+
+def remember_token(token: Token) -> None:
+    remember_tokens([token])
+
+
+def forget_tokens(keys: list[str]) -> None:
+    if keys:
+        get_redis_connection("default").delete(*[_redis_key(key) for key in keys])
+
+
+class CachedTokenAuthentication(TokenAuthentication):
+    """DRF token authentication without SQL once the token was issued or seen.
+
+    Process memory first, then Redis (shared by every worker, written when a
+    token is issued), then the database. A deleted token or a changed user is
+    removed from Redis and bumps the cache generation (shop/signals.py), which
+    views built on HotCacheApiView check in their own Redis call, so every
+    process drops its copy. In a flash sale, refused shoppers never reach
+    PostgreSQL, not even on their first request to a worker.
     """
 
     def authenticate_credentials(self, key):
         cached = hot_cache.tokens.get(key)
         if cached is not None and cached[1] > time.monotonic():
             return cached[0]
-        generation = hot_cache.ensure_generation()
-        user_and_token = self._from_redis(generation, key) or self._from_database(generation, key)
+        hot_cache.ensure_generation()
+        user_and_token = self._from_redis(key) or self._from_database(key)
         hot_cache.remember(hot_cache.tokens, key, (user_and_token, time.monotonic() + TOKEN_CACHE_SECONDS))
         return user_and_token
 
-    @staticmethod
-    def _redis_key(generation: str, key: str) -> str:
-        return f"auth:{generation}:{key}"
-
-    def _from_redis(self, generation: str, key: str):
+    def _from_redis(self, key: str):
         try:
-            raw = get_redis_connection("default").get(self._redis_key(generation, key))
+            raw = get_redis_connection("default").get(_redis_key(key))
         except RedisError:
             return None
         if raw is None:
@@ -50,14 +75,10 @@ class CachedTokenAuthentication(TokenAuthentication):
         user._state.adding = False
         return user, Token(key=key, user=user)
 
-    def _from_database(self, generation: str, key: str):
+    def _from_database(self, key: str):
         user, token = super().authenticate_credentials(key)  # raises AuthenticationFailed
-        fields = {"id": user.id, "username": user.username, "email": user.email, "is_active": user.is_active,
-                  "is_staff": user.is_staff}  # fmt: skip
         try:
-            get_redis_connection("default").set(
-                self._redis_key(generation, key), json.dumps(fields), ex=TOKEN_CACHE_SECONDS
-            )
+            remember_token(token)
         except RedisError:
             pass  # the cache is an optimisation; the database answered
         return user, token

@@ -314,10 +314,22 @@ def test_token_seen_by_one_process_costs_another_no_sql(auth_client, django_asse
         assert put(auth_client, product.sku, 2).status_code == 200
 
 
-def test_token_in_redis_is_dropped_with_its_generation(auth_client, django_capture_on_commit_callbacks):
+def test_deleted_token_is_dropped_from_redis_too(auth_client, django_capture_on_commit_callbacks):
     product = product_with_stock()
     put(auth_client, product.sku, 1)
     with django_capture_on_commit_callbacks(execute=True):
         Token.objects.get(user=auth_client.user).delete()
     hot_cache.tokens.clear()
     assert put(auth_client, product.sku, 2).status_code == 401
+
+
+@pytest.mark.django_db(transaction=True)
+def test_issued_token_is_written_through_to_redis(redis, django_assert_num_queries):
+    client = APIClient()
+    token = client.post(
+        "/api/auth/register", {"username": "fresh", "password": "analytical-engine-1843"}, format="json"
+    ).json()["token"]
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    hot_cache.tokens.clear()  # a worker that never saw this shopper
+    with django_assert_num_queries(0):
+        assert client.get("/api/cart").status_code == 200
