@@ -52,6 +52,20 @@ def cart_json(cart) -> dict:
     }
 
 
+_QUANTITY = StrictIntegerField(min_value=0, max_value=settings.CART_MAX_QUANTITY)
+
+
+def validated_quantity(data) -> int:
+    """What CartItemApi.InputSerializer declares, checked with its one field directly:
+    a serializer instance deep-copies its fields on every request (bench/cart.py)."""
+    if not isinstance(data, dict) or "quantity" not in data:
+        raise serializers.ValidationError({"quantity": ["This field is required."]})
+    try:
+        return _QUANTITY.run_validation(data["quantity"])
+    except serializers.ValidationError as error:
+        raise serializers.ValidationError({"quantity": error.detail}) from None
+
+
 class CartApi(HotCacheApiView):
     authentication_classes = [CachedTokenAuthentication]
 
@@ -64,7 +78,7 @@ class CartItemApi(HotCacheApiView):
     authentication_classes = [CachedTokenAuthentication]
     throttle_classes = []  # the write script itself counts the shopper's rate limit (cart/storage.py)
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(serializers.Serializer):  # the documented body; see validated_quantity
         quantity = StrictIntegerField(min_value=0, max_value=settings.CART_MAX_QUANTITY)
 
     @extend_schema(
@@ -73,9 +87,8 @@ class CartItemApi(HotCacheApiView):
         description="Set the absolute quantity of one line (idempotent); 0 removes it.",
     )
     def put(self, request, sku: str):
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        cart = set_cart_item(customer_id=request.user.id, sku=sku, quantity=data.validated_data["quantity"])
+        quantity = validated_quantity(request.data)
+        cart = set_cart_item(customer_id=request.user.id, sku=sku, quantity=quantity)
         return Response(cart_json(cart))
 
     @extend_schema(responses={204: None, **ERRORS(401, 503)})

@@ -13,6 +13,8 @@ import threading
 from dataclasses import dataclass
 
 from django_redis import get_redis_connection
+from rest_framework.parsers import JSONParser
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -79,7 +81,13 @@ def bump_generation() -> None:
 
 class HotCacheApiView(APIView):
     """An APIView whose handlers may raise StaleCache: the caches are dropped and
-    the request is authenticated and handled once more from the database."""
+    the request is authenticated and handled once more from the database.
+
+    These are the hot paths (cart, checkout): JSON in and out only, which spares
+    DRF's content negotiation against the browsable API on every request."""
+
+    renderer_classes = [JSONRenderer]
+    parser_classes = [JSONParser]
 
     def handle_exception(self, exc):
         if not isinstance(exc, StaleCache) or getattr(self.request, "_hot_cache_retried", False):
