@@ -231,22 +231,13 @@ def ensure_shoppers(count: int, *, prefix: str = "bench-") -> list[Shopper]:
     One password hash for all of them (make_password once), users and tokens by bulk_create;
     the tokens are then written through to Redis, as the token API does when it issues one."""
     from django.contrib.auth import get_user_model
-    from django.contrib.auth.hashers import make_password
     from django.db import transaction
     from rest_framework.authtoken.models import Token
 
     user_model = get_user_model()
     names = [f"{prefix}{i:05d}" for i in range(1, count + 1)]
+    ensure_user_ids(count, prefix=prefix, password=BENCH_PASSWORD)
     with transaction.atomic():
-        existing = set(user_model.objects.filter(username__in=names).values_list("username", flat=True))
-        missing = [name for name in names if name not in existing]
-        if missing:
-            password = make_password(BENCH_PASSWORD)
-            user_model.objects.bulk_create(
-                [user_model(username=name, password=password, is_active=True) for name in missing],
-                batch_size=1000,
-                ignore_conflicts=True,  # a concurrent run created some
-            )
         users = dict(user_model.objects.filter(username__in=names).values_list("username", "id"))
         tokens = dict(Token.objects.filter(user_id__in=users.values()).values_list("user_id", "key"))
         without = [uid for uid in users.values() if uid not in tokens]
@@ -641,8 +632,8 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> Non
             print("  ".join("-" * w for w in widths))
 
 
-def ensure_user_ids(count: int, *, prefix: str) -> list[int]:
-    """Users prefix00001... with unusable passwords (they never log in), created in bulk; their ids."""
+def ensure_user_ids(count: int, *, prefix: str, password: str | None = None) -> list[int]:
+    """Users prefix00001..., created in bulk with one password hash (unusable when None); their ids."""
     from django.contrib.auth import get_user_model
     from django.contrib.auth.hashers import make_password
     from django.db import transaction
@@ -653,11 +644,11 @@ def ensure_user_ids(count: int, *, prefix: str) -> list[int]:
         existing = set(user_model.objects.filter(username__in=names).values_list("username", flat=True))
         missing = [name for name in names if name not in existing]
         if missing:
-            password = make_password(None)
+            hashed = make_password(password)
             user_model.objects.bulk_create(
-                [user_model(username=name, password=password, is_active=True) for name in missing],
+                [user_model(username=name, password=hashed, is_active=True) for name in missing],
                 batch_size=2000,
-                ignore_conflicts=True,
+                ignore_conflicts=True,  # a concurrent run created some
             )
         ids = dict(user_model.objects.filter(username__in=names).values_list("username", "id"))
     return [ids[name] for name in names]

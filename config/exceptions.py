@@ -46,12 +46,6 @@ class RateLimited(DomainError):
         self.headers = {"Retry-After": str(retry_after)}
 
 
-class ServiceUnavailable(DomainError):
-    code = "service_unavailable"
-    status = 503
-    message = "A service the shop depends on is unavailable."
-
-
 _DRF_CODES = {
     drf.NotAuthenticated: "not_authenticated",
     drf.AuthenticationFailed: "authentication_failed",

@@ -110,6 +110,8 @@ def test_audit_page_shows_a_planted_difference_in_red(stock_manager):
     assert response.status_code == 200
     assert "1 SKU(s) do not add up" in body
     assert '<strong style="color:#ba2121">1</strong>' in body
+    selected = stock_manager.post("/admin/inventory/stock/", {"action": "audit_selected", "_selected_action": ["OK"]})
+    assert selected.status_code == 200 and "Every SKU adds up" in selected.content.decode()
 
 
 def test_csv_import_from_the_admin_uses_the_catalog_loader(stock_manager):

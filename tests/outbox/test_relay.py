@@ -106,3 +106,13 @@ def test_purge_deletes_only_old_published_events(kafka_topic):
     OutboxEvent.objects.filter(id=recent.id).update(published_at=timezone.now() - timedelta(days=1))
     assert purge_published_events() == 1
     assert set(OutboxEvent.objects.values_list("id", flat=True)) == {recent.id, unpublished.id}
+
+
+def test_kafka_topics_command_creates_what_is_missing(settings, run_id, capsys):
+    from django.core.management import call_command
+
+    settings.KAFKA_ORDERS_TOPIC = f"test.{run_id}.topics"
+    call_command("kafka_topics")
+    call_command("kafka_topics")
+    out = capsys.readouterr().out
+    assert f"{settings.KAFKA_ORDERS_TOPIC}: created" in out and f"{settings.KAFKA_ORDERS_TOPIC}.dlq: exists" in out
