@@ -1,6 +1,5 @@
 from django.contrib import admin
 from django.contrib.admin.apps import AdminConfig
-from django.db.models import Count, Min
 from django.utils import timezone
 
 
@@ -35,13 +34,11 @@ class ShopAdminSite(admin.AdminSite):
     index_template = "admin/shop_index.html"
 
     def index(self, request, extra_context=None):
-        from outbox.models import OutboxEvent
+        from outbox.services import backlog
 
-        waiting = OutboxEvent.objects.filter(published_at__isnull=True).aggregate(
-            count=Count("id"), oldest=Min("created_at")
-        )
-        age = (timezone.now() - waiting["oldest"]).total_seconds() if waiting["oldest"] else None
-        context = {"outbox_waiting": waiting["count"], "outbox_oldest_age": age, **(extra_context or {})}
+        count, oldest = backlog()
+        age = (timezone.now() - oldest).total_seconds() if oldest else None
+        context = {"outbox_waiting": count, "outbox_oldest_age": age, **(extra_context or {})}
         return super().index(request, extra_context=context)
 
 

@@ -50,32 +50,28 @@ class LiveStateCollector:
     """State read at scrape time: outbox backlog and gate counters."""
 
     def collect(self):
-        from django.db.models import Count, Min
         from django.utils import timezone
 
         from inventory import gate
         from inventory.models import FlashSale
-        from outbox.models import OutboxEvent
+        from outbox.services import backlog
 
-        backlog = GaugeMetricFamily("shop_outbox_backlog", "Outbox events waiting for Kafka")
+        waiting = GaugeMetricFamily("shop_outbox_backlog", "Outbox events waiting for Kafka")
         oldest = GaugeMetricFamily("shop_outbox_oldest_age_seconds", "Age of the oldest waiting outbox event")
         gate_remaining = GaugeMetricFamily(
             "shop_gate_remaining", "Units the flash-sale gate still admits", labels=["sku"]
         )
         try:
-            waiting = OutboxEvent.objects.filter(published_at__isnull=True).aggregate(
-                count=Count("id"), oldest=Min("created_at")
-            )
-            backlog.add_metric([], waiting["count"])
-            age = (timezone.now() - waiting["oldest"]).total_seconds() if waiting["oldest"] else 0
-            oldest.add_metric([], age)
+            count, oldest_at = backlog()
+            waiting.add_metric([], count)
+            oldest.add_metric([], (timezone.now() - oldest_at).total_seconds() if oldest_at else 0)
             skus = list(FlashSale.objects.values_list("product_id", flat=True))
             for sku, counter in gate.counters(skus=skus).items():
                 if counter["remaining"] is not None:
                     gate_remaining.add_metric([sku], counter["remaining"])
         except Exception:  # a scrape must answer even with PostgreSQL or Redis down
             pass
-        yield backlog
+        yield waiting
         yield oldest
         yield gate_remaining
 

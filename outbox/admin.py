@@ -14,7 +14,7 @@ class PublishedFilter(admin.SimpleListFilter):
 
     def queryset(self, request, queryset):
         if self.value() in ("yes", "no"):
-            return queryset.filter(published_at__isnull=self.value() == "no")
+            return queryset.filter(pending__isnull=self.value() == "yes")
         return queryset
 
 
@@ -29,7 +29,7 @@ class OutboxEventAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Retry publishing now", permissions=["view"])
     def retry_now(self, request, queryset):
-        waiting = queryset.filter(published_at__isnull=True).update(last_error="retry requested by staff")
+        waiting = queryset.filter(pending__isnull=False).update(last_error="retry requested by staff")
         publish_outbox_task.delay()
         self.message_user(request, f"{waiting} waiting event(s): the relay was asked to publish now.", messages.INFO)
 

@@ -33,7 +33,7 @@ from django.db import connection, transaction
 
 from config.kafka import client_config
 from config.metrics import RELAY_FAILURES, RELAY_PUBLISHED
-from outbox.models import OutboxEvent
+from outbox.models import OutboxEvent, UnpublishedEvent
 from outbox.topics import ensure_topics
 
 logger = logging.getLogger(__name__)
@@ -70,16 +70,17 @@ class InFlight:
 # re-encoding their JSON in Python was half of the relay's time
 # (bench/relay.py). The envelope is the contract documented in the README.
 _READ_BATCH = f"""
-    SELECT id, convert_to(aggregate_id, 'UTF8'),
+    SELECT e.id, convert_to(e.aggregate_id, 'UTF8'),
            convert_to(json_build_object(
-               'event_id', event_id, 'event_type', event_type, 'occurred_at', created_at,
-               'aggregate_type', aggregate_type, 'aggregate_id', aggregate_id, 'data', payload
+               'event_id', e.event_id, 'event_type', e.event_type, 'occurred_at', e.created_at,
+               'aggregate_type', e.aggregate_type, 'aggregate_id', e.aggregate_id, 'data', e.payload
            )::text, 'UTF8'),
-           event_id::text, event_type, request_id
-    FROM {OutboxEvent._meta.db_table}
-    WHERE published_at IS NULL AND id > %s
-    ORDER BY id
-    LIMIT %s
+           e.event_id::text, e.event_type, e.request_id
+    FROM {UnpublishedEvent._meta.db_table} AS p
+    JOIN {OutboxEvent._meta.db_table} AS e ON e.id = p.id
+    WHERE p.id > %(after)s AND e.id > %(after)s
+    ORDER BY p.id
+    LIMIT %(limit)s
 """
 
 # (id, key, value, event_id, event_type, request_id)
@@ -88,14 +89,19 @@ PendingEvent = tuple[int, bytes, bytes, str, str, str]
 
 def read_pending(limit: int, *, after: int = 0) -> list[PendingEvent]:
     with connection.cursor() as cursor:
-        cursor.execute(_READ_BATCH, [after, limit])
+        cursor.execute(_READ_BATCH, {"after": after, "limit": limit})
         return cursor.fetchall()
 
 
 def mark_published(ids: list[int]) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {OutboxEvent._meta.db_table} SET published_at = statement_timestamp() WHERE id = ANY(%s)", [ids]
+            f"""
+            WITH done AS (DELETE FROM {UnpublishedEvent._meta.db_table} WHERE id = ANY(%s) RETURNING id)
+            UPDATE {OutboxEvent._meta.db_table} AS e SET published_at = statement_timestamp()
+            FROM done WHERE e.id = done.id
+            """,
+            [ids],
         )
 
 

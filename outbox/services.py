@@ -1,14 +1,15 @@
 import json
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
+from django.db.models import Count, Min
 from django.utils import timezone
 
 from config.requestid import current_request_id
-from outbox.models import OutboxEvent
+from outbox.models import OutboxEvent, UnpublishedEvent
 
 
 def record_event(*, aggregate_type: str, aggregate_id: str | int, event_type: str, data: dict) -> OutboxEvent:
@@ -57,4 +58,10 @@ def purge_published_events(*, older_than_days: int | None = None, batch_size: in
         )
         if not ids:
             return total
-        total += OutboxEvent.objects.filter(id__in=ids).delete()[0]
+        total += OutboxEvent.objects.filter(id__in=ids).delete()[1].get(OutboxEvent._meta.label, 0)
+
+
+def backlog() -> tuple[int, datetime | None]:
+    """How many events wait for Kafka, and when the oldest was written."""
+    waiting = UnpublishedEvent.objects.aggregate(count=Count("pk"), oldest=Min("event__created_at"))
+    return waiting["count"], waiting["oldest"]

@@ -4,14 +4,13 @@ from datetime import timedelta
 
 from confluent_kafka import Consumer, TopicPartition
 from django.conf import settings
-from django.db.models import Count, Min
 from django.utils import timezone
 
 from config.kafka import client_config
 from inventory.services.flash_sales import flash_sale_status
 from orders.models import Order, OrderStatus
 from outbox.consumers import HANDLERS
-from outbox.models import OutboxEvent
+from outbox.services import backlog
 
 
 def consumer_positions(*, timeout: float = 5.0) -> dict[str, dict]:
@@ -42,9 +41,7 @@ def consumer_positions(*, timeout: float = 5.0) -> dict[str, dict]:
 def shop_status() -> dict:
     now = timezone.now()
     pending = Order.objects.filter(status=OrderStatus.PENDING_PAYMENT)
-    waiting = OutboxEvent.objects.filter(published_at__isnull=True).aggregate(
-        count=Count("id"), oldest=Min("created_at")
-    )
+    waiting, oldest = backlog()
     try:
         sales = flash_sale_status()
     except Exception:
@@ -52,8 +49,8 @@ def shop_status() -> dict:
     return {
         "pending_orders": pending.count(),
         "expiring_soon": pending.filter(expires_at__lte=now + timedelta(minutes=1)).count(),
-        "outbox_backlog": waiting["count"],
-        "outbox_oldest_age_seconds": (now - waiting["oldest"]).total_seconds() if waiting["oldest"] else None,
+        "outbox_backlog": waiting,
+        "outbox_oldest_age_seconds": (now - oldest).total_seconds() if oldest else None,
         "consumers": consumer_positions(),
         "flash_sales": sales,
     }

@@ -5,8 +5,8 @@ from datetime import datetime
 import pytest
 from django.db import connection, transaction
 
-from outbox.models import OutboxEvent
-from outbox.relay import OutboxRelay
+from outbox.models import OutboxEvent, UnpublishedEvent
+from outbox.relay import OutboxRelay, mark_published
 from outbox.services import purge_published_events, record_event
 from tests.outbox.conftest import read_topic
 
@@ -102,6 +102,8 @@ def test_purge_deletes_only_old_published_events(kafka_topic):
     from django.utils import timezone
 
     old, recent, unpublished = write_events(3)
+    mark_published([old.id, recent.id])
+    assert set(UnpublishedEvent.objects.values_list("event_id", flat=True)) == {unpublished.id}
     OutboxEvent.objects.filter(id=old.id).update(published_at=timezone.now() - timedelta(days=8))
     OutboxEvent.objects.filter(id=recent.id).update(published_at=timezone.now() - timedelta(days=1))
     assert purge_published_events() == 1
@@ -116,3 +118,26 @@ def test_kafka_topics_command_creates_what_is_missing(settings, run_id, capsys):
     call_command("kafka_topics")
     out = capsys.readouterr().out
     assert f"{settings.KAFKA_ORDERS_TOPIC}: created" in out and f"{settings.KAFKA_ORDERS_TOPIC}.dlq: exists" in out
+
+
+def test_every_unpublished_event_is_queued_for_the_relay_whoever_writes_it(kafka_topic):
+    from django.utils import timezone
+
+    from outbox.services import backlog
+
+    [raw] = write_events(1)
+    orm = OutboxEvent.objects.create(aggregate_type="order", aggregate_id="9", event_type="X", payload={})
+    bulk = OutboxEvent.objects.bulk_create(
+        [OutboxEvent(aggregate_type="order", aggregate_id="9", event_type="Y", payload={}) for _ in range(2)]
+    )
+    OutboxEvent.objects.create(aggregate_type="order", aggregate_id="9", event_type="Z", payload={},
+                               published_at=timezone.now())  # fmt: skip
+    queued = {raw.id, orm.id, *(event.id for event in bulk)}
+    assert set(UnpublishedEvent.objects.values_list("event_id", flat=True)) == queued
+    assert backlog()[0] == 4
+    with connection.cursor() as cursor:  # deleting an event in SQL takes it off the queue
+        cursor.execute("DELETE FROM outbox_events WHERE id = %s", [orm.id])
+    assert backlog()[0] == 3
+    assert OutboxRelay().drain() == 3
+    assert backlog() == (0, None)
+    assert OutboxEvent.objects.filter(published_at__isnull=True).count() == 0
