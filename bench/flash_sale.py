@@ -782,7 +782,7 @@ class Profiler:
             and any(f.startswith("Redis.execute_command ") for f in frames)
         )
         shares = [
-            ("Redis calls in redis-py (3 round-trips a refusal: throttle, cart, gate)", redis),
+            ("Redis calls in redis-py (1 round-trip a refusal: cart, rate limit and gate in one script)", redis),
             ("DRF content negotiation", inclusive("APIView.perform_content_negotiation ")),
             ("URL resolving", inclusive("BaseHandler.resolve_request ")),
             ("MessageMiddleware (nothing for an API request)", inclusive("MessageMiddleware.")),

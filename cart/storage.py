@@ -46,7 +46,6 @@ if redis.call('EXPIRE', KEYS[1], ARGV[4]) == 0 then return {0, {}} end
 return {0, redis.call('HGETALL', KEYS[1])}
 """
 
-# KEYS: cart, generation. ARGV: generation.
 # KEYS: cart, generation, rate-limit window. ARGV: generation, rate limit (0: none), window in ms.
 # Checkout reads the cart with its rate limit counted in the same call.
 _READ = """
@@ -68,26 +67,35 @@ def _connection():
     return get_redis_connection("default")
 
 
-def _as_lines(flat: list[bytes]) -> dict[str, int]:
+def as_lines(flat: list[bytes]) -> dict[str, int]:
     return {flat[i].decode(): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+
+
+def check_status(status: int, payload) -> None:
+    """Raise for what a cart script refused (its status and payload)."""
+    if status == STALE:
+        raise StaleCache()
+    if status == FULL:
+        raise CartFull(max_lines=settings.CART_MAX_LINES)
+    if status == LIMITED:
+        raise RateLimited(retry_after=max(1, math.ceil(payload / 1000)))
+
+
+def unavailable(exc: RedisError) -> CartUnavailable:
+    logger.warning("cart store unavailable: %r", exc)
+    return CartUnavailable()
 
 
 def _run(script: str, keys: list, args: list) -> dict[str, int]:
     try:
         status, flat = run_script(script, keys=keys, args=args)
     except RedisError as exc:
-        logger.warning("cart store unavailable: %r", exc)
-        raise CartUnavailable() from exc
-    if status == STALE:
-        raise StaleCache()
-    if status == FULL:
-        raise CartFull(max_lines=settings.CART_MAX_LINES)
-    if status == LIMITED:
-        raise RateLimited(retry_after=max(1, math.ceil(flat / 1000)))
-    return _as_lines(flat)
+        raise unavailable(exc) from exc
+    check_status(status, flat)
+    return as_lines(flat)
 
 
-def _rate(scope: str | None, customer_id: int) -> tuple[str, int, int]:
+def rate_window(scope: str | None, customer_id: int) -> tuple[str, int, int]:
     """(window key, limit, window ms) of a shopper's rate limit; limit 0 when none applies."""
     rate = settings.RATE_LIMITS.get(scope) if scope else None
     limit, period = parse_rate(rate) if rate else (0, 1)
@@ -96,7 +104,7 @@ def _rate(scope: str | None, customer_id: int) -> tuple[str, int, int]:
 
 def write_line(*, customer_id: int, sku: str, quantity: int, generation: str) -> dict[str, int]:
     """Set (or with 0, remove) one line; refresh the TTL; return the whole cart."""
-    rate_key, limit, window = _rate("cart_write", customer_id)
+    rate_key, limit, window = rate_window("cart_write", customer_id)
     return _run(
         _WRITE,
         [cart_key(customer_id), GENERATION_KEY, rate_key],
@@ -106,7 +114,7 @@ def write_line(*, customer_id: int, sku: str, quantity: int, generation: str) ->
 
 def read_lines(*, customer_id: int, generation: str, rate_scope: str | None = None) -> dict[str, int]:
     """The cart; with `rate_scope`, the shopper's rate limit for it is counted in the same call."""
-    rate_key, limit, window = _rate(rate_scope, customer_id)
+    rate_key, limit, window = rate_window(rate_scope, customer_id)
     return _run(_READ, [cart_key(customer_id), GENERATION_KEY, rate_key], [generation, limit, window])
 
 

@@ -88,6 +88,10 @@ class HotCacheApiView(APIView):
 
     renderer_classes = [JSONRenderer]
     parser_classes = [JSONParser]
+    _json = JSONRenderer()
+
+    def perform_content_negotiation(self, request, force=False):
+        return (self._json, self._json.media_type)  # JSON is all these views speak
 
     def handle_exception(self, exc):
         if not isinstance(exc, StaleCache) or getattr(self.request, "_hot_cache_retried", False):

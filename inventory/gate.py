@@ -14,6 +14,7 @@ undersell. Keys (on the "gate" Redis, one instance, not a cluster):
                           passes without taking units
 """
 
+from django.conf import settings
 from django_redis import get_redis_connection
 from redis.exceptions import RedisError
 
@@ -23,28 +24,42 @@ from config.redis_scripts import run_script
 REFUSALS_KEY = "gate:refusals"
 REPLAY_MARKER_TTL_SECONDS = 24 * 3600
 
-_ADMIT = """
+# The gate's check, a Lua function shared with checkout's one-call admission
+# (orders/services/admission.py). `lines`: {sku, quantity, limit (0: none),
+# remaining key, bought key} per gated line; all pass or nothing is taken.
+ADMIT_FUNCTION = """
+local function admit(customer, lines, refusals)
+  for _, line in ipairs(lines) do
+    local sku, quantity, limit, remaining, bought = unpack(line)
+    local left = redis.call('GET', remaining)
+    if not left then return 'missing', sku end
+    if tonumber(left) < quantity then
+      redis.call('HINCRBY', refusals, sku, 1)
+      return 'sold_out', sku
+    end
+    if limit > 0 and tonumber(redis.call('HGET', bought, customer) or '0') + quantity > limit then
+      redis.call('HINCRBY', refusals, sku, 1)
+      return 'limit_reached', sku
+    end
+  end
+  for _, line in ipairs(lines) do
+    redis.call('DECRBY', line[4], line[2])
+    redis.call('HINCRBY', line[5], customer, line[2])
+  end
+  return 'admitted', ''
+end
+"""
+
+# KEYS: replay marker, (remaining, bought) per SKU, refusals. ARGV: customer,
+# (sku, quantity, limit) per SKU.
+_ADMIT = ADMIT_FUNCTION + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return {'replay', ''} end
-local customer = ARGV[1]
-local n = (#ARGV - 1) / 3
-for i = 1, n do
-  local sku, quantity, limit = ARGV[3*i-1], tonumber(ARGV[3*i]), tonumber(ARGV[3*i+1])
-  local remaining = redis.call('GET', KEYS[2*i])
-  if not remaining then return {'missing', sku} end
-  if tonumber(remaining) < quantity then
-    redis.call('HINCRBY', KEYS[#KEYS], sku, 1)
-    return {'sold_out', sku}
-  end
-  if limit > 0 and tonumber(redis.call('HGET', KEYS[2*i+1], customer) or '0') + quantity > limit then
-    redis.call('HINCRBY', KEYS[#KEYS], sku, 1)
-    return {'limit_reached', sku}
-  end
+local lines = {}
+for i = 1, (#ARGV - 1) / 3 do
+  lines[i] = {ARGV[3*i-1], tonumber(ARGV[3*i]), tonumber(ARGV[3*i+1]), KEYS[2*i], KEYS[2*i+1]}
 end
-for i = 1, n do
-  redis.call('DECRBY', KEYS[2*i], ARGV[3*i])
-  redis.call('HINCRBY', KEYS[2*i+1], customer, ARGV[3*i])
-end
-return {'admitted', ''}
+local verdict, sku = admit(ARGV[1], lines, KEYS[#KEYS])
+return {verdict, sku}
 """
 
 _RELEASE = """
@@ -95,6 +110,11 @@ def connection():
     return get_redis_connection("gate")
 
 
+def shares_cart_redis() -> bool:
+    """The gate on the cart's Redis (the default): checkout admits in one call."""
+    return settings.CACHES["gate"]["LOCATION"] == settings.CACHES["default"]["LOCATION"]
+
+
 def admit(*, customer_id: int, idempotency_key: str, lines: dict[str, int], limits: dict[str, int]) -> bool:
     """Take the units of every gated line, or raise. False: a replay of an
     order that already exists, nothing taken."""
@@ -109,6 +129,12 @@ def admit(*, customer_id: int, idempotency_key: str, lines: dict[str, int], limi
         verdict, sku = run_script(_ADMIT, keys=keys, args=args, alias="gate")
     except RedisError as exc:
         raise GateUnavailable() from exc
+    return judge(verdict, sku, limits)
+
+
+def judge(verdict: bytes, sku: bytes, limits: dict[str, int]) -> bool:
+    """The admit function's verdict: True when units were taken, False for a
+    replay (nothing taken); raises when refused."""
     verdict, sku = verdict.decode(), sku.decode()
     if verdict == "sold_out":
         raise SoldOut(sku=sku)

@@ -9,17 +9,15 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from cart.services import clear_cart
-from cart.storage import read_lines
 from config.db import insert_unless_exists
 from config.exceptions import RateLimited
-from config.hotcache import hot_cache
 from config.metrics import CHECKOUT_REFUSALS, IDEMPOTENT_REPLAYS, ORDERS_CREATED
 from inventory import gate
 from inventory.exceptions import OutOfStock
 from inventory.services import reserve_stock
-from inventory.services.flash_sales import gated_skus
 from orders.exceptions import CartEmpty, IdempotencyKeyReused, OrderNotFound, ProductUnavailable
 from orders.models import Order, OrderItem, OrderStatus
+from orders.services.admission import admit_cart
 from outbox.services import record_event
 from shop.models import Product
 
@@ -97,17 +95,14 @@ def place_order(*, customer_id: int, idempotency_key: str, rate_limited: bool = 
     between; a failed attempt leaves nothing behind, so the key can be retried.
     Flash-sale SKUs pass the Redis gate first: a refusal costs no SQL at all.
     With `rate_limited`, the shopper's checkout rate limit is counted by the
-    same Redis call that reads the cart (RateLimited -> 429).
+    same Redis call that reads the cart and passes the gate (RateLimited -> 429).
     """
     try:
-        lines = read_lines(
-            customer_id=customer_id,
-            generation=hot_cache.ensure_generation(),
-            rate_scope="checkout" if rate_limited else None,
-        )
-    except RateLimited:
-        CHECKOUT_REFUSALS.labels("rate_limited").inc()
+        admission = admit_cart(customer_id=customer_id, idempotency_key=idempotency_key, rate_limited=rate_limited)
+    except (RateLimited, gate.SoldOut, gate.LimitReached) as refused:
+        CHECKOUT_REFUSALS.labels(refused.code).inc()
         raise
+    lines, gated, admitted = admission.lines, admission.gated, admission.admitted
     if not lines:
         # The key identifies the checkout: after the cart was cleared, a retry
         # still gets its order back.
@@ -117,18 +112,12 @@ def place_order(*, customer_id: int, idempotency_key: str, rate_limited: bool = 
         IDEMPOTENT_REPLAYS.inc()
         return _replay(existing, request_hash=None)
 
-    limits = gated_skus()
-    gated = {sku: quantity for sku, quantity in lines.items() if sku in limits}
-    admitted = False
     try:
-        admitted = bool(gated) and gate.admit(
-            customer_id=customer_id, idempotency_key=idempotency_key, lines=gated, limits=limits
-        )
         result = _create_order(customer_id=customer_id, idempotency_key=idempotency_key, lines=lines, gated=gated)
     except BaseException as error:
         if admitted:
             _release_best_effort(customer_id, gated)
-        if isinstance(error, OutOfStock | gate.SoldOut | gate.LimitReached):
+        if isinstance(error, OutOfStock):
             CHECKOUT_REFUSALS.labels(error.code).inc()
         raise
     if result.replayed:

@@ -225,8 +225,8 @@ def test_cancelled_order_gives_its_units_back_to_the_gate(redis, django_capture_
     assert checkout(shopper, key="second").status_code == 201  # the limit counts live orders only
 
 
-def test_refused_checkout_makes_two_redis_calls(redis, monkeypatch):
-    """The cart read counts the rate limit too; the gate is the second and last call."""
+def test_refused_checkout_makes_one_redis_call(redis, monkeypatch):
+    """Cart read, rate limit and gate: one script (orders/services/admission.py)."""
     from tests.cart.test_apis import redis_commands
 
     seed(stock=0)
@@ -235,4 +235,24 @@ def test_refused_checkout_makes_two_redis_calls(redis, monkeypatch):
     checkout(shopper, key="warm")
     sent = redis_commands(redis, monkeypatch)
     assert checkout(shopper, key="refused").status_code == 409
-    assert sent == ["EVALSHA", "EVALSHA"]
+    assert sent == ["EVALSHA"]
+
+
+def test_gate_on_a_redis_of_its_own_admits_in_a_second_call(redis, settings):
+    settings.CACHES = {
+        **settings.CACHES,
+        "gate": {**settings.CACHES["gate"], "LOCATION": settings.CACHES["default"]["LOCATION"][:-2] + "13"},
+    }
+    assert not gate.shares_cart_redis()
+    gate.connection().flushdb()
+    try:
+        seed(stock=1)
+        first, second = shopper_client(), shopper_client()
+        for shopper in (first, second):
+            fill_cart(redis, shopper.user.id, {"HOT": 1})
+        assert checkout(first).status_code == 201
+        response = checkout(second)
+        assert response.status_code == 409 and response.json()["error"]["code"] == "sold_out"
+        assert counter() == 0 and redis.get(gate.remaining_key("HOT")) is None  # on db 13 only
+    finally:
+        gate.connection().flushdb()
