@@ -10,8 +10,8 @@ it measures orders/s and p50/p99 latency of `place_order(customer_id=..., idempo
 --threads threads (each its own Django connection), and in the same run, with the same thread count
 (one psycopg connection per thread, autocommit off), the ceiling: the very SQL statements Django
 emits for such a checkout (captured from one place_order at start-up) run through plain psycopg,
-in Django's order: SELECT prices (sku = ANY(list)); INSERT the order ON CONFLICT DO NOTHING
-RETURNING id; INSERT order_items (one INSERT ... SELECT FROM unnest); INSERT outbox_events
+in Django's order: SELECT prices (sku IN (...)); INSERT the order ON CONFLICT DO NOTHING
+RETURNING id; INSERT order_items (one INSERT ... VALUES, a row per line); INSERT outbox_events
 RETURNING id; the conditional UPDATE of inventory; COMMIT. Then the ratio Django/psycopg.
 It also counts the SQL statements of a checkout of a k-line cart (k = 1, 3, 5), goal k + 6.
 
@@ -233,7 +233,7 @@ def _classify(statement: Statement, tables: dict[str, str]) -> None:
         table = match.group(1)
         columns = [c.strip().strip('"') for c in match.group(2).split(",")]
         # VALUES (...) may hold literals (outbox: attempts 0, last_error ''): keep the columns of
-        # the placeholders only. INSERT ... SELECT %s, * FROM unnest(%s, ...): one per column.
+        # the placeholders only (of the first row: a one-line cart has one).
         values = _VALUES.match(sql[match.end() :])
         if values:
             columns = [c for c, v in zip(columns, values.group(1).split(","), strict=True) if "%s" in v]
@@ -315,7 +315,7 @@ class CheckoutSQL:
         self.statements = statements
         self.by_kind = {s.kind: s for s in statements}
         select, update = self.by_kind["select_prices"], self.by_kind["update_stock"]
-        if select.params != [[sku]]:
+        if select.params != [sku]:
             raise RuntimeError(f"unexpected SELECT parameters {select.params!r}")
         # Which UPDATE parameters are the SKU and which the quantity (quantity != 1 in the capture).
         self.update_slots = ["sku" if p == sku else "q" if p == quantity else None for p in update.params]
@@ -368,7 +368,7 @@ class CheckoutSQL:
             "paid_at": None, "cancelled_at": None,
         }  # fmt: skip
         out = {
-            "select_prices": [[sku for sku, *_ in lines]],
+            "select_prices": [sku for sku, *_ in lines],
             "insert_order": [order_values[c] for c in self.by_kind["insert_order"].columns],
             "update_stock": [lines[0][0] if slot == "sku" else lines[0][2] for slot in self.update_slots],
         }
@@ -386,15 +386,14 @@ class CheckoutSQL:
         return [new.get(p, p) if isinstance(p, (str, int)) and not isinstance(p, bool) else p for p in statement.params]
 
     def build_rest(self, context: dict, order_id: int, event_id: uuid.UUID | None = None) -> dict[str, list]:
-        """Parameters of the order_items INSERT (one array per column, unnest) and of the
+        """Parameters of the order_items INSERT (a row of values per line) and of the
         outbox_events INSERT (the payload as JSON text, cast to jsonb in the SQL)."""
         from django.core.serializers.json import DjangoJSONEncoder
         from django.utils import timezone
 
         lines = context["lines"]
-        skus, names, quantities, prices = (list(column) for column in zip(*lines, strict=True))
-        item_values = {"order_id": order_id, "sku": skus, "name": names, "quantity": quantities,
-                       "unit_price": prices}  # fmt: skip
+        item_rows = [{"order_id": order_id, "sku": sku, "name": name, "quantity": q, "unit_price": price}
+                     for sku, name, q, price in lines]  # fmt: skip
         payload = {
             "order_id": order_id, "customer_id": context["customer_id"],
             "items": [{"sku": sku, "name": name, "quantity": q, "unit_price": price} for sku, name, q, price in lines],
@@ -407,7 +406,7 @@ class CheckoutSQL:
             "created_at": timezone.now(), "request_id": "",  # no request: current_request_id() is ""
         }  # fmt: skip
         return {
-            "insert_items": [item_values[c] for c in self.by_kind["insert_items"].columns],
+            "insert_items": [row[c] for row in item_rows for c in self.by_kind["insert_items"].columns],
             "insert_event": [event_values[c] for c in self.by_kind["insert_event"].columns],
         }
 
@@ -544,7 +543,7 @@ def make_psycopg_worker(checkout: CheckoutSQL):
                 if cur.description is not None:
                     cur.fetchall()
             elif kind == "select_prices":
-                cur.execute(sql[kind], [[job.sku]])
+                cur.execute(sql[kind], [job.sku])
                 priced = {row[0]: row for row in cur.fetchall()}  # (sku, name, price, is_active)
                 _, name, price, active = priced[job.sku]
                 if not active:

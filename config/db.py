@@ -1,4 +1,21 @@
+from functools import cache
+
 from django.db import connection, models
+
+
+@cache
+def _insert_sql(model: type[models.Model], conflict_fields: tuple[str, ...]) -> tuple[str, list[models.Field]]:
+    meta = model._meta
+    fields = [f for f in meta.concrete_fields if not f.primary_key]
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(f.column) for f in fields)
+    placeholders = ", ".join(["%s"] * len(fields))
+    conflict = ", ".join(quote(meta.get_field(name).column) for name in conflict_fields)
+    sql = (
+        f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({placeholders}) "
+        f"ON CONFLICT ({conflict}) DO NOTHING RETURNING {quote(meta.pk.column)}"
+    )
+    return sql, fields
 
 
 def insert_unless_exists(instance: models.Model, *, conflict_fields: list[str]) -> int | None:
@@ -8,18 +25,10 @@ def insert_unless_exists(instance: models.Model, *, conflict_fields: list[str]) 
     transaction and then finds the key taken. Returns the new primary key, or
     None when a row with the same key exists. One statement, no savepoint.
     """
-    meta = instance._meta
-    fields = [f for f in meta.concrete_fields if not f.primary_key]
-    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
-    placeholders = ", ".join(["%s"] * len(fields))
-    conflict = ", ".join(connection.ops.quote_name(meta.get_field(name).column) for name in conflict_fields)
+    sql, fields = _insert_sql(type(instance), tuple(conflict_fields))
     values = [f.get_db_prep_save(f.pre_save(instance, add=True), connection) for f in fields]
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {connection.ops.quote_name(meta.db_table)} ({columns}) VALUES ({placeholders}) "
-            f"ON CONFLICT ({conflict}) DO NOTHING RETURNING {connection.ops.quote_name(meta.pk.column)}",
-            values,
-        )
+        cursor.execute(sql, values)
         row = cursor.fetchone()
     if row:
         instance.pk = row[0]

@@ -1,50 +1,48 @@
 import json
 import uuid
+from contextlib import nullcontext
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
+from django.db.backends.utils import CursorWrapper
 from django.db.models import Count, Min
 from django.utils import timezone
 
 from config.requestid import current_request_id
 from outbox.models import OutboxEvent, UnpublishedEvent
 
+_INSERT_EVENT = (
+    f"INSERT INTO {OutboxEvent._meta.db_table} (event_id, aggregate_type, aggregate_id, event_type, "
+    "payload, created_at, attempts, last_error, request_id) "
+    "VALUES (%s, %s, %s, %s, %s::jsonb, %s, 0, '', %s) RETURNING id"
+)
 
-def record_event(*, aggregate_type: str, aggregate_id: str | int, event_type: str, data: dict) -> OutboxEvent:
-    """Write an event to the outbox. Only inside the transaction of the change it
-    announces: both commit together or neither does. (One raw INSERT: it runs
-    on every checkout, where the ORM's save() path cost more than the insert.)"""
+
+def record_event(
+    *, aggregate_type: str, aggregate_id: str | int, event_type: str, data: dict, cursor: CursorWrapper | None = None
+) -> int:
+    """Write an event to the outbox, only inside the transaction of the change
+    it announces (both commit together or neither does); returns its id. One
+    raw INSERT and no model instance: it runs on every checkout (which passes
+    its cursor)."""
     if not connection.in_atomic_block:
-        raise RuntimeError("record_event must run inside the transaction of the change it announces")
-    event = OutboxEvent(
-        event_id=uuid.uuid4(),
-        aggregate_type=aggregate_type,
-        aggregate_id=str(aggregate_id),
-        event_type=event_type,
-        payload=data,
-        created_at=timezone.now(),
-        request_id=current_request_id(),
-    )
-    with connection.cursor() as cursor:
+        raise RuntimeError("events must be written inside the transaction of the change they announce")
+    with nullcontext(cursor) if cursor else connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {OutboxEvent._meta.db_table} (event_id, aggregate_type, aggregate_id, event_type, "
-            "payload, created_at, attempts, last_error, request_id) "
-            "VALUES (%s, %s, %s, %s, %s::jsonb, %s, 0, '', %s) RETURNING id",
+            _INSERT_EVENT,
             [
-                event.event_id,
-                event.aggregate_type,
-                event.aggregate_id,
-                event.event_type,
+                uuid.uuid4(),
+                aggregate_type,
+                str(aggregate_id),
+                event_type,
                 json.dumps(data, cls=DjangoJSONEncoder),
-                event.created_at,
-                event.request_id,
+                timezone.now(),
+                current_request_id(),
             ],
         )
-        event.id = cursor.fetchone()[0]
-    event._state.adding = False
-    return event
+        return cursor.fetchone()[0]
 
 
 def purge_published_events(*, older_than_days: int | None = None, batch_size: int = 10_000) -> int:

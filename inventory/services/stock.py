@@ -1,7 +1,9 @@
 from collections.abc import Iterable
+from contextlib import nullcontext
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
+from django.db.backends.utils import CursorWrapper
 from django.db.models import F, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce
 
@@ -94,12 +96,12 @@ _RESERVE = (
 )
 
 
-def reserve_stock(*, lines: dict[str, int]) -> None:
+def reserve_stock(*, lines: dict[str, int], cursor: CursorWrapper | None = None) -> None:
     """Move units from available to reserved, all lines or none (the caller's
     transaction rolls back on OutOfStock). One conditional UPDATE per SKU:
     `available >= quantity` is checked by the row update itself, so two
     checkouts can never both take the last unit."""
-    with connection.cursor() as cursor:
+    with nullcontext(cursor) if cursor else connection.cursor() as cursor:
         # Reserve in SKU order so that concurrent orders take row locks in the
         # same order and cannot deadlock.
         for sku in sorted(lines):

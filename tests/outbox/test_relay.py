@@ -15,12 +15,13 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.kafka]
 
 def write_events(count: int, *, orders: int = 1) -> list[OutboxEvent]:
     with transaction.atomic():
-        return [
+        ids = [
             record_event(
                 aggregate_type="order", aggregate_id=i % orders, event_type=f"Step{i // orders}", data={"n": i}
             )
             for i in range(count)
         ]
+    return list(OutboxEvent.objects.filter(id__in=ids).order_by("id"))
 
 
 def test_record_event_refuses_to_run_outside_a_transaction():
