@@ -203,11 +203,12 @@ def _create_order(
             },
             cursor=cursor,
         )
+        transaction.on_commit(lambda: _after_commit(customer_id, idempotency_key, order.id, bool(gated)))
         # Reserve last: a hot SKU's row stays locked only from its UPDATE to the
         # COMMIT, not while the items and the event are written (measured in
-        # bench/checkout.py). Out of stock rolls back all of the above.
+        # bench/checkout.py). Out of stock rolls back all of the above, and
+        # drops the on_commit callback.
         reserve_stock(lines={line.sku: line.quantity for line in priced}, cursor=cursor)
-        transaction.on_commit(lambda: _after_commit(customer_id, idempotency_key, order.id, bool(gated)))
     order._prefetched_objects_cache = {"items": items}
     return PlacedOrder(order=order, replayed=False)
 
