@@ -477,8 +477,10 @@ def phase_split(topic: str, count: int, aggregates: int, batch_size: int | None,
             return "SQL leader lock and unlock"
         if head.startswith("SELECT") and "outbox_pending" in sql:
             return "SQL SELECT unpublished WHERE id > after LIMIT n"
+        if "DELETE FROM outbox_pending" in sql:
+            return "SQL mark published (on the main thread)"
         if head.startswith("UPDATE"):
-            return "SQL UPDATE SET published_at (on the main thread)"
+            return "SQL UPDATE attempts, last_error (failures)"
         return "SQL other"
 
     original_mark = outbox.relay.mark_published

@@ -43,6 +43,8 @@ RELAY_LOCK_KEY = 0x6F7574626F78
 # Batches produced and not yet settled: the next batch is read while Kafka
 # acknowledges the previous one.
 PIPELINE_DEPTH = 2
+# Batches of one run (one snapshot, one transaction).
+RUN_BATCHES = 20
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ _READ_BATCH = f"""
         SELECT id FROM {UnpublishedEvent._meta.db_table} WHERE id > %(after)s ORDER BY id LIMIT %(limit)s
     ) AS p
     JOIN {OutboxEvent._meta.db_table} AS e ON e.id = p.id
+    WHERE e.published_at IS NULL
     ORDER BY e.id
 """
 
@@ -216,10 +219,21 @@ class OutboxRelay:
         return self.publish(max_batches=1)
 
     def drain(self, *, max_batches: int | None = None) -> int:
-        """Publish until nothing is left (or a batch fails); returns the count."""
-        return self.publish(max_batches=max_batches).published
+        """Publish until nothing is left (or a batch fails); returns the count.
+        Runs of at most RUN_BATCHES batches: a snapshot is never kept open for
+        long (it would hold back VACUUM for the whole database)."""
+        total, left = 0, max_batches or 10**9
+        while left > 0:
+            batches = min(left, RUN_BATCHES)
+            result = self.publish(max_batches=batches)
+            total += result.published
+            left -= batches
+            if result.failed or not result.leader or result.published < batches * self.batch_size:
+                break
+        return total
 
-    def publish(self, *, max_batches: int | None = None) -> BatchResult:
+    def publish(self, *, max_batches: int = RUN_BATCHES) -> BatchResult:
+        """One run: at most `max_batches` batches from one snapshot."""
         if connection.in_atomic_block:
             raise RuntimeError("the relay runs its own transactions")
         # The lock is taken before the run's snapshot, which must see
@@ -234,12 +248,18 @@ class OutboxRelay:
                     cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 marker = _Marker()
                 try:
-                    published, errors = self._run(max_batches or 10**9, marker)
+                    published, errors = self._run(max_batches, marker)
                     marker.wait()
                 finally:
                     marker.close()
-                if errors:
-                    record_failures(errors)
+            if errors:  # after the snapshot: staff may have touched these rows meanwhile
+                record_failures(errors)
+        except BaseException:
+            # Whatever the producer still holds would be delivered and never
+            # marked: drop it, and back off.
+            self._discard_producer()
+            self._failed()
+            raise
         finally:
             _unlock()
         RELAY_PUBLISHED.inc(published)
@@ -259,7 +279,8 @@ class OutboxRelay:
         published, errors = 0, {}
         after, reads, more = 0, 0, True
         while True:
-            if more and not errors and reads < max_batches and len(in_flight) < PIPELINE_DEPTH:
+            failing = errors or any(batch.errors for batch in in_flight)
+            if more and not failing and reads < max_batches and len(in_flight) < PIPELINE_DEPTH:
                 events = read_pending(self.batch_size, after=after)
                 reads += 1
                 more = len(events) == self.batch_size
@@ -271,11 +292,13 @@ class OutboxRelay:
                 break
             batch = in_flight.popleft()
             self._settle(batch)
-            if batch.acked:
+            # A copy: a late delivery report must not change what is marked.
+            acked = [event_id for event_id in batch.acked if event_id not in batch.errors]
+            if acked:
                 if self.before_mark:
-                    self.before_mark(batch.acked)
-                marker.mark(batch.acked, in_background=reads > 1)
-                published += len(batch.acked)
+                    self.before_mark(acked)
+                marker.mark(acked, in_background=reads > 1)
+                published += len(acked)
             errors.update(batch.errors)
         if errors:
             self._discard_producer()  # stalled or failed: start again from a fresh producer
@@ -332,11 +355,13 @@ class OutboxRelay:
         logger.info("relay: publishing outbox events to %s", self.topic)
         while not should_stop():
             try:
-                self.publish()
+                result = self.publish()
             except Exception:  # keep relaying whatever happens; the events wait in the table
-                logger.exception("relay batch failed")
-                self._failed()
+                logger.exception("relay run failed")
                 connection.close()
+                result = BatchResult(0, 1)
+            if result.published == RUN_BATCHES * self.batch_size:
+                continue  # more are waiting: no pause
             pause = max(self.retry_at - time.monotonic(), settings.OUTBOX_POLL_INTERVAL_SECONDS)
             _sleep(pause, should_stop)
         self._close()

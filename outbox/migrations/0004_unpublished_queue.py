@@ -40,7 +40,7 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name='UnpublishedEvent',
             fields=[
-                ('event', models.OneToOneField(db_column='id', db_constraint=False, on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='pending', serialize=False, to='outbox.outboxevent')),
+                ('event', models.OneToOneField(db_column='id', db_constraint=False, on_delete=django.db.models.deletion.DO_NOTHING, primary_key=True, related_name='pending', serialize=False, to='outbox.outboxevent')),
             ],
             options={
                 'db_table': 'outbox_pending',

@@ -142,3 +142,50 @@ def test_every_unpublished_event_is_queued_for_the_relay_whoever_writes_it(kafka
     assert OutboxRelay().drain() == 3
     assert backlog() == (0, None)
     assert OutboxEvent.objects.filter(published_at__isnull=True).count() == 0
+
+
+def test_a_failed_batch_stops_the_run_so_later_events_of_an_order_wait(kafka_topic):
+    from confluent_kafka import KafkaException
+
+    from outbox.relay import new_producer
+
+    first, second = write_events(2)  # the same order: Step0 then Step1
+    calls = []
+
+    def flaky_producer():
+        calls.append(1)
+        if len(calls) == 1:
+            raise KafkaException("broker not ready")
+        return new_producer()
+
+    relay = OutboxRelay(batch_size=1, producer_factory=flaky_producer)
+    assert relay.drain() == 0  # Step1 must not go out while Step0 could not
+    assert OutboxEvent.objects.filter(published_at__isnull=True).count() == 2
+    assert OutboxEvent.objects.get(id=first.id).attempts == 1
+    assert OutboxEvent.objects.get(id=second.id).attempts == 0
+    relay.retry_at = 0
+    assert relay.drain() == 2
+    bodies = [json.loads(m.value()) for m in read_topic(kafka_topic, expected=2)]
+    assert [b["event_type"] for b in bodies] == ["Step0", "Step1"]
+
+
+def test_failures_are_recorded_when_staff_touched_the_events_during_the_run(monkeypatch, kafka_topic):
+    from confluent_kafka import KafkaException
+
+    [event] = write_events(1)
+
+    def broker_down(**kwargs):
+        def staff_retry_now():  # the admin action, committed while the run's snapshot is open
+            OutboxEvent.objects.filter(id=event.id).update(last_error="retry requested by staff")
+            connection.close()
+
+        thread = threading.Thread(target=staff_retry_now)
+        thread.start()
+        thread.join()
+        raise KafkaException("broker down")
+
+    monkeypatch.setattr("outbox.relay.ensure_topics", broker_down)
+    result = OutboxRelay().publish_batch()
+    assert (result.published, result.failed) == (0, 1)
+    event.refresh_from_db()
+    assert event.attempts == 1 and "broker down" in event.last_error
