@@ -59,6 +59,7 @@ def test_relay_crash_between_produce_and_mark_does_not_double_effects(redis, kaf
     with pytest.raises(SystemExit):
         crashing.publish_batch()
     assert OutboxEvent.objects.filter(published_at__isnull=True).count() == 2  # marking rolled back
+    assert crashing.producer is None and crashing.retry_at > 0  # dropped, and backing off
     assert OutboxRelay().drain() == 2  # produced a second time
     assert len(read_topic(kafka_topic, expected=4)) == 4
     run_consumers(CONSUMERS, until=lambda _: ProcessedEvent.objects.count() >= 3, timeout=20)
