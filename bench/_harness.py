@@ -42,13 +42,18 @@ BENCH_PASSWORD = "bench-password-not-secret"  # bench shoppers on the developmen
 # --- Django -------------------------------------------------------------------------------------
 
 
-def setup_django() -> None:
-    """Make `import cart` mean the app, not bench/cart.py, and set Django up on config.settings."""
+def setup_django(*, production_like: bool = False) -> None:
+    """Make `import cart` mean the app, not bench/cart.py, and set Django up on config.settings.
+    `production_like`: DEBUG off (no query logging) with bench-only secrets, in this process only
+    (PRODUCTION_LIKE_ENV, below; values already in the environment win)."""
+    if production_like:
+        for key, value in PRODUCTION_LIKE_ENV.items():
+            os.environ.setdefault(key, value)
     bench = str(BENCH_DIR)
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != bench]
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
     os.environ.pop("PYTEST_VERSION", None)  # settings.TESTING would select the test Redis databases
     import django
 

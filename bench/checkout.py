@@ -35,7 +35,6 @@ import contextlib
 import hashlib
 import json
 import math
-import os
 import random
 import re
 import signal
@@ -63,21 +62,7 @@ import _harness  # noqa: E402
 
 
 def setup_django() -> None:
-    """`import cart` must mean the app, not bench/cart.py: drop bench/ from the import path."""
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != str(BENCH_DIR)]
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
-    os.environ.pop("PYTEST_VERSION", None)  # settings.TESTING would select the test Redis databases
-    # Production-like: DEBUG off (else every query goes through the debug cursor and is logged);
-    # DEBUG off refuses the development secrets, so give it bench-only ones (this process only).
-    os.environ["DEBUG"] = "0"
-    os.environ.setdefault("SECRET_KEY", "bench-only-secret-key-" + "x" * 40)
-    os.environ.setdefault("PAYMENT_WEBHOOK_SECRET", "bench-only-webhook-secret")
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    import django
-
-    django.setup()
+    _harness.setup_django(production_like=True)  # DEBUG off: no query logging
 
 
 def parse_args(argv=None) -> argparse.Namespace:

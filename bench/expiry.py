@@ -50,6 +50,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DIR = ROOT / "bench"
+if str(BENCH_DIR) not in sys.path:
+    sys.path.insert(0, str(BENCH_DIR))
+import _harness  # noqa: E402  (bench/_harness.py)
+
 PREFIX = "BENCH-EXP-"
 USERNAME = "bench-expiry"
 STOCK = 1_000_000  # units per SKU: available + reserved
@@ -60,20 +64,7 @@ LOCK_KEY = 0x42_45_58_50  # pg advisory lock: one expiry bench at a time on a da
 
 
 def setup_django() -> None:
-    """Import path, settings, and production-like DEBUG off (no query logging)."""
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != str(BENCH_DIR)]
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
-    os.environ.pop("PYTEST_VERSION", None)
-    # DEBUG off refuses the development secrets: bench-only ones, for this process only.
-    os.environ["DEBUG"] = "0"
-    os.environ.setdefault("SECRET_KEY", "bench-only-secret-key-" + "x" * 40)
-    os.environ.setdefault("PAYMENT_WEBHOOK_SECRET", "bench-only-webhook-secret")
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    import django
-
-    django.setup()
+    _harness.setup_django(production_like=True)  # DEBUG off: no query logging
 
 
 def parse_args(argv=None) -> argparse.Namespace:

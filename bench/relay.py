@@ -75,12 +75,7 @@ BENCH_MARK = "relay"  # payload["bench"] of the part-1 events: how a killed run'
 AGGREGATE_BASE = 9_100_000_000  # fake order ids of the part-1 events (aggregate_id only, no FK)
 LOCK_KEY = 0x42_52_4C_01  # pg advisory lock: one relay bench at a time on a database
 GOALS = {"ceiling": 0.5, "floor": 20.0, "p99_ms": 1000.0}
-PRODUCTION_LIKE_ENV = {
-    "DEBUG": "0",
-    "SECRET_KEY": "bench-only-secret-key-" + "x" * 40,
-    "PAYMENT_WEBHOOK_SECRET": "bench-only-webhook-secret",
-    "LOG_LEVEL": "WARNING",
-}
+PRODUCTION_LIKE_ENV = _harness.PRODUCTION_LIKE_ENV
 
 
 
@@ -141,10 +136,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def setup_django() -> None:
-    for key, value in PRODUCTION_LIKE_ENV.items():
-        os.environ.setdefault(key, value)
-    os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
-    _harness.setup_django()
+    _harness.setup_django(production_like=True)
 
 
 # --- Small helpers ------------------------------------------------------------------------------

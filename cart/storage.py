@@ -21,17 +21,30 @@ logger = logging.getLogger(__name__)
 
 STALE, FULL, LIMITED = -1, -2, -3
 
+# Lua functions every cart script starts with (checkout's admission script too).
+# limited(): the ms left in the window once the shopper is over the limit, else
+# nil (limit 0: none).
+PRELUDE = """
+local function stale(generation_key, generation)
+  return (redis.call('GET', generation_key) or '0') ~= generation
+end
+local function limited(window_key, limit, window_ms)
+  if tonumber(limit) <= 0 then return nil end
+  local count = redis.call('INCR', window_key)
+  if count == 1 then redis.call('PEXPIRE', window_key, window_ms) end
+  if count > tonumber(limit) then return redis.call('PTTL', window_key) end
+  return nil
+end
+"""
+
 # KEYS: cart, generation, rate-limit window. ARGV: generation, sku, quantity (0
 # removes), ttl, max lines, rate limit (0: none), window in ms.
 # Returns {status, cart as a flat field/value list (or ms to wait when limited)}.
 # The shopper's write rate limit is counted here too: one round-trip in all.
-_WRITE = """
-if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[1] then return {-1, {}} end
-if tonumber(ARGV[6]) > 0 then
-  local count = redis.call('INCR', KEYS[3])
-  if count == 1 then redis.call('PEXPIRE', KEYS[3], ARGV[7]) end
-  if count > tonumber(ARGV[6]) then return {-3, redis.call('PTTL', KEYS[3])} end
-end
+_WRITE = PRELUDE + """
+if stale(KEYS[2], ARGV[1]) then return {-1, {}} end
+local wait = limited(KEYS[3], ARGV[6], ARGV[7])
+if wait then return {-3, wait} end
 local quantity = tonumber(ARGV[3])
 if quantity == 0 then
   redis.call('HDEL', KEYS[1], ARGV[2])
@@ -47,14 +60,10 @@ return {0, redis.call('HGETALL', KEYS[1])}
 """
 
 # KEYS: cart, generation, rate-limit window. ARGV: generation, rate limit (0: none), window in ms.
-# Checkout reads the cart with its rate limit counted in the same call.
-_READ = """
-if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[1] then return {-1, {}} end
-if tonumber(ARGV[2]) > 0 then
-  local count = redis.call('INCR', KEYS[3])
-  if count == 1 then redis.call('PEXPIRE', KEYS[3], ARGV[3]) end
-  if count > tonumber(ARGV[2]) then return {-3, redis.call('PTTL', KEYS[3])} end
-end
+_READ = PRELUDE + """
+if stale(KEYS[2], ARGV[1]) then return {-1, {}} end
+local wait = limited(KEYS[3], ARGV[2], ARGV[3])
+if wait then return {-3, wait} end
 return {0, redis.call('HGETALL', KEYS[1])}
 """
 

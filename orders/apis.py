@@ -56,7 +56,7 @@ IDEMPOTENCY_KEY = OpenApiParameter(
 class OrdersApi(HotCacheApiView):
     # Checkout is the flash sale's hot path: a refused request makes no SQL query.
     authentication_classes = [CachedTokenAuthentication]
-    throttle_classes = []  # the checkout's rate limit is counted by its cart read (cart/storage.py)
+    throttle_classes = []  # checkout's rate limit is counted by its admission script (orders/services/admission.py)
 
     @extend_schema(responses={200: OrderOutputSerializer(many=True), **ERRORS(401)})
     def get(self, request):

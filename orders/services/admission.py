@@ -27,13 +27,10 @@ class Admission:
 # (remaining, bought) per gated SKU. ARGV: generation, rate limit (0: none),
 # window ms, customer, then (sku, per-customer limit) per gated SKU.
 # Returns {status, cart (or ms to wait when limited), verdict, sku}.
-_ADMISSION = gate.ADMIT_FUNCTION + """
-if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[1] then return {-1, {}, '', ''} end
-if tonumber(ARGV[2]) > 0 then
-  local count = redis.call('INCR', KEYS[3])
-  if count == 1 then redis.call('PEXPIRE', KEYS[3], ARGV[3]) end
-  if count > tonumber(ARGV[2]) then return {-3, redis.call('PTTL', KEYS[3]), '', ''} end
-end
+_ADMISSION = storage.PRELUDE + gate.ADMIT_FUNCTION + """
+if stale(KEYS[2], ARGV[1]) then return {-1, {}, '', ''} end
+local wait = limited(KEYS[3], ARGV[2], ARGV[3])
+if wait then return {-3, wait, '', ''} end
 local cart = redis.call('HGETALL', KEYS[1])
 local lines = {}
 for i = 1, (#ARGV - 4) / 2 do

@@ -256,3 +256,19 @@ def test_gate_on_a_redis_of_its_own_admits_in_a_second_call(redis, settings):
         assert counter() == 0 and redis.get(gate.remaining_key("HOT")) is None  # on db 13 only
     finally:
         gate.connection().flushdb()
+
+
+def test_a_sale_opened_by_another_process_gates_a_warm_process_at_once(redis):
+    from config.hotcache import hot_cache
+
+    product_with_stock(sku="HOT", available=5)
+    shopper = shopper_client()
+    fill_cart(redis, shopper.user.id, {"HOT": 1})
+    assert gated_skus() == {}  # this process's warm view: nothing gated
+    warm_view = (hot_cache.generation, hot_cache.flash_sales)
+    seed(stock=0)  # elsewhere: the sale opens, sold out at once (the generation moves on)
+    hot_cache.generation, hot_cache.flash_sales = warm_view  # this process has not heard yet
+    response = checkout(shopper)
+    # The admission script sees the old generation: caches dropped, request retried, gate applied.
+    assert response.status_code == 409 and response.json()["error"]["code"] == "sold_out"
+    assert gated_skus() == {"HOT": 0}
