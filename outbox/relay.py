@@ -27,6 +27,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import psycopg
 from confluent_kafka import KafkaException, Producer
 from django.conf import settings
 from django.db import connection, transaction
@@ -68,18 +69,17 @@ class InFlight:
         return len(self.acked) + len(self.errors) >= len(self.ids)
 
 
-# PostgreSQL writes each envelope, as bytes: making model instances and
-# re-encoding their JSON in Python was half of the relay's time
-# (bench/relay.py). The envelope is the contract documented in the README.
+# PostgreSQL hands over the envelope's parts as JSON text (strings escaped,
+# the timestamp in ISO 8601, the payload as stored) and Python joins them:
+# json_build_object() spent more time looking up the type of each argument
+# than writing it, and re-encoding model instances in Python was half of the
+# relay's time (bench/relay.py). The envelope is the contract in the README.
 # The ids are taken first (LIMIT in the subquery), so that the planner joins
 # n rows, never the whole queue: a backlog of 50,000 made a hash join of it.
 _READ_BATCH = f"""
-    SELECT e.id, convert_to(e.aggregate_id, 'UTF8'),
-           convert_to(json_build_object(
-               'event_id', e.event_id, 'event_type', e.event_type, 'occurred_at', e.created_at,
-               'aggregate_type', e.aggregate_type, 'aggregate_id', e.aggregate_id, 'data', e.payload
-           )::text, 'UTF8'),
-           e.event_id::text, e.event_type, e.request_id
+    SELECT e.id, e.aggregate_id, e.event_id::text, e.event_type, e.request_id,
+           to_json(e.event_type)::text, to_json(e.created_at)::text,
+           to_json(e.aggregate_type)::text, to_json(e.aggregate_id)::text, e.payload::text
     FROM (
         SELECT id FROM {UnpublishedEvent._meta.db_table} WHERE id > %(after)s ORDER BY id LIMIT %(limit)s
     ) AS p
@@ -92,10 +92,32 @@ _READ_BATCH = f"""
 PendingEvent = tuple[int, bytes, bytes, str, str, str]
 
 
-def read_pending(limit: int, *, after: int = 0) -> list[PendingEvent]:
-    with connection.cursor() as cursor:
-        cursor.execute(_READ_BATCH, {"after": after, "limit": limit})
-        return cursor.fetchall()
+def read_pending(limit: int, *, after: int = 0, raw: psycopg.Connection | None = None) -> list[PendingEvent]:
+    """The next `limit` unpublished events after id `after`, as Kafka messages.
+    `raw`: the psycopg connection (and its transaction) to read on, when it is
+    not this thread's own; psycopg connections are thread-safe."""
+    if raw is None:
+        connection.ensure_connection()
+        raw = connection.connection
+    # The driver's own cursor, binary: text columns arrive as they are, with
+    # no escaping either way (Django's cursors bind on the client, text only).
+    with psycopg.Cursor(raw) as cursor:
+        cursor.execute(_READ_BATCH, {"after": after, "limit": limit}, binary=True)
+        return [
+            (
+                event_id,
+                key.encode(),
+                f'{{"event_id":"{uuid}","event_type":{type_json},"occurred_at":{occurred_at},'
+                f'"aggregate_type":{aggregate_type},"aggregate_id":{aggregate_id},"data":{payload}}}'.encode(),
+                uuid,
+                event_type,
+                request_id,
+            )
+            for (
+                event_id, key, uuid, event_type, request_id,
+                type_json, occurred_at, aggregate_type, aggregate_id, payload,
+            ) in cursor.fetchall()
+        ]
 
 
 def mark_published(ids: list[int]) -> None:
@@ -154,6 +176,7 @@ class _Marker:
             return
         if self.executor is None:
             self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="outbox-marker")
+            self.executor.submit(_commit_without_waiting_for_the_disk)
         self.futures.append(self.executor.submit(mark_published, ids))
 
     def wait(self) -> None:
@@ -169,6 +192,33 @@ class _Marker:
             self.executor = None
 
 
+class _ReadAhead:
+    """Reads the run's next batch in a helper thread, on the run's connection
+    and snapshot, while the relay produces the current one. The relay's own
+    thread does not use that connection meanwhile."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.raw = connection.connection
+        self.executor: ThreadPoolExecutor | None = None
+        self.next: Future | None = None
+
+    def start(self, *, after: int) -> None:
+        if self.executor is None:
+            self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="outbox-reader")
+        self.next = self.executor.submit(read_pending, self.limit, after=after, raw=self.raw)
+
+    def take(self) -> list[PendingEvent]:
+        future, self.next = self.next, None
+        return future.result()
+
+    def close(self) -> None:
+        """Waits for a read still running: the run's transaction ends after it."""
+        if self.executor is not None:
+            self.executor.shutdown(wait=True)
+            self.executor = None
+
+
 def _unlock() -> None:
     try:
         with connection.cursor() as cursor:
@@ -176,6 +226,13 @@ def _unlock() -> None:
     except Exception:  # a broken connection: closing it releases the lock
         logger.debug("relay: could not release the leader lock", exc_info=True)
         connection.close()
+
+
+def _commit_without_waiting_for_the_disk() -> None:
+    # For the marker's own connection: a mark that a crash of PostgreSQL loses
+    # only makes the relay publish the event again, which at-least-once allows.
+    with connection.cursor() as cursor:
+        cursor.execute("SET synchronous_commit TO off")
 
 
 def _close_connection() -> None:
@@ -277,29 +334,37 @@ class OutboxRelay:
     def _run(self, max_batches: int, marker: _Marker) -> tuple[int, dict[int, str]]:
         in_flight: deque[InFlight] = deque()
         published, errors = 0, {}
-        after, reads, more = 0, 0, True
-        while True:
-            failing = errors or any(batch.errors for batch in in_flight)
-            if more and not failing and reads < max_batches and len(in_flight) < PIPELINE_DEPTH:
-                events = read_pending(self.batch_size, after=after)
-                reads += 1
-                more = len(events) == self.batch_size
-                if events:
-                    after = events[-1][0]
-                    in_flight.append(self._produce(events))
-                continue
-            if not in_flight:
-                break
-            batch = in_flight.popleft()
-            self._settle(batch)
-            # A copy: a late delivery report must not change what is marked.
-            acked = [event_id for event_id in batch.acked if event_id not in batch.errors]
-            if acked:
-                if self.before_mark:
-                    self.before_mark(acked)
-                marker.mark(acked, in_background=reads > 1)
-                published += len(acked)
-            errors.update(batch.errors)
+        reader = _ReadAhead(self.batch_size)
+        try:
+            events: list[PendingEvent] | None = read_pending(self.batch_size)
+            reads = 1
+            while True:
+                failing = errors or any(batch.errors for batch in in_flight)
+                ready = events is not None or reader.next is not None
+                if ready and not failing and len(in_flight) < PIPELINE_DEPTH:
+                    if events is None:
+                        events = reader.take()
+                    if len(events) == self.batch_size and reads < max_batches:
+                        reader.start(after=events[-1][0])  # PostgreSQL reads on while Kafka gets these
+                        reads += 1
+                    if events:
+                        in_flight.append(self._produce(events))
+                    events = None
+                    continue
+                if not in_flight:
+                    break
+                batch = in_flight.popleft()
+                self._settle(batch)
+                # A copy: a late delivery report must not change what is marked.
+                acked = [event_id for event_id in batch.acked if event_id not in batch.errors]
+                if acked:
+                    if self.before_mark:
+                        self.before_mark(acked)
+                    marker.mark(acked, in_background=reads > 1)
+                    published += len(acked)
+                errors.update(batch.errors)
+        finally:
+            reader.close()
         if errors:
             self._discard_producer()  # stalled or failed: start again from a fresh producer
         return published, errors

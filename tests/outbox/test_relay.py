@@ -13,11 +13,14 @@ from tests.outbox.conftest import read_topic
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.kafka]
 
 
-def write_events(count: int, *, orders: int = 1) -> list[OutboxEvent]:
+def write_events(count: int, *, orders: int = 1, first_step: int = 0) -> list[OutboxEvent]:
     with transaction.atomic():
         ids = [
             record_event(
-                aggregate_type="order", aggregate_id=i % orders, event_type=f"Step{i // orders}", data={"n": i}
+                aggregate_type="order",
+                aggregate_id=i % orders,
+                event_type=f"Step{first_step + i // orders}",
+                data={"n": i},
             )
             for i in range(count)
         ]
@@ -50,6 +53,51 @@ def test_relay_publishes_envelope_with_key_and_headers_and_marks_published(kafka
         "aggregate_id": "0",
         "data": {"n": 0},
     }
+
+
+def test_the_envelope_is_valid_json_whatever_the_strings_hold(kafka_topic):
+    tricky = 'A"1\\ ñ\u2028\n'  # a quote, a backslash, non-ASCII, a line separator, a newline
+    data = {"note": tricky, "nested": [{"x": 1.5, "none": None, "ok": True}], "emoji": "\U0001f6d2"}
+    with transaction.atomic():
+        record_event(aggregate_type='order"s', aggregate_id=tricky, event_type='Odd"Type', data=data)
+    assert OutboxRelay().drain() == 1
+    [message] = read_topic(kafka_topic, expected=1)
+    assert message.key() == tricky.encode()
+    body = json.loads(message.value())
+    assert (body["aggregate_type"], body["aggregate_id"], body["event_type"]) == ('order"s', tricky, 'Odd"Type')
+    assert body["data"] == data
+
+
+def test_runs_of_many_batches_keep_the_order_while_orders_keep_coming(kafka_topic):
+    """Batches read ahead of the producer, from one snapshot per run, while
+    new events commit all the time."""
+    writing = threading.Event()
+    writing.set()
+
+    def write_more():
+        try:
+            for step in range(1, 31):
+                write_events(14, orders=7, first_step=step * 2)
+        finally:
+            writing.clear()
+            connection.close()
+
+    first = write_events(14, orders=7)
+    writer = threading.Thread(target=write_more)
+    writer.start()
+    relay = OutboxRelay(batch_size=9)
+    published = 0
+    while writing.is_set() or OutboxEvent.objects.filter(published_at__isnull=True).exists():
+        published += relay.drain()
+    writer.join()
+    assert published == 14 * 31
+    bodies = [json.loads(m.value()) for m in read_topic(kafka_topic, expected=14 * 31)]
+    assert len({b["event_id"] for b in bodies}) == 14 * 31
+    steps = {}
+    for body in bodies:  # per partition in offset order; one order lives in one partition
+        steps.setdefault(body["aggregate_id"], []).append(int(body["event_type"].removeprefix("Step")))
+    assert set(steps) == {event.aggregate_id for event in first}
+    assert all(got == sorted(got) and len(got) == 62 for got in steps.values())
 
 
 def test_relay_with_kafka_down_keeps_events_and_records_the_error(settings, kafka_topic):
