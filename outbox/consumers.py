@@ -6,6 +6,10 @@ transaction: insert (consumer, event_id) into processed_events — a duplicate
 finds the row and is skipped — then the handler's effect; and only after that
 commit does it commit the Kafka offset. A handler that keeps failing sends
 the message to the dead-letter topic and the consumer moves on.
+
+Messages are taken from the client in batches of what has arrived: each
+still gets its own transaction, and the batch's offsets are committed once
+all of them committed (one Kafka round trip, not one per message).
 """
 
 import json
@@ -15,7 +19,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from django.conf import settings
 from django.db import close_old_connections, transaction
 
@@ -27,6 +31,9 @@ from outbox.models import ProcessedEvent
 from outbox.topics import dead_letter_topic
 
 logger = logging.getLogger(__name__)
+
+# At most this many messages between two offset commits.
+MAX_BATCH = 100
 
 
 @dataclass(frozen=True)
@@ -111,20 +118,33 @@ class EventConsumer:
         self.processed = self.duplicates = self.dead_lettered = 0
 
     def handle(self, message: Message) -> None:
-        """Apply one message (retrying, then dead-lettering), then commit its offset."""
+        """Apply one message, then commit its offset."""
+        self.apply(message)
+        self._commit([message])
+
+    def apply(self, message: Message) -> None:
+        """Apply one message (retrying, then dead-lettering); its offset is left to the caller."""
         headers = dict(message.headers() or [])
         token = request_id_var.set((headers.get("request_id") or b"").decode(errors="replace"))
         try:
             self._apply_with_retries(message)
         finally:
             request_id_var.reset(token)
-        self.consumer.commit(message=message, asynchronous=False)
+
+    def _commit(self, messages: list[Message]) -> None:
+        """Commit the offsets after `messages`, every one of them applied."""
+        if not messages:
+            return
+        after = {(m.topic(), m.partition()): m.offset() + 1 for m in messages}
+        offsets = [TopicPartition(topic, partition, offset) for (topic, partition), offset in after.items()]
+        self.consumer.commit(offsets=offsets, asynchronous=False)
 
     def _apply_with_retries(self, message: Message) -> None:
         error = None
         for attempt in range(1, self.max_attempts + 1):
             try:
-                close_old_connections()
+                if attempt > 1:
+                    close_old_connections()  # the failure may have broken the connection
                 result = apply_event(consumer=self.name, event=parse_event(message.value()))
             except Exception as exc:  # any handler failure: retry, then dead-letter
                 error = exc
@@ -164,21 +184,35 @@ class EventConsumer:
         idle_since = time.monotonic()
         try:
             while not should_stop():
-                message = self.consumer.poll(0.5)
-                if message is None:
+                first = self.consumer.poll(0.5)
+                if first is None:
                     if max_idle_seconds is not None and time.monotonic() - idle_since > max_idle_seconds:
                         return
                     continue
-                if message.error():
-                    if message.error().code() != KafkaError._PARTITION_EOF:
-                        logger.warning("%s: %s", self.name, message.error())
-                    continue
-                self.handle(message)
+                # What else has arrived already: no waiting for a batch to fill.
+                messages = [first, *self.consumer.consume(MAX_BATCH - 1, timeout=0)]
+                close_old_connections()  # once a batch, not a health check per message
+                self._apply_batch(messages, should_stop)
                 idle_since = time.monotonic()
         finally:
             self.close()
 
+    def _apply_batch(self, messages: list[Message], should_stop: Callable[[], bool]) -> None:
+        applied = []
+        try:
+            for message in messages:
+                if message.error():
+                    if message.error().code() != KafkaError._PARTITION_EOF:
+                        logger.warning("%s: %s", self.name, message.error())
+                    continue
+                self.apply(message)
+                applied.append(message)
+                if should_stop():
+                    break  # SIGTERM: the current message is done; the rest are read again next time
+        finally:
+            self._commit(applied)
+
     def close(self) -> None:
-        self.consumer.close()  # commits nothing more: every handled offset was committed synchronously
+        self.consumer.close()  # commits nothing more: every applied offset was committed synchronously
         if self._dlq_producer is not None:
             self._dlq_producer.flush(5)

@@ -124,3 +124,26 @@ def test_apply_event_twice_applies_once_and_failure_leaves_no_trace(db):
     assert apply_event(consumer="test-consumer", event=other) == "ignored"
     assert len(calls) == 2
     assert ProcessedEvent.objects.filter(consumer="test-consumer").count() == 1
+
+
+def test_a_consumer_stopped_mid_batch_commits_only_what_it_applied(kafka_topic):
+    from outbox.consumers import EventConsumer
+
+    @register("test-batch", "Counted")
+    def counted(event):
+        pass
+
+    producer = Producer(client_config())
+    for n in range(5):  # one key: one partition, in this order
+        body = {"event_id": str(uuid.uuid4()), "event_type": "Counted", "occurred_at": "2026-01-01T00:00:00+00:00",
+                "aggregate_type": "order", "aggregate_id": "1", "data": {"n": n}}  # fmt: skip
+        producer.produce(kafka_topic, key=b"1", value=json.dumps(body).encode())
+    assert producer.flush(10) == 0
+
+    first = EventConsumer(name="test-batch")
+    first.run(should_stop=lambda: first.processed >= 2, max_idle_seconds=20)  # as SIGTERM after two
+    assert first.processed == 2
+    second = EventConsumer(name="test-batch")  # the same group: starts after what was committed
+    second.run(should_stop=lambda: second.processed + second.duplicates >= 3, max_idle_seconds=20)
+    assert (second.processed, second.duplicates) == (3, 0)
+    assert ProcessedEvent.objects.filter(consumer="test-batch").count() == 5
