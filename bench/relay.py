@@ -20,8 +20,9 @@ about 0.5 s to its first acknowledgement, once per process; printed):
 --rounds rounds (fresh events each), medians reported; then relay/ceiling (goal >= 0.5) and
 relay/floor (goal >= 20). When a goal is missed (or with --profile): where drain() spends its time,
 phase by phase without a profiler (waiting for reads, Kafka calls, COMMIT, the Python rest; the
-read-ahead and marking threads' time beside it), a bound (the same drain with marking switched
-off), then the top functions of a cProfile'd drain(), each on --profile-events fresh events.
+read-ahead and marking threads' time beside it) and the top functions of a cProfile'd drain(), each
+on --profile-events fresh events; and a bound: --events relayed with marking switched off, median
+of --rounds.
 
 Part 2, lag. `manage.py relay_outbox` runs as a subprocess, and so does the consumer: a real
 outbox.consumers.EventConsumer (`bench/relay.py --consumer-child NAME`, group <bench prefix>NAME)
@@ -507,7 +508,8 @@ class TimedProducer:
 
 
 def phase_split(
-    topic: str, count: int, aggregates: int, batch_size: int | None, lock: BenchLock, ceiling: float | None
+    topic: str, count: int, aggregates: int, batch_size: int | None, lock: BenchLock, ceiling: float | None,
+    *, bound_events: int, bound_rounds: int,
 ) -> None:
     """Where drain() spends its time, without a profiler. On the relay's thread: waiting for a
     batch read, Kafka calls (a timing wrapper around the producer), COMMIT and the leader lock
@@ -549,7 +551,7 @@ def phase_split(
 
     original = outbox.relay.read_pending, outbox.relay.mark_published, outbox.relay._ReadAhead.take
 
-    def run(profiler: cProfile.Profile | None, *, marking: bool = True) -> tuple[int, float, int]:
+    def run(profiler: cProfile.Profile | None, *, marking: bool = True, count: int = count) -> tuple[int, float, int]:
         created = insert_events(count, min(aggregates, count), aggregate_base=AGGREGATE_BASE + 50_000_000)
         ids = [e.id for e in created]
         vacuum_outbox(lock)
@@ -620,10 +622,14 @@ def phase_split(
         print(f"  reads: first tenth {sum(reads[:tenth]) / tenth * 1000:.1f} ms each, "
               f"last tenth {sum(reads[-tenth:]) / tenth * 1000:.1f} ms each")  # fmt: skip
 
-    published, seconds, _ = run(None, marking=False)
-    bound = published / seconds
+    bounds = []
+    for _ in range(bound_rounds):
+        published, seconds, _ = run(None, marking=False, count=bound_events)
+        bounds.append(published / seconds)
+    bound = statistics.median(bounds)
     versus = f" = {bound / ceiling:.2f} of the ceiling" if ceiling else ""
-    print(f"bound: marking switched off, {published:,} events in {seconds:.2f} s = {bound:,.0f} events/s{versus}")
+    print(f"bound: marking switched off, {bound_events:,} events, median of {bound_rounds}: {bound:,.0f} events/s"
+          f"{versus} (rounds {', '.join(fmt_rate(b) for b in bounds)})")  # fmt: skip
 
     profiler = cProfile.Profile()
     published, seconds, left = run(profiler)
@@ -1144,7 +1150,8 @@ def main(argv=None) -> int:
             results["throughput"] = part1(args, topic, original_topic, lock)
             if args.profile or not results["throughput"]["ok"]:
                 phase_split(topic, args.profile_events, args.aggregates, args.batch_size, lock,
-                            results["throughput"].get("ceiling"))  # fmt: skip
+                            results["throughput"].get("ceiling"), bound_events=args.events,
+                            bound_rounds=args.rounds)  # fmt: skip
             print()
         if not args.skip_lag:
             if unpublished_count():
