@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from django.conf import settings
 from django.db import close_old_connections, transaction
 
@@ -34,6 +34,10 @@ logger = logging.getLogger(__name__)
 
 # At most this many messages between two offset commits.
 MAX_BATCH = 100
+# A batch ends early after this long (its other messages are read again):
+# a consumer that does not poll for max.poll.interval.ms (5 min) is dropped
+# from its group, and slow handlers or retries must not get it there.
+MAX_BATCH_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -137,7 +141,21 @@ class EventConsumer:
             return
         after = {(m.topic(), m.partition()): m.offset() + 1 for m in messages}
         offsets = [TopicPartition(topic, partition, offset) for (topic, partition), offset in after.items()]
-        self.consumer.commit(offsets=offsets, asynchronous=False)
+        try:
+            failed = [tp for tp in self.consumer.commit(offsets=offsets, asynchronous=False) if tp.error]
+        except KafkaException as exc:  # e.g. a rebalance in progress
+            failed = [exc]
+        if failed:  # those messages come again (here or to another member) and are skipped as duplicates
+            logger.warning("%s: offsets not committed: %s", self.name, failed)
+
+    def _rewind(self, messages: list[Message]) -> None:
+        """Have `messages`, taken from the client but not applied, read again."""
+        first: dict[tuple[str, int], int] = {}
+        for message in messages:
+            if not message.error():
+                first.setdefault((message.topic(), message.partition()), message.offset())
+        for (topic, partition), offset in first.items():
+            self.consumer.seek(TopicPartition(topic, partition, offset))
 
     def _apply_with_retries(self, message: Message) -> None:
         error = None
@@ -198,9 +216,9 @@ class EventConsumer:
             self.close()
 
     def _apply_batch(self, messages: list[Message], should_stop: Callable[[], bool]) -> None:
-        applied = []
+        applied, deadline = [], time.monotonic() + MAX_BATCH_SECONDS
         try:
-            for message in messages:
+            for index, message in enumerate(messages):
                 if message.error():
                     if message.error().code() != KafkaError._PARTITION_EOF:
                         logger.warning("%s: %s", self.name, message.error())
@@ -208,7 +226,10 @@ class EventConsumer:
                 self.apply(message)
                 applied.append(message)
                 if should_stop():
-                    break  # SIGTERM: the current message is done; the rest are read again next time
+                    break  # SIGTERM: the current message is done; the rest come again after a restart
+                if time.monotonic() > deadline:
+                    self._rewind(messages[index + 1 :])
+                    break
         finally:
             self._commit(applied)
 

@@ -176,7 +176,6 @@ class _Marker:
             return
         if self.executor is None:
             self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="outbox-marker")
-            self.executor.submit(_commit_without_waiting_for_the_disk)
         self.futures.append(self.executor.submit(mark_published, ids))
 
     def wait(self) -> None:
@@ -226,13 +225,6 @@ def _unlock() -> None:
     except Exception:  # a broken connection: closing it releases the lock
         logger.debug("relay: could not release the leader lock", exc_info=True)
         connection.close()
-
-
-def _commit_without_waiting_for_the_disk() -> None:
-    # For the marker's own connection: a mark that a crash of PostgreSQL loses
-    # only makes the relay publish the event again, which at-least-once allows.
-    with connection.cursor() as cursor:
-        cursor.execute("SET synchronous_commit TO off")
 
 
 def _close_connection() -> None:

@@ -147,3 +147,25 @@ def test_a_consumer_stopped_mid_batch_commits_only_what_it_applied(kafka_topic):
     second.run(should_stop=lambda: second.processed + second.duplicates >= 3, max_idle_seconds=20)
     assert (second.processed, second.duplicates) == (3, 0)
     assert ProcessedEvent.objects.filter(consumer="test-batch").count() == 5
+
+
+def test_a_batch_that_runs_out_of_time_has_its_other_messages_read_again(kafka_topic, monkeypatch):
+    from outbox.consumers import EventConsumer
+
+    monkeypatch.setattr("outbox.consumers.MAX_BATCH_SECONDS", 0.0)  # every batch ends after one message
+    seen = []
+
+    @register("test-slow", "Counted")
+    def counted(event):
+        seen.append(event.data["n"])
+
+    producer = Producer(client_config())
+    for n in range(5):  # one key: one partition, in this order
+        body = {"event_id": str(uuid.uuid4()), "event_type": "Counted", "occurred_at": "2026-01-01T00:00:00+00:00",
+                "aggregate_type": "order", "aggregate_id": "1", "data": {"n": n}}  # fmt: skip
+        producer.produce(kafka_topic, key=b"1", value=json.dumps(body).encode())
+    assert producer.flush(10) == 0
+
+    consumer = EventConsumer(name="test-slow")
+    consumer.run(should_stop=lambda: consumer.processed >= 5, max_idle_seconds=20)
+    assert seen == [0, 1, 2, 3, 4] and consumer.duplicates == 0

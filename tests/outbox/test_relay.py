@@ -100,6 +100,45 @@ def test_runs_of_many_batches_keep_the_order_while_orders_keep_coming(kafka_topi
     assert all(got == sorted(got) and len(got) == 62 for got in steps.values())
 
 
+def test_a_run_reads_ahead_inside_its_snapshot(kafka_topic):
+    """An order's first event is still uncommitted (a low id) when a run starts;
+    its second commits during the run (a high id). Both wait for the next run:
+    a read outside the run's snapshot would publish the second first."""
+    written, release, done = threading.Event(), threading.Event(), threading.Event()
+
+    def slow_checkout():
+        try:
+            with transaction.atomic():
+                record_event(aggregate_type="order", aggregate_id="x", event_type="Step0", data={})
+                written.set()
+                release.wait(30)
+            with transaction.atomic():
+                record_event(aggregate_type="order", aggregate_id="x", event_type="Step1", data={})
+        finally:
+            done.set()
+            connection.close()
+
+    writer = threading.Thread(target=slow_checkout)
+    writer.start()
+    assert written.wait(30)
+    write_events(60, orders=6)  # higher ids, committed: 12 batches of 5 in one run
+    relay = OutboxRelay(batch_size=5)
+
+    def commit_the_slow_checkout(ids):  # after the run's first batch; most of its reads are still to come
+        if not release.is_set():
+            release.set()
+            assert done.wait(30)
+
+    relay.before_mark = commit_the_slow_checkout
+    assert relay.drain() == 60
+    relay.before_mark = None
+    assert relay.drain() == 2
+    writer.join()
+    bodies = [json.loads(m.value()) for m in read_topic(kafka_topic, expected=62)]
+    assert len({b["event_id"] for b in bodies}) == len(bodies) == 62
+    assert [b["event_type"] for b in bodies if b["aggregate_id"] == "x"] == ["Step0", "Step1"]
+
+
 def test_relay_with_kafka_down_keeps_events_and_records_the_error(settings, kafka_topic):
     write_events(3)
     settings.KAFKA_BOOTSTRAP_SERVERS = "127.0.0.1:1"
