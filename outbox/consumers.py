@@ -121,11 +121,6 @@ class EventConsumer:
         self._dlq_producer: Producer | None = None
         self.processed = self.duplicates = self.dead_lettered = 0
 
-    def handle(self, message: Message) -> None:
-        """Apply one message, then commit its offset."""
-        self.apply(message)
-        self._commit([message])
-
     def apply(self, message: Message) -> None:
         """Apply one message (retrying, then dead-lettering); its offset is left to the caller."""
         headers = dict(message.headers() or [])

@@ -11,10 +11,11 @@ it is never visible without it. (The leader lock is also why there is no
 would write to every one of them.)
 
 The batches are pipelined (bench/relay.py measured the serial loop waiting on
-PostgreSQL two thirds of the time): while Kafka acknowledges batch N, batch
-N+1 is read and produced, and batch N is marked published with one UPDATE on
-a second connection, in a helper thread. Kafka's acknowledgement always comes
-before the mark. Whatever was not acknowledged stays unpublished, with
+PostgreSQL two thirds of the time): while the relay produces batch N, a
+helper thread reads batch N+1 on the run's connection, in its snapshot; while
+Kafka acknowledges batch N, batch N+1 is produced, and batch N is marked
+published with one statement on a second connection, in another helper
+thread. Kafka's acknowledgement always comes before the mark. Whatever was not acknowledged stays unpublished, with
 `attempts` and `last_error`; the relay backs off, and after a failure its
 producer is thrown away and recreated, so a broker that restarted empty (or
 a stalled idempotent producer) does not block it.
@@ -41,7 +42,7 @@ logger = logging.getLogger(__name__)
 
 # Any constant shared by every relay; "outbox" in ASCII.
 RELAY_LOCK_KEY = 0x6F7574626F78
-# Batches produced and not yet settled: the next batch is read while Kafka
+# Batches produced and not yet settled: the next batch is produced while Kafka
 # acknowledges the previous one.
 PIPELINE_DEPTH = 2
 # Batches of one run (one snapshot, one transaction).

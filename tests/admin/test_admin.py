@@ -195,6 +195,27 @@ def test_outbox_admin_retry_and_index_counts():
     assert OutboxEvent.objects.get().last_error == "retry requested by staff"
 
 
+def test_outbox_admin_filters_by_the_relay_queue_and_retries_only_waiting_events():
+    admin = staff_client(superuser=True)
+    from django.db import transaction
+
+    from outbox.relay import mark_published
+    from outbox.services import record_event
+
+    with transaction.atomic():
+        waiting = record_event(aggregate_type="order", aggregate_id=1, event_type="X", data={})
+        published = record_event(aggregate_type="order", aggregate_id=2, event_type="X", data={})
+    mark_published([published])
+    for value, expected in (("no", [waiting]), ("yes", [published])):
+        response = admin.get(f"/admin/outbox/outboxevent/?published={value}")
+        assert [event.id for event in response.context["cl"].result_list] == expected
+    admin.post("/admin/outbox/outboxevent/", {"action": "retry_now", "_selected_action": [waiting, published]})
+    assert dict(OutboxEvent.objects.values_list("id", "last_error")) == {
+        waiting: "retry requested by staff",
+        published: "",
+    }
+
+
 def test_permissions_per_group(stock_manager, order_manager, redis):
     product_with_stock(sku="A", available=5)
     assert stock_manager.get("/admin/orders/order/").status_code == 403

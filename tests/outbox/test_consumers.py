@@ -126,6 +126,16 @@ def test_apply_event_twice_applies_once_and_failure_leaves_no_trace(db):
     assert ProcessedEvent.objects.filter(consumer="test-consumer").count() == 1
 
 
+def produce_counted(topic: str, count: int) -> None:
+    """`count` Counted events n = 0, 1, ...: one key, so one partition, in this order."""
+    producer = Producer(client_config())
+    for n in range(count):
+        body = {"event_id": str(uuid.uuid4()), "event_type": "Counted", "occurred_at": "2026-01-01T00:00:00+00:00",
+                "aggregate_type": "order", "aggregate_id": "1", "data": {"n": n}}  # fmt: skip
+        producer.produce(topic, key=b"1", value=json.dumps(body).encode())
+    assert producer.flush(10) == 0
+
+
 def test_a_consumer_stopped_mid_batch_commits_only_what_it_applied(kafka_topic):
     from outbox.consumers import EventConsumer
 
@@ -133,12 +143,7 @@ def test_a_consumer_stopped_mid_batch_commits_only_what_it_applied(kafka_topic):
     def counted(event):
         pass
 
-    producer = Producer(client_config())
-    for n in range(5):  # one key: one partition, in this order
-        body = {"event_id": str(uuid.uuid4()), "event_type": "Counted", "occurred_at": "2026-01-01T00:00:00+00:00",
-                "aggregate_type": "order", "aggregate_id": "1", "data": {"n": n}}  # fmt: skip
-        producer.produce(kafka_topic, key=b"1", value=json.dumps(body).encode())
-    assert producer.flush(10) == 0
+    produce_counted(kafka_topic, 5)
 
     first = EventConsumer(name="test-batch")
     first.run(should_stop=lambda: first.processed >= 2, max_idle_seconds=20)  # as SIGTERM after two
@@ -159,12 +164,7 @@ def test_a_batch_that_runs_out_of_time_has_its_other_messages_read_again(kafka_t
     def counted(event):
         seen.append(event.data["n"])
 
-    producer = Producer(client_config())
-    for n in range(5):  # one key: one partition, in this order
-        body = {"event_id": str(uuid.uuid4()), "event_type": "Counted", "occurred_at": "2026-01-01T00:00:00+00:00",
-                "aggregate_type": "order", "aggregate_id": "1", "data": {"n": n}}  # fmt: skip
-        producer.produce(kafka_topic, key=b"1", value=json.dumps(body).encode())
-    assert producer.flush(10) == 0
+    produce_counted(kafka_topic, 5)
 
     consumer = EventConsumer(name="test-slow")
     consumer.run(should_stop=lambda: consumer.processed >= 5, max_idle_seconds=20)
