@@ -125,7 +125,10 @@ DATABASES["default"]["TEST"] = {"NAME": env("TEST_DATABASE_NAME", "test_shop")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis: cart, flash-sale gate, caches ----------------------------------
-REDIS_URL = env("REDIS_URL", "redis://127.0.0.1:6379/15" if TESTING else "redis://127.0.0.1:6379/0")
+# Tests use their own database (TEST_REDIS_URL lets two test runs share one Redis).
+REDIS_URL = (
+    env("TEST_REDIS_URL", "redis://127.0.0.1:6379/15") if TESTING else env("REDIS_URL", "redis://127.0.0.1:6379/0")
+)
 CACHES = {
     "default": {
         "BACKEND": "django_redis.cache.RedisCache",

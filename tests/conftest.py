@@ -12,7 +12,7 @@ from tests.factories import UserFactory
 @pytest.fixture(autouse=True)
 def redis():
     """The tests' own Redis database (settings.TESTING), empty for every test."""
-    assert settings.REDIS_URL.endswith("/15"), "tests must not touch the development Redis database"
+    assert not settings.REDIS_URL.endswith(("/0", "/1")), "tests must not touch the development Redis databases"
     conn = get_redis_connection("default")
     conn.flushdb()
     hot_cache.clear()  # its generation lived in the Redis just flushed

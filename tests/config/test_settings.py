@@ -22,7 +22,7 @@ def test_settings_defaults_work_locally():
 
 
 def test_settings_tests_use_their_own_redis_databases():
-    assert settings.REDIS_URL.endswith("/15")
+    assert settings.REDIS_URL == os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
     assert settings.CELERY_BROKER_URL.endswith("/14")
 
 
