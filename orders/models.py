@@ -92,14 +92,16 @@ class Payment(models.Model):
         FAILED = "failed", "Payment failed"
 
     provider_payment_id = models.CharField(max_length=100, unique=True)
-    # Null for an orphan payment (unknown order); the order id it named is in `raw`.
+    # Null for an orphan payment (unknown order); the order id it named is in `raw_body`.
     order = models.ForeignKey(Order, null=True, blank=True, on_delete=models.PROTECT, related_name="payments")
     amount = models.BigIntegerField()
     currency = models.CharField(max_length=3)
     status = models.CharField(max_length=10, choices=Status.choices)
     outcome = models.CharField(max_length=10, choices=Outcome.choices)
     received_at = models.DateTimeField()
-    raw = models.JSONField()
+    # The signed body exactly as received, as text: jsonb cannot hold a \u0000 escape
+    # and a provider may put one in any field, which must not cost us the payment.
+    raw_body = models.TextField()
 
     class Meta:
         ordering = ["-id"]
@@ -143,9 +145,10 @@ class Refund(models.Model):
         ordering = ["-id"]
         constraints = [
             models.CheckConstraint(condition=Q(amount__gte=0), name="refund_amount_not_negative"),
-            models.CheckConstraint(condition=Q(reason__in=[
-                "order_not_pending", "amount_mismatch", "unknown_order", "staff"
-            ]), name="refund_reason_valid"),
+            models.CheckConstraint(
+                condition=Q(reason__in=["order_not_pending", "amount_mismatch", "unknown_order", "staff"]),
+                name="refund_reason_valid",
+            ),
             models.CheckConstraint(condition=Q(status__in=["REQUESTED", "COMPLETED"]), name="refund_status_valid"),
         ]
 

@@ -50,5 +50,5 @@ class PaymentWebhookApi(APIView):
         )
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        result = handle_payment_webhook(**data.validated_data, raw=request.data)
+        result = handle_payment_webhook(**data.validated_data, raw_body=request.body.decode())
         return Response(self.OutputSerializer(result).data)

@@ -3,11 +3,16 @@
 
 import hashlib
 import hmac
+import re
 import time
 
 from orders.exceptions import InvalidSignature
 
 TOLERANCE_SECONDS = 300
+# ASCII only and bounded: str.isdigit() accepts "²", int() refuses 5,000 digits,
+# a float cannot hold 400, and hmac.compare_digest() refuses a non-ASCII str.
+_TIMESTAMP = re.compile(r"[0-9]{1,12}")
+_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 def sign(*, body: bytes, secret: str, timestamp: int | None = None) -> str:
@@ -22,7 +27,7 @@ def verify_signature(*, header: str | None, body: bytes, secret: str, now: float
         raise InvalidSignature()
     parts = dict(part.split("=", 1) for part in header.split(",") if "=" in part)
     timestamp, given = parts.get("t", ""), parts.get("v1", "")
-    if not timestamp.isdigit() or not given:
+    if not _TIMESTAMP.fullmatch(timestamp) or not _DIGEST.fullmatch(given):
         raise InvalidSignature()
     now = time.time() if now is None else now
     if abs(now - int(timestamp)) > TOLERANCE_SECONDS:

@@ -15,9 +15,7 @@ class PaymentResult:
     redelivered: bool
 
 
-def request_refund(
-    *, payment: Payment, order: Order | None, reason: str, user=None
-) -> Refund:
+def request_refund(*, payment: Payment, order: Order | None, reason: str, user=None) -> Refund:
     """Record a refund of the whole payment and announce it. Inside the caller's transaction."""
     transaction.on_commit(lambda: REFUNDS_REQUESTED.labels(reason).inc())
     refund = Refund.objects.create(
@@ -42,7 +40,7 @@ def request_refund(
 
 @transaction.atomic
 def handle_payment_webhook(
-    *, payment_id: str, order_id: int, amount: int, currency: str, status: str, raw: dict
+    *, payment_id: str, order_id: int, amount: int, currency: str, status: str, raw_body: str
 ) -> PaymentResult:
     """Apply one provider callback exactly once.
 
@@ -63,7 +61,7 @@ def handle_payment_webhook(
         status=status,
         outcome=Payment.Outcome.FAILED,
         received_at=now,
-        raw=raw,
+        raw_body=raw_body,
     )
     if insert_unless_exists(payment, conflict_fields=["provider_payment_id"]) is None:
         return PaymentResult(Payment.objects.get(provider_payment_id=payment_id), redelivered=True)

@@ -146,7 +146,7 @@ def test_webhook_unknown_order_is_recorded_as_orphan_and_refunded(client, db):
     response = post_webhook(client, payment_id="orphan", order_id=987654, amount=100)
     assert response.status_code == 200
     payment = Payment.objects.get()
-    assert payment.order is None and payment.raw["order_id"] == 987654
+    assert payment.order is None and json.loads(payment.raw_body)["order_id"] == 987654
     assert Refund.objects.get().reason == Refund.Reason.UNKNOWN_ORDER
     [event] = events("RefundRequested")
     assert event.payload["order_id"] is None and event.payload["payment_id"] == "orphan"
