@@ -6,6 +6,7 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.http import HttpResponseRedirect
 from django.shortcuts import render
@@ -15,7 +16,7 @@ from django.urls import path, reverse
 from config.admin import ReadOnlyAdmin
 from config.exceptions import DomainError
 from inventory import gate
-from inventory.models import FlashSale, Shipment, Stock, StockMovement
+from inventory.models import MAX_UNITS, FlashSale, Shipment, Stock, StockMovement
 from inventory.services import receive_stock, set_available_stock, stock_audit, write_off_stock
 from shop.catalog import CatalogFileInvalid, import_catalog, parse_catalog
 
@@ -38,7 +39,7 @@ class StockAdjustmentForm(forms.ModelForm):
     """The change form: no stock figure is editable; it asks for an operation."""
 
     operation = forms.ChoiceField(choices=[(key, label) for key, (label, _) in OPERATIONS.items()])
-    quantity = forms.IntegerField(min_value=0, max_value=2**31 - 1)
+    quantity = forms.IntegerField(min_value=0, max_value=MAX_UNITS)
     note = forms.CharField(max_length=200, required=False)
 
     class Meta:
@@ -53,7 +54,7 @@ class StockAdjustmentForm(forms.ModelForm):
 
 
 class BulkQuantityForm(forms.Form):
-    quantity = forms.IntegerField(min_value=1, max_value=2**31 - 1)
+    quantity = forms.IntegerField(min_value=1, max_value=MAX_UNITS)
     note = forms.CharField(max_length=200, required=False)
 
 
@@ -178,15 +179,21 @@ class StockAdmin(admin.ModelAdmin):
     def bulk_receive(self, request, queryset):
         form = BulkQuantityForm(request.POST if "apply" in request.POST else None)
         if form.is_valid():
-            for stock in queryset:
-                receive_stock(
-                    sku=stock.product_id,
-                    quantity=form.cleaned_data["quantity"],
-                    user=request.user,
-                    note=form.cleaned_data["note"],
-                )
             quantity = form.cleaned_data["quantity"]
-            self.message_user(request, f"Received {quantity} units for {queryset.count()} SKU(s).", messages.SUCCESS)
+            try:
+                with transaction.atomic():  # all SKUs or none
+                    for stock in queryset:
+                        receive_stock(
+                            sku=stock.product_id, quantity=quantity, user=request.user, note=form.cleaned_data["note"]
+                        )
+            except DomainError as error:
+                self.message_user(
+                    request, f"Nothing received: {error.details.get('sku')}: {error.message}", messages.ERROR
+                )
+            else:
+                self.message_user(
+                    request, f"Received {quantity} units for {queryset.count()} SKU(s).", messages.SUCCESS
+                )
             return None
         return render(
             request,
@@ -286,4 +293,3 @@ class FlashSaleAdmin(ReadOnlyAdmin):
     @admin.display(description="available")
     def available(self, sale):
         return sale.product.stock.available
-

@@ -1,4 +1,5 @@
 from config.exceptions import DomainError
+from inventory.models import MAX_UNITS
 
 
 class OutOfStock(DomainError):
@@ -11,3 +12,9 @@ class WriteOffBelowZero(DomainError):
     code = "write_off_below_zero"
     status = 409
     message = "Cannot write off more units than are available."
+
+
+class StockLimitExceeded(DomainError):
+    code = "stock_limit_exceeded"
+    status = 422
+    message = f"A SKU can hold at most {MAX_UNITS} units."

@@ -1,6 +1,9 @@
 from django.conf import settings
 from django.db import models
 
+# Stock figures are PostgreSQL integers: no count of units may pass this.
+MAX_UNITS = 2**31 - 1
+
 
 class Stock(models.Model):
     """Units of one SKU: on sale (`available`) and held by unpaid or unshipped

@@ -10,14 +10,12 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import connection, transaction
 from django.utils import timezone
 
-from config.hotcache import bump_generation
-from inventory.models import Stock, StockMovement
-from shop.models import SKU_PATTERN, Product
+from config.hotcache import bump_generation_on_commit
+from inventory.models import MAX_UNITS, Stock, StockMovement
+from shop.models import MAX_PRICE, SKU_PATTERN, Product
 
 COLUMNS = ["sku", "name", "price", "stock"]
 BATCH_SIZE = 2000
-MAX_PRICE = 10**12
-MAX_STOCK = 2**31 - 1
 _SKU = re.compile(SKU_PATTERN)
 _INTEGER = re.compile(r"^[0-9]+$")
 
@@ -67,9 +65,9 @@ def parse_catalog(lines: Iterable[str]) -> list[CatalogRow]:
         if not name or len(name) > 200:
             problems.append("name must be 1-200 characters")
         if not _INTEGER.match(price) or not 0 < int(price) <= MAX_PRICE:
-            problems.append(f"price {price!r} must be a whole number of minor units above 0")
-        if not _INTEGER.match(stock) or int(stock) > MAX_STOCK:
-            problems.append(f"stock {stock!r} must be a whole number, 0 or more")
+            problems.append(f"price {price!r} must be a whole number of minor units, 1 to {MAX_PRICE}")
+        if not _INTEGER.match(stock) or int(stock) > MAX_UNITS:
+            problems.append(f"stock {stock!r} must be a whole number, 0 to {MAX_UNITS}")
         if problems:
             errors.append(f"line {line}: " + "; ".join(problems))
             continue
@@ -145,5 +143,5 @@ def import_catalog(
         movements += len(ledger)
         if progress:
             progress(len(batch))
-    transaction.on_commit(bump_generation)
+    bump_generation_on_commit()
     return ImportResult(created=created, updated=updated, stock_movements=movements)

@@ -7,34 +7,37 @@ from django.db.backends.utils import CursorWrapper
 from django.db.models import F, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce
 
-from inventory.exceptions import OutOfStock, WriteOffBelowZero
-from inventory.models import Stock, StockMovement
+from inventory.exceptions import OutOfStock, StockLimitExceeded, WriteOffBelowZero
+from inventory.models import MAX_UNITS, Stock, StockMovement
 
 
 @transaction.atomic
-def receive_stock(
-    *, sku: str, quantity: int, user: AbstractBaseUser | None = None, note: str = ""
-) -> StockMovement:
-    """Units arrive: available += quantity, with a ledger entry."""
+def receive_stock(*, sku: str, quantity: int, user: AbstractBaseUser | None = None, note: str = "") -> StockMovement:
+    """Units arrive: available += quantity, with a ledger entry; refused past MAX_UNITS."""
     if quantity <= 0:
         raise ValueError("quantity must be positive")
     Stock.objects.get_or_create(product_id=sku)
-    Stock.objects.filter(product_id=sku).update(available=F("available") + quantity)
+    if quantity > MAX_UNITS or not _with_room_for(sku, quantity).update(available=F("available") + quantity):
+        raise StockLimitExceeded(sku=sku, requested=quantity)
     return StockMovement.objects.create(
         product_id=sku, delta=quantity, reason=StockMovement.Reason.RECEIVED, created_by=user, note=note
     )
 
 
+def _with_room_for(sku: str, quantity: int):
+    """The SKU's row if `quantity` more units fit: reservations move units between
+    available and reserved, so their sum is what must stay an integer."""
+    return Stock.objects.alias(held=F("available") + F("reserved")).filter(
+        product_id=sku, held__lte=MAX_UNITS - quantity
+    )
+
+
 @transaction.atomic
-def write_off_stock(
-    *, sku: str, quantity: int, user: AbstractBaseUser | None = None, note: str = ""
-) -> StockMovement:
+def write_off_stock(*, sku: str, quantity: int, user: AbstractBaseUser | None = None, note: str = "") -> StockMovement:
     """Units leave without a sale (damaged, lost): refused below zero available."""
     if quantity <= 0:
         raise ValueError("quantity must be positive")
-    updated = Stock.objects.filter(product_id=sku, available__gte=quantity).update(
-        available=F("available") - quantity
-    )
+    updated = Stock.objects.filter(product_id=sku, available__gte=quantity).update(available=F("available") - quantity)
     if not updated:
         raise WriteOffBelowZero(sku=sku, requested=quantity)
     return StockMovement.objects.create(
@@ -55,6 +58,8 @@ def set_available_stock(
     delta = available - current
     if delta == 0:
         return None
+    if delta > 0 and not _with_room_for(sku, delta).exists():
+        raise StockLimitExceeded(sku=sku, requested=delta)
     Stock.objects.filter(product_id=sku).update(available=F("available") + delta)
     reason = StockMovement.Reason.RECEIVED if delta > 0 else StockMovement.Reason.WRITTEN_OFF
     return StockMovement.objects.create(
@@ -91,8 +96,7 @@ def stock_audit(*, skus: Iterable[str] | None = None) -> list[dict]:
 # Raw SQL on the checkout path: building this UPDATE through the ORM cost more
 # CPU than running it (bench/checkout.py), and checkout is the hot path.
 _RESERVE = (
-    "UPDATE inventory SET available = available - %s, reserved = reserved + %s "
-    "WHERE sku = %s AND available >= %s"
+    "UPDATE inventory SET available = available - %s, reserved = reserved + %s WHERE sku = %s AND available >= %s"
 )
 
 
