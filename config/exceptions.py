@@ -6,10 +6,11 @@ Every API error leaves as ``{"error": {"code", "message", "details"}}``.
 import logging
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import OperationalError
 from django.http import Http404
+from redis.exceptions import RedisError
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -46,6 +47,37 @@ class RateLimited(DomainError):
         self.headers = {"Retry-After": str(retry_after)}
 
 
+class PayloadTooLarge(DomainError):
+    code = "payload_too_large"
+    status = 413
+    message = "The request body is larger than the server accepts."
+
+
+class CacheUnavailable(DomainError):
+    code = "cache_unavailable"
+    status = 503
+    message = "The cache is unavailable; retry shortly."
+
+
+class DatabaseUnavailable(DomainError):
+    code = "database_unavailable"
+    status = 503
+    message = "The database is unavailable; retry shortly."
+
+
+def infrastructure_error(exc: Exception) -> DomainError | None:
+    """The DomainError a client sees for a request cut short by a service or a limit, if any."""
+    if isinstance(exc, RequestDataTooBig):
+        return PayloadTooLarge()
+    if isinstance(exc, OperationalError):  # the database is down or out of connections
+        logger.error("database unavailable: %s", exc)
+        return DatabaseUnavailable()
+    if isinstance(exc, RedisError):  # e.g. the cache generation could not be read or moved
+        logger.error("redis unavailable: %r", exc)
+        return CacheUnavailable()
+    return None
+
+
 _DRF_CODES = {
     drf.NotAuthenticated: "not_authenticated",
     drf.AuthenticationFailed: "authentication_failed",
@@ -65,16 +97,12 @@ def error_body(code: str, message: str, details: Any = None) -> dict:
 
 
 def api_exception_handler(exc: Exception, context: dict) -> Response:
+    exc = infrastructure_error(exc) or exc
     if isinstance(exc, DomainError):
         return Response(
             error_body(exc.code, exc.message, exc.details), status=exc.status, headers=getattr(exc, "headers", None)
         )
 
-    if isinstance(exc, OperationalError):  # the database is down or out of connections
-        logger.error("database unavailable: %s", exc)
-        return Response(
-            error_body("database_unavailable", "The database is unavailable; retry shortly."), status=503
-        )
     if isinstance(exc, DjangoValidationError):
         details = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
         return Response(error_body("invalid", "The request is invalid.", details), status=400)

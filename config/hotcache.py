@@ -9,17 +9,21 @@ bumps the generation after commit; the next cart call in every process then
 sees `StaleCache`, drops its caches and is served again from the database.
 """
 
+import logging
 import threading
 from dataclasses import dataclass
 
+from django.db import transaction
 from django_redis import get_redis_connection
-from rest_framework.parsers import JSONParser
+from redis.exceptions import RedisError
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.exceptions import DomainError
+from config.parsers import JSONParser
 
+logger = logging.getLogger(__name__)
 GENERATION_KEY = "shop:cache-generation"
 MAX_ENTRIES = 100_000
 
@@ -77,6 +81,25 @@ hot_cache = HotCache()
 def bump_generation() -> None:
     get_redis_connection("default").incr(GENERATION_KEY)
     hot_cache.clear()
+
+
+def bump_generation_on_commit() -> None:
+    """For a change to what the caches hold: move the generation now and again
+    after commit.
+
+    Now, so that a Redis nobody can reach fails the transaction (RedisError, a
+    503): a change the other processes could never hear of is not made. After
+    commit, because a process may have refilled its caches from the old rows in
+    between; if that second bump fails, it is logged (the change is committed)."""
+    bump_generation()
+    transaction.on_commit(_bump_after_commit)
+
+
+def _bump_after_commit() -> None:
+    try:
+        bump_generation()
+    except RedisError:
+        logger.exception("cache generation not moved after commit: other processes may serve stale caches")
 
 
 class HotCacheApiView(APIView):

@@ -60,9 +60,7 @@ def refuse_development_secrets(*, debug: bool, secret_key: str, webhook_secret: 
         )
 
 
-refuse_development_secrets(
-    debug=DEBUG, secret_key=SECRET_KEY, webhook_secret=PAYMENT_WEBHOOK_SECRET
-)
+refuse_development_secrets(debug=DEBUG, secret_key=SECRET_KEY, webhook_secret=PAYMENT_WEBHOOK_SECRET)
 
 INSTALLED_APPS = [
     "config",
@@ -85,6 +83,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "config.requestid.RequestIdMiddleware",
+    "config.views.ServiceErrorMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -156,9 +155,7 @@ CACHES["gate"] = {
 }
 
 # --- Celery -----------------------------------------------------------------
-CELERY_BROKER_URL = env(
-    "CELERY_BROKER_URL", "redis://127.0.0.1:6379/14" if TESTING else "redis://127.0.0.1:6379/1"
-)
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", "redis://127.0.0.1:6379/14" if TESTING else "redis://127.0.0.1:6379/1")
 CELERY_TASK_ALWAYS_EAGER = TESTING
 CELERY_TASK_IGNORE_RESULT = True
 ORDER_EXPIRY_INTERVAL_SECONDS = env_int("ORDER_EXPIRY_INTERVAL_SECONDS", 30)
@@ -238,6 +235,11 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PARSER_CLASSES": [
+        "config.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 20,

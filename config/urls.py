@@ -1,9 +1,10 @@
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from config.health import healthz, readyz
 from config.metrics import metrics_view
+from config.views import not_found
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
@@ -15,6 +16,9 @@ urlpatterns = [
     path("api/", include("shop.urls")),
     path("api/", include("cart.urls")),
     path("api/", include("orders.urls")),
+    # Last: whatever else is under /api/ is a JSON 404, even with DEBUG on
+    # (Django's technical 404 page would list the URL patterns).
+    re_path(r"^api/", not_found),
 ]
 
 handler404 = "config.views.not_found"

@@ -3,7 +3,7 @@ or a traceback from the shop."""
 
 from django.http import JsonResponse
 
-from config.exceptions import error_body
+from config.exceptions import error_body, infrastructure_error
 
 
 def not_found(request, exception=None):
@@ -15,3 +15,21 @@ def server_error(request):
         error_body("internal_error", "Something went wrong on our side; it has been logged."),
         status=500,
     )
+
+
+class ServiceErrorMiddleware:
+    """Outside DRF views (the admin, the probes): a database or Redis outage, or a
+    body over the size limit, answers the JSON envelope with its 4xx/503 instead
+    of a 500 page. Inside DRF, config.exceptions.api_exception_handler does the same."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        error = infrastructure_error(exception)
+        if error is None:
+            return None
+        return JsonResponse(error_body(error.code, error.message, error.details), status=error.status)

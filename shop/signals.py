@@ -12,13 +12,13 @@ from redis.exceptions import RedisError
 from rest_framework.authtoken.models import Token
 
 from config.authentication import forget_tokens, remember_token
-from config.hotcache import bump_generation
+from config.hotcache import bump_generation_on_commit
 from inventory.models import FlashSale
 from shop.models import Product
 
 
 def _bump_after_commit(**kwargs) -> None:
-    transaction.on_commit(bump_generation)
+    bump_generation_on_commit()
 
 
 def _token_saved(instance: Token, created: bool = False, **kwargs) -> None:
