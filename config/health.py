@@ -1,5 +1,6 @@
 """Liveness and readiness probes: plain Django views, no auth, JSON bodies."""
 
+import logging
 import time
 from collections.abc import Callable
 
@@ -8,13 +9,16 @@ from django.db import connection
 from django.http import JsonResponse
 from django_redis import get_redis_connection
 
-from config.kafka import ping_kafka
+from config.kafka import ping_kafka, shop_topics, topic_warnings
+
+logger = logging.getLogger(__name__)
 
 
 def healthz(request):
     return JsonResponse({"status": "ok"})
 
 
+# A check raises when its service is down, and may return warnings when it is up.
 def _check_postgres(timeout: float) -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
@@ -24,11 +28,11 @@ def _check_redis(timeout: float) -> None:
     get_redis_connection("default").ping()
 
 
-def _check_kafka(timeout: float) -> None:
-    ping_kafka(timeout=timeout)
+def _check_kafka(timeout: float) -> list[str]:
+    return topic_warnings(ping_kafka(timeout=timeout), shop_topics())
 
 
-CHECKS: dict[str, Callable[[float], None]] = {
+CHECKS: dict[str, Callable[[float], list[str] | None]] = {
     "postgres": _check_postgres,
     "redis": _check_redis,
     "kafka": _check_kafka,
@@ -37,15 +41,20 @@ CHECKS: dict[str, Callable[[float], None]] = {
 
 def readyz(request):
     timeout = settings.HEALTH_CHECK_TIMEOUT_SECONDS
-    services = {}
+    services, warnings = {}, []
     for name, check in CHECKS.items():
         started = time.monotonic()
         try:
-            check(timeout)
+            found = check(timeout)
         except Exception as exc:  # any failure means "not ready", and says why
             services[name] = {"status": "down", "error": f"{type(exc).__name__}: {exc}"[:300]}
         else:
             services[name] = {"status": "up", "ms": round((time.monotonic() - started) * 1000, 1)}
+            warnings += found or []
+    for warning in warnings:
+        logger.warning("readyz: %s", warning)
     down = [name for name, result in services.items() if result["status"] != "up"]
-    body = {"status": "unavailable" if down else "ready", "down": down, "services": services}
+    # Warnings (e.g. a topic with the wrong partition count) do not make the instance
+    # unready: it serves as well as before, and a load balancer should not drop it.
+    body = {"status": "unavailable" if down else "ready", "down": down, "warnings": warnings, "services": services}
     return JsonResponse(body, status=503 if down else 200)

@@ -157,6 +157,10 @@ def new_producer() -> Producer:
                 "batch.num.messages": 10_000,
                 "message.timeout.ms": settings.KAFKA_MESSAGE_TIMEOUT_MS,
                 "socket.connection.setup.timeout.ms": 5_000,
+                # Never let a produce create the topic: a broker that restarted empty
+                # would give it its default partition count. The batch fails instead,
+                # and the next run's ensure_topics() creates it with ours.
+                "allow.auto.create.topics": False,
             }
         )
     )

@@ -60,10 +60,7 @@ def unpublished() -> int:
     return OutboxEvent.objects.filter(published_at__isnull=True).count()
 
 
-def test_relay_survives_a_kafka_outage_without_losing_events(redis, tmp_path):
-    port = free_port()
-    bootstrap = f"127.0.0.1:{port}"
-    topic = f"test.outage.{port}"
+def start_relay(*, bootstrap: str, topic: str, log) -> subprocess.Popen:
     db = connection.settings_dict
     env = {
         **os.environ,
@@ -74,13 +71,25 @@ def test_relay_survives_a_kafka_outage_without_losing_events(redis, tmp_path):
         "OUTBOX_MAX_BACKOFF_SECONDS": "2",
         "KAFKA_MESSAGE_TIMEOUT_MS": "5000",
     }
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "relay_outbox"], env=env, cwd=settings.BASE_DIR, stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def partitions(topic: str, bootstrap: str) -> int | None:
+    metadata = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(timeout=10)
+    return len(metadata.topics[topic].partitions) if topic in metadata.topics else None
+
+
+def test_relay_survives_a_kafka_outage_without_losing_events(redis, tmp_path):
+    port = free_port()
+    bootstrap = f"127.0.0.1:{port}"
+    topic = f"test.outage.{port}"
     broker_log = open(tmp_path / "broker.log", "wb")
     relay_log = open(tmp_path / "relay.log", "wb")
     broker = start_broker(port, broker_log)
-    relay = subprocess.Popen(
-        [sys.executable, "manage.py", "relay_outbox"], env=env, cwd=settings.BASE_DIR, stdout=relay_log,
-        stderr=subprocess.STDOUT,
-    )
+    relay = start_relay(bootstrap=bootstrap, topic=topic, log=relay_log)
     try:
         product_with_stock(sku="A", available=100)
         place_pending_order(redis, UserFactory(), {"A": 1})
@@ -102,6 +111,37 @@ def test_relay_survives_a_kafka_outage_without_losing_events(redis, tmp_path):
         messages = read_topic(topic, expected=50, bootstrap=bootstrap)
         received = sorted(json.loads(m.value())["data"]["order_id"] for m in messages)
         assert received == sorted(o.id for o in orders)  # all 50, none lost
+    finally:
+        relay.terminate()
+        relay.wait(20)
+        broker.terminate()
+        broker.wait(10)
+
+
+def test_a_broker_restart_under_an_idle_relay_keeps_our_partition_count(redis, tmp_path):
+    """The relay's producer outlives a quick broker restart (the dev broker comes
+    back empty): its next produce must not auto-create the topic with the
+    broker's default of 4 partitions; the relay creates it with ours first."""
+    port = free_port()
+    bootstrap = f"127.0.0.1:{port}"
+    topic = f"test.restart.{port}"
+    broker_log = open(tmp_path / "broker.log", "wb")
+    broker = start_broker(port, broker_log)
+    relay = start_relay(bootstrap=bootstrap, topic=topic, log=open(tmp_path / "relay.log", "wb"))
+    try:
+        product_with_stock(sku="A", available=100)
+        place_pending_order(redis, UserFactory(), {"A": 1})
+        assert wait_until(lambda: unpublished() == 0, 30), "the relay did not publish before the restart"
+        assert partitions(topic, bootstrap) == 6
+
+        broker.terminate()
+        broker.wait(10)
+        broker = start_broker(port, broker_log)
+        assert partitions(topic, bootstrap) is None  # empty again
+        place_pending_order(redis, UserFactory(), {"A": 1})
+        assert wait_until(lambda: unpublished() == 0, 60), (tmp_path / "relay.log").read_text()[-3000:]
+        assert partitions(topic, bootstrap) == settings.KAFKA_TOPIC_PARTITIONS == 6
+        assert len(read_topic(topic, expected=1, bootstrap=bootstrap)) == 1
     finally:
         relay.terminate()
         relay.wait(20)
