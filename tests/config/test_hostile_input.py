@@ -250,3 +250,10 @@ def test_redis_down_while_staff_save_a_product_is_503_and_the_change_rolls_back(
     )
     assert_json_error(response, 503, "cache_unavailable")
     assert Product.objects.get(sku="MUG").price == 100  # no cache could be told: nothing changed
+
+
+@pytest.mark.parametrize("content_type", ["application/x-www-form-urlencoded", "multipart/form-data; boundary=x"])
+def test_the_api_takes_json_bodies_only(content_type):
+    client = shopper_client()
+    response = client.generic("POST", "/api/auth/token", b"username=a&password=b", content_type=content_type)
+    assert_json_error(response, 415, "unsupported_media_type")
