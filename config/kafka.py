@@ -1,13 +1,107 @@
 """confluent-kafka clients configured from settings, with librdkafka's logs
 routed into Python logging instead of stderr."""
 
+import json
 import logging
+import re
+import threading
+import time
+from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata
 from django.conf import settings
 
 logger = logging.getLogger("shop.kafka")
+
+# librdkafka's log buffer: "[thrd:NAME]: NAME: text", the name being a broker
+# ("host:port/id", "sasl_ssl://host:port/bootstrap") or "GroupCoordinator: host:port".
+_BROKER = re.compile(r"^\[thrd:[^\]]*\]: (?:\w+Coordinator: )?(?:\w+://)?(?P<address>[^\s/]+)(?:/\S*)?: ")
+
+
+@dataclass
+class _Unreachable:
+    since: float
+    last: float
+    repeats: int = 0
+
+
+class BrokerFailureFilter(logging.Filter):
+    """One line when a client cannot reach a broker, one when it can again.
+
+    librdkafka logs each failed connect at ERROR, and a consumer's coordinator
+    lookup retries its bootstrap broker every ~50 ms regardless of
+    reconnect.backoff.ms: 20 lines a second per consumer while Kafka is down.
+    The first failure per client and broker address passes; repeats are dropped
+    until the client's statistics show that address up again (clients that are
+    polled all the time send them, see `recovery_statistics`), or, for clients
+    without statistics, until no failure came for QUIET_SECONDS.
+    """
+
+    QUIET_SECONDS = 60.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._unreachable: dict[tuple[str, str], _Unreachable] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = _failure_key(record)
+        if key is None:
+            return True
+        now = time.monotonic()
+        with self._lock:
+            state = self._unreachable.get(key)
+            if state is not None and now - state.last < self.QUIET_SECONDS:
+                state.last, state.repeats = now, state.repeats + 1
+                return False
+            self._forget_quiet(now)
+            self._unreachable[key] = _Unreachable(since=now, last=now)
+        fac, client, text = record.args
+        record.args = (fac, client, f"{text} (repeats are not logged until the broker is reachable again)")
+        return True
+
+    def observe_statistics(self, stats_json: str) -> None:
+        """A client's statistics (stats_cb): log the brokers it reaches again."""
+        stats = json.loads(stats_json)
+        client = stats.get("name", "")
+        up = {broker.get("nodename") for broker in stats.get("brokers", {}).values() if broker.get("state") == "UP"}
+        with self._lock:
+            back = {key: state for key, state in self._unreachable.items() if key[0] == client and key[1] in up}
+            for key in back:
+                del self._unreachable[key]
+        for (client, address), state in back.items():
+            logger.info(
+                "%s: Kafka broker %s reachable again after %.1f s (%d failed connects not logged)",
+                client, address, time.monotonic() - state.since, state.repeats,
+            )  # fmt: skip
+
+    def _forget_quiet(self, now: float) -> None:
+        # Clients closed while failing (short-lived admin clients) leave their entry behind.
+        for key in [k for k, state in self._unreachable.items() if now - state.last >= self.QUIET_SECONDS]:
+            del self._unreachable[key]
+
+
+def _failure_key(record: logging.LogRecord) -> tuple[str, str] | None:
+    """(client, broker address) for librdkafka's "broker connection failed" lines, else None."""
+    if record.levelno < logging.WARNING or not isinstance(record.args, tuple) or len(record.args) != 3:
+        return None
+    fac, client, text = record.args
+    if fac != "FAIL":  # a broker connection failure: refused, reset, unresolvable, TLS or auth failed
+        return None
+    match = _BROKER.match(str(text))
+    return str(client), match["address"] if match else str(text).partition("]")[0]
+
+
+broker_failures = BrokerFailureFilter()
+logger.addFilter(broker_failures)
+
+
+def recovery_statistics() -> dict:
+    """Config for a client polled all the time (a consumer): its statistics, served
+    by poll(), tell the log filter when a broker is back. A client that is not
+    polled would pile them up in memory, so producers do not get this."""
+    return {"statistics.interval.ms": 2000, "stats_cb": broker_failures.observe_statistics}
 
 
 def client_config(**overrides) -> dict:
