@@ -19,6 +19,7 @@ from prometheus_client import (  # noqa: E402
     REGISTRY,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
     multiprocess,
@@ -44,6 +45,12 @@ RELAY_FAILURES = Counter("shop_relay_failures_total", "Outbox events not deliver
 CONSUMER_EVENTS = Counter(
     "shop_consumer_events_total", "Events seen by consumers", ["consumer", "result"]
 )  # result: processed | duplicate | ignored | dead_lettered
+CONSUMER_WAITING = Gauge(
+    "shop_consumer_waiting",
+    "1 while a consumer keeps a message because PostgreSQL, Redis or the network is down",
+    ["consumer"],
+    multiprocess_mode="livemax",
+)
 
 
 class LiveStateCollector:

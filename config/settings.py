@@ -192,6 +192,8 @@ OUTBOX_POLL_INTERVAL_SECONDS = float(env("OUTBOX_POLL_INTERVAL_SECONDS", "0.1"))
 OUTBOX_MAX_BACKOFF_SECONDS = float(env("OUTBOX_MAX_BACKOFF_SECONDS", "5"))
 OUTBOX_RETENTION_DAYS = env_int("OUTBOX_RETENTION_DAYS", 7)
 CONSUMER_MAX_ATTEMPTS = env_int("CONSUMER_MAX_ATTEMPTS", 5)
+# A consumer waiting for PostgreSQL, Redis or the network retries its message at most this far apart.
+CONSUMER_MAX_BACKOFF_SECONDS = float(env("CONSUMER_MAX_BACKOFF_SECONDS", "5"))
 
 # --- The shop ---------------------------------------------------------------
 SHOP_CURRENCY = env("SHOP_CURRENCY", "EUR")

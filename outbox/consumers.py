@@ -7,6 +7,12 @@ finds the row and is skipped — then the handler's effect; and only after that
 commit does it commit the Kafka offset. A handler that keeps failing sends
 the message to the dead-letter topic and the consumer moves on.
 
+A failure of a service the handler stands on (PostgreSQL, Redis, the network)
+is not the message's fault: it never counts toward the dead-letter limit. The
+consumer keeps that message (its offset stays uncommitted, it is read again),
+backs off and tries it again until the service is back, logging once when it
+starts waiting and once when it resumes.
+
 Messages are taken from the client in batches of what has arrived: each
 still gets its own transaction, and the batch's offsets are committed once
 all of them committed (one Kafka round trip, not one per message).
@@ -14,18 +20,20 @@ all of them committed (one Kafka round trip, not one per message).
 
 import json
 import logging
+import smtplib
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import redis
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import InterfaceError, OperationalError, close_old_connections, connections, transaction
 
 from config.db import insert_unless_exists
-from config.kafka import client_config
-from config.metrics import CONSUMER_EVENTS
+from config.kafka import client_config, recovery_statistics
+from config.metrics import CONSUMER_EVENTS, CONSUMER_WAITING
 from config.requestid import request_id_var
 from outbox.models import ProcessedEvent
 from outbox.topics import dead_letter_topic
@@ -38,6 +46,10 @@ MAX_BATCH = 100
 # a consumer that does not poll for max.poll.interval.ms (5 min) is dropped
 # from its group, and slow handlers or retries must not get it there.
 MAX_BATCH_SECONDS = 30.0
+# While a service is down, retries are read again from Kafka between waits: a
+# wait is bounded (CONSUMER_MAX_BACKOFF_SECONDS) and sliced so SIGTERM is prompt.
+FIRST_BACKOFF_SECONDS = 0.1
+STOP_CHECK_SECONDS = 0.1
 
 
 @dataclass(frozen=True)
@@ -76,6 +88,36 @@ def parse_event(value: bytes) -> Event:
 
 PROCESSED, DUPLICATE, IGNORED = "processed", "duplicate", "ignored"
 
+# Failures of the service a handler stands on, not of the handler: the same
+# message applies once the service answers again, so retrying is always right
+# and dead-lettering never is. Deliberately narrow: an IntegrityError, a
+# DataError, a redis ResponseError, a refused e-mail address or a plain OSError
+# (a missing file) say something about the message or the code and stay poison.
+# OperationalError also covers deadlocks, serialization failures and statement
+# timeouts: all of them pass when the other transaction or the load is gone.
+INFRASTRUCTURE_FAILURES: dict[str, tuple[type[BaseException], ...]] = {
+    "database": (OperationalError, InterfaceError),
+    "redis": (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError),  # BusyLoadingError is one
+    # Refused, reset or timed-out sockets (an SMTP server among them); the mail
+    # server hanging up or refusing the session before any address was sent.
+    "network": (ConnectionError, TimeoutError, smtplib.SMTPServerDisconnected, smtplib.SMTPConnectError),
+}
+
+
+def failed_service(error: BaseException) -> str | None:
+    """The service whose outage `error` is, or None when the handler itself failed."""
+    for service, kinds in INFRASTRUCTURE_FAILURES.items():
+        if isinstance(error, kinds):
+            return service
+    return None
+
+
+@dataclass
+class Outage:
+    service: str
+    since: float
+    retries: int = 0
+
 
 @transaction.atomic
 def apply_event(*, consumer: str, event: Event) -> str:
@@ -94,6 +136,7 @@ def apply_event(*, consumer: str, event: Event) -> str:
 def new_consumer(*, name: str, topic: str) -> Consumer:
     consumer = Consumer(
         client_config(
+            **recovery_statistics(),
             **{
                 "group.id": f"{settings.KAFKA_CONSUMER_GROUP_PREFIX}{name}",
                 "enable.auto.commit": False,
@@ -103,7 +146,7 @@ def new_consumer(*, name: str, topic: str) -> Consumer:
                 "heartbeat.interval.ms": 2000,
                 # The broker otherwise holds a fetch up to 500 ms waiting for more data.
                 "fetch.wait.max.ms": 50,
-            }
+            },
         )
     )
     consumer.subscribe([topic])
@@ -120,13 +163,18 @@ class EventConsumer:
         self.consumer = new_consumer(name=name, topic=self.topic)
         self._dlq_producer: Producer | None = None
         self.processed = self.duplicates = self.dead_lettered = 0
+        self.outage: Outage | None = None  # the service this consumer waits for, if any
+        # The kept message's own failures, so that an outage between two of them does not reset the count.
+        self._failures: tuple[tuple[str, int, int] | None, int] = (None, 0)
+        CONSUMER_WAITING.labels(name).set(0)
 
-    def apply(self, message: Message) -> None:
-        """Apply one message (retrying, then dead-lettering); its offset is left to the caller."""
+    def apply(self, message: Message) -> bool:
+        """Apply one message (retrying, then dead-lettering); its offset is left to the caller.
+        False when a service it needs is down: the message is not applied and must be read again."""
         headers = dict(message.headers() or [])
         token = request_id_var.set((headers.get("request_id") or b"").decode(errors="replace"))
         try:
-            self._apply_with_retries(message)
+            return self._apply_with_retries(message)
         finally:
             request_id_var.reset(token)
 
@@ -152,34 +200,78 @@ class EventConsumer:
         for (topic, partition), offset in first.items():
             self.consumer.seek(TopicPartition(topic, partition, offset))
 
-    def _apply_with_retries(self, message: Message) -> None:
-        error = None
-        for attempt in range(1, self.max_attempts + 1):
+    def _apply_with_retries(self, message: Message) -> bool:
+        position = (message.topic(), message.partition(), message.offset())
+        # Failures of the handler itself: only these lead to the dead-letter topic.
+        failures = self._failures[1] if self._failures[0] == position else 0
+        self._failures = (None, 0)
+        while True:
             try:
-                if attempt > 1:
-                    close_old_connections()  # the failure may have broken the connection
                 result = apply_event(consumer=self.name, event=parse_event(message.value()))
-            except Exception as exc:  # any handler failure: retry, then dead-letter
-                error = exc
-                logger.warning("%s: attempt %d failed at offset %s: %r", self.name, attempt, message.offset(), exc)
-                if attempt < self.max_attempts:
-                    time.sleep(min(0.05 * 2**attempt, 1.0))
+            except Exception as exc:
+                service = failed_service(exc)
+                if service is not None:
+                    self._failures = (position, failures)
+                    self._wait_for(service, exc, message)
+                    return False
+                failures += 1
+                logger.warning("%s: attempt %d failed at offset %s: %r", self.name, failures, message.offset(), exc)
+                if failures >= self.max_attempts:
+                    self._dead_letter(message, exc)
+                    CONSUMER_EVENTS.labels(self.name, "dead_lettered").inc()
+                    self._resume(message)
+                    return True
+                time.sleep(min(0.05 * 2**failures, 1.0))
+                close_old_connections()  # the failure may have broken the connection
             else:
-                error = None
+                self._resume(message)
                 CONSUMER_EVENTS.labels(self.name, result).inc()
                 if result == PROCESSED:
                     self.processed += 1
                     logger.info("%s: applied offset %s", self.name, message.offset())
                 elif result == DUPLICATE:
                     self.duplicates += 1
-                break
-        if error is not None:
-            self._dead_letter(message, error)
-            CONSUMER_EVENTS.labels(self.name, "dead_lettered").inc()
+                return True
+
+    def _wait_for(self, service: str, error: Exception, message: Message) -> None:
+        """Enter (or stay in) the state of waiting for `service`: one log line per state, not per retry."""
+        if self.outage is None or self.outage.service != service:
+            logger.warning(
+                "%s: waiting for the %s: %r at offset %s; the message is kept and retried until it answers",
+                self.name, service, error, message.offset(),
+            )  # fmt: skip
+            self.outage = Outage(service=service, since=time.monotonic())
+            CONSUMER_WAITING.labels(self.name).set(1)
+        self.outage.retries += 1
+        if service == "database":
+            # The retry connects afresh rather than reuse a connection the outage may
+            # have broken (outside a request nothing else would close it first).
+            for connection in connections.all(initialized_only=True):
+                connection.close()
+
+    def _resume(self, message: Message) -> None:
+        if self.outage is not None:
+            logger.info(
+                "%s: the %s is back after %.1f s and %d retries; resumed at offset %s",
+                self.name, self.outage.service, time.monotonic() - self.outage.since, self.outage.retries,
+                message.offset(),
+            )  # fmt: skip
+            self.outage = None
+            CONSUMER_WAITING.labels(self.name).set(0)
+
+    def _back_off(self, should_stop: Callable[[], bool]) -> None:
+        """Wait before retrying the kept message: doubling, capped, cut short by SIGTERM."""
+        delay = min(FIRST_BACKOFF_SECONDS * 2 ** (self.outage.retries - 1), settings.CONSUMER_MAX_BACKOFF_SECONDS)
+        until = time.monotonic() + delay
+        while not should_stop() and time.monotonic() < until:
+            time.sleep(min(STOP_CHECK_SECONDS, max(until - time.monotonic(), 0)))
 
     def _dead_letter(self, message: Message, error: Exception) -> None:
         if self._dlq_producer is None:
-            self._dlq_producer = Producer(client_config(**{"enable.idempotence": True, "acks": "all"}))
+            self._dlq_producer = Producer(
+                # The DLQ topic is created with the others; a producer must not create it with other settings.
+                client_config(**{"enable.idempotence": True, "acks": "all", "allow.auto.create.topics": False})
+            )
         headers = list(message.headers() or []) + [
             ("error", f"{type(error).__name__}: {error}"[:1000].encode()),
             ("consumer", self.name.encode()),
@@ -207,6 +299,10 @@ class EventConsumer:
                 close_old_connections()  # once a batch, not a health check per message
                 self._apply_batch(messages, should_stop)
                 idle_since = time.monotonic()
+                if self.outage is not None:
+                    # The kept message was rewound: polling again (not sleeping on it
+                    # here) keeps the group membership and sees rebalances.
+                    self._back_off(should_stop)
         finally:
             self.close()
 
@@ -218,7 +314,9 @@ class EventConsumer:
                     if message.error().code() != KafkaError._PARTITION_EOF:
                         logger.warning("%s: %s", self.name, message.error())
                     continue
-                self.apply(message)
+                if not self.apply(message):
+                    self._rewind(messages[index:])  # a service is down: this one and the rest come again
+                    break
                 applied.append(message)
                 if should_stop():
                     break  # SIGTERM: the current message is done; the rest come again after a restart

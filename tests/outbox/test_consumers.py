@@ -1,4 +1,5 @@
 import json
+import time
 import uuid
 
 import pytest
@@ -169,3 +170,105 @@ def test_a_batch_that_runs_out_of_time_has_its_other_messages_read_again(kafka_t
     consumer = EventConsumer(name="test-slow")
     consumer.run(should_stop=lambda: consumer.processed >= 5, max_idle_seconds=20)
     assert seen == [0, 1, 2, 3, 4] and consumer.duplicates == 0
+
+
+def waiting(name: str) -> float | None:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value("shop_consumer_waiting", {"consumer": name})
+
+
+def lines(caplog, text: str) -> int:
+    return sum(text in record.getMessage() for record in caplog.records)
+
+
+def test_a_database_failure_in_a_handler_is_waited_out_not_dead_lettered(kafka_topic, settings, caplog):
+    from django.db import OperationalError
+
+    from outbox.consumers import EventConsumer
+
+    settings.CONSUMER_MAX_ATTEMPTS = 2
+    settings.CONSUMER_MAX_BACKOFF_SECONDS = 0.05
+    calls = []
+
+    @register("test-db-down", "Counted")
+    def counted(event):
+        calls.append(event.data["n"])
+        if len(calls) <= 6:  # three times the dead-letter limit
+            raise OperationalError("server closed the connection unexpectedly")
+
+    produce_counted(kafka_topic, 2)
+    consumer = EventConsumer(name="test-db-down")
+    states = []
+    consumer.run(should_stop=lambda: states.append(waiting("test-db-down")) or consumer.processed >= 2,
+                 max_idle_seconds=20)  # fmt: skip
+    assert calls == [0] * 7 + [1]  # the first message kept and retried, then the next in order
+    assert (consumer.processed, consumer.dead_lettered) == (2, 0)
+    assert read_topic(dead_letter_topic(kafka_topic), expected=1, timeout=2) == []
+    assert lines(caplog, "waiting for the database") == 1 and lines(caplog, "the database is back") == 1
+    assert 1.0 in states and waiting("test-db-down") == 0.0
+
+
+def test_only_the_handlers_own_failures_count_toward_the_dead_letter_limit(kafka_topic, settings):
+    import redis
+    from django.db import OperationalError
+
+    from outbox.consumers import EventConsumer
+
+    settings.CONSUMER_MAX_ATTEMPTS = 3
+    settings.CONSUMER_MAX_BACKOFF_SECONDS = 0.05
+    failures = [
+        ValueError("bad data"),
+        OperationalError("db down"),
+        ValueError("bad data"),
+        redis.exceptions.ConnectionError("redis down"),
+        ConnectionResetError(),
+        ValueError("bad data"),
+    ]
+    calls = []
+
+    @register("test-poison", "Counted")
+    def counted(event):
+        calls.append(event.data["n"])
+        if event.data["n"] == 0:
+            raise failures[len(calls) - 1]
+
+    produce_counted(kafka_topic, 2)
+    consumer = EventConsumer(name="test-poison")
+    consumer.run(should_stop=lambda: consumer.processed >= 1, max_idle_seconds=20)
+    assert calls == [0] * 6 + [1]  # dead-lettered at the third ValueError, not the third failure
+    assert (consumer.dead_lettered, consumer.processed) == (1, 1)
+    [dead] = read_topic(dead_letter_topic(kafka_topic), expected=1)
+    assert dict(dead.headers())["error"] == b"ValueError: bad data"
+
+
+def test_a_consumer_waiting_for_the_database_stops_promptly_and_keeps_the_message(kafka_topic, settings):
+    from django.db import OperationalError
+
+    from outbox.consumers import EventConsumer
+
+    settings.CONSUMER_MAX_ATTEMPTS = 1
+    down = True
+
+    @register("test-stop", "Counted")
+    def counted(event):
+        if down:
+            raise OperationalError("the database system is shutting down")
+
+    produce_counted(kafka_topic, 1)
+    first = EventConsumer(name="test-stop")
+    entered = []
+
+    def stop_two_seconds_in() -> bool:
+        if first.outage is not None and not entered:
+            entered.append(time.monotonic())
+        return bool(entered) and time.monotonic() - entered[0] > 2.0
+
+    first.run(should_stop=stop_two_seconds_in, max_idle_seconds=20)
+    assert entered and time.monotonic() - entered[0] < 3.0  # not stuck in a 5 s backoff
+    assert first.outage.retries >= 3 and first.dead_lettered == 0
+
+    down = False
+    second = EventConsumer(name="test-stop")  # the same group: the offset was not committed
+    second.run(should_stop=lambda: second.processed >= 1, max_idle_seconds=20)
+    assert second.processed == 1 and ProcessedEvent.objects.filter(consumer="test-stop").count() == 1

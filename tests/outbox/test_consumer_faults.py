@@ -1,0 +1,169 @@
+"""Consumers under real outages: PostgreSQL stopped under a consumer holding an
+OrderPaid, and a Kafka broker stopped under a running consumer."""
+
+import json
+import smtplib
+import subprocess
+import threading
+import time
+import uuid
+
+import pytest
+import redis
+from confluent_kafka import Producer
+from django.db import DataError, IntegrityError, InterfaceError, OperationalError, connection
+from django.test import Client
+from prometheus_client import REGISTRY
+
+from config.kafka import client_config
+from inventory.models import Shipment
+from orders.models import Order
+from outbox.consumers import EventConsumer, failed_service
+from outbox.models import OutboxEvent
+from outbox.topics import dead_letter_topic, ensure_topics
+from tests.factories import UserFactory, product_with_stock
+from tests.orders.conftest import place_pending_order, post_webhook
+from tests.outbox.conftest import read_topic
+from tests.outbox.test_outage import free_port, start_broker, wait_until
+
+PG_CLUSTER = ["15", "main"]
+
+
+@pytest.mark.parametrize(
+    ("error", "service"),
+    [
+        (OperationalError("server closed the connection unexpectedly"), "database"),
+        (InterfaceError("connection already closed"), "database"),
+        (redis.exceptions.ConnectionError(), "redis"),
+        (redis.exceptions.BusyLoadingError(), "redis"),
+        (redis.exceptions.TimeoutError(), "redis"),
+        (ConnectionRefusedError(), "network"),
+        (TimeoutError(), "network"),
+        (smtplib.SMTPServerDisconnected(), "network"),
+        (IntegrityError("duplicate key"), None),
+        (DataError("value too long"), None),
+        (redis.exceptions.ResponseError("WRONGTYPE"), None),
+        (smtplib.SMTPRecipientsRefused({}), None),  # an OSError, but the address is wrong, not the network
+        (FileNotFoundError(), None),
+        (KeyError("order_id"), None),
+        (ValueError("bad"), None),
+    ],
+)
+def test_failed_service_tells_outages_from_handler_failures(error, service):
+    assert failed_service(error) == service
+
+
+def pg_ctl(action: str, *options: str) -> None:
+    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", *PG_CLUSTER, action, *options], check=True)
+
+
+def paid_order(redis, *, sku: str, payment_id: str) -> Order:
+    product_with_stock(sku=sku, price=1000, available=10)
+    order = place_pending_order(redis, UserFactory(), {sku: 1})
+    assert post_webhook(Client(), payment_id=payment_id, order_id=order.id, amount=1000).status_code == 200
+    return order
+
+
+def order_paid_message(order: Order) -> tuple[bytes, bytes]:
+    """The order's OrderPaid (key, value) as the relay writes it."""
+    paid = OutboxEvent.objects.get(event_type="OrderPaid", aggregate_id=str(order.id))
+    value = {"event_id": str(paid.event_id), "event_type": "OrderPaid", "occurred_at": paid.created_at.isoformat(),
+             "aggregate_type": "order", "aggregate_id": str(order.id), "data": paid.payload}  # fmt: skip
+    return str(order.id).encode(), json.dumps(value).encode()
+
+
+def produce(topic: str, message: tuple[bytes, bytes]) -> None:
+    producer = Producer(client_config())
+    producer.produce(topic, key=message[0], value=message[1])
+    assert producer.flush(10) == 0
+
+
+def start_consumer(consumer: EventConsumer, stop: threading.Event) -> threading.Thread:
+    def run() -> None:
+        try:
+            consumer.run(should_stop=stop.is_set)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def lines(caplog, text: str) -> int:
+    return sum(text in record.getMessage() for record in caplog.records)
+
+
+@pytest.mark.slow
+@pytest.mark.kafka
+@pytest.mark.django_db(transaction=True)
+def test_a_database_restart_under_a_consumer_delays_the_shipment_and_dead_letters_nothing(
+    redis, kafka_topic, settings, caplog
+):
+    settings.CONSUMER_MAX_BACKOFF_SECONDS = 2.0
+    before, during = paid_order(redis, sku="A", payment_id="p1"), paid_order(redis, sku="B", payment_id="p2")
+    held = order_paid_message(during)  # read now: while PostgreSQL is down this process cannot
+    produce(kafka_topic, order_paid_message(before))
+    warehouse, stop = EventConsumer(name="warehouse"), threading.Event()
+    thread = start_consumer(warehouse, stop)
+    try:
+        # Its first shipment leaves the consumer a connection that the restart breaks.
+        assert wait_until(lambda: warehouse.processed == 1, 30)
+        pg_ctl("stop", "-m", "fast")
+        try:
+            produce(kafka_topic, held)
+            assert wait_until(lambda: warehouse.outage is not None, 10), "the consumer never met the outage"
+            time.sleep(10)
+        finally:
+            pg_ctl("start")
+        connection.close()  # this thread's connection died with the server
+        assert wait_until(lambda: warehouse.processed == 2, 30)
+    finally:
+        stop.set()
+        thread.join(30)
+    assert Shipment.objects.filter(order_id=during.id).count() == 1
+    assert Shipment.objects.count() == 2 and warehouse.dead_lettered == 0
+    assert read_topic(dead_letter_topic(kafka_topic), expected=1, timeout=3) == []
+    assert lines(caplog, "warehouse: waiting for the database") == 1
+    assert lines(caplog, "warehouse: the database is back") == 1
+
+
+def ignored() -> float:
+    return REGISTRY.get_sample_value("shop_consumer_events_total", {"consumer": "warehouse", "result": "ignored"}) or 0
+
+
+@pytest.mark.slow
+@pytest.mark.kafka
+@pytest.mark.timeout(90)
+@pytest.mark.django_db(transaction=True)
+def test_a_kafka_outage_is_logged_once_and_so_is_the_recovery(settings, caplog, tmp_path):
+    port = free_port()
+    settings.KAFKA_BOOTSTRAP_SERVERS = f"127.0.0.1:{port}"
+    settings.KAFKA_ORDERS_TOPIC = topic = f"test.kafka-down.{port}"
+    broker_log = open(tmp_path / "broker.log", "wb")
+    broker = start_broker(port, broker_log)
+    ensure_topics(topics=[topic, dead_letter_topic(topic)])
+    consumer, stop = EventConsumer(name="warehouse"), threading.Event()
+    seen = ignored()
+    thread = start_consumer(consumer, stop)
+    try:
+        body = {"event_id": str(uuid.uuid4()), "event_type": "NotForTheWarehouse", "aggregate_type": "order",
+                "aggregate_id": "1", "occurred_at": "2026-01-01T00:00:00+00:00", "data": {}}  # fmt: skip
+        produce(topic, (b"1", json.dumps(body).encode()))
+        assert wait_until(lambda: ignored() > seen, 30), "the consumer never read from the test broker"
+        up_to = len(caplog.records)
+        broker.terminate()
+        broker.wait(10)
+        time.sleep(4)  # librdkafka retries every ~50 ms: 80 failed connects
+        down = [r for r in caplog.records[up_to:] if r.name == "shop.kafka"]
+        assert 1 <= len(down) <= 4, [r.getMessage() for r in down]  # disconnects and the first failure
+        assert any(r.levelname == "ERROR" and "Connection refused" in r.getMessage() for r in down)
+        broker = start_broker(port, broker_log)  # comes back empty
+        ensure_topics(topics=[topic, dead_letter_topic(topic)])
+        assert wait_until(lambda: lines(caplog, "reachable again") >= 1, 15), [r.getMessage() for r in caplog.records]
+        assert len([r for r in caplog.records[up_to:] if r.name == "shop.kafka"]) <= 8
+    finally:
+        stop.set()
+        thread.join(30)
+        broker.terminate()
+        broker.wait(10)
