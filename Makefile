@@ -7,6 +7,11 @@ export PY
 
 .PHONY: run test stop services migrate seed lint install clean
 
+# Development only: DEBUG on, with the development secrets. Everything else
+# (the Docker image, a process started by hand) runs with DEBUG off and needs
+# real SECRET_KEY and PAYMENT_WEBHOOK_SECRET.
+run migrate seed: export DEBUG ?= 1
+
 # Every process of `make run` adds its counters to one directory, so GET /metrics
 # on the web server shows them all.
 run: install services migrate seed

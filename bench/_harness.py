@@ -21,6 +21,7 @@ import json
 import math
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -44,11 +45,10 @@ BENCH_PASSWORD = "bench-password-not-secret"  # bench shoppers on the developmen
 
 def setup_django(*, production_like: bool = False) -> None:
     """Make `import cart` mean the app, not bench/cart.py, and set Django up on config.settings.
-    `production_like`: DEBUG off (no query logging) with bench-only secrets, in this process only
-    (PRODUCTION_LIKE_ENV, below; values already in the environment win)."""
-    if production_like:
-        for key, value in PRODUCTION_LIKE_ENV.items():
-            os.environ.setdefault(key, value)
+    `production_like`: DEBUG off (no query logging) with secrets made for this run, in this process
+    only (PRODUCTION_LIKE_ENV, below); otherwise DEBUG on. Values already in the environment win."""
+    for key, value in (PRODUCTION_LIKE_ENV if production_like else {"DEBUG": "1"}).items():
+        os.environ.setdefault(key, value)
     bench = str(BENCH_DIR)
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != bench]
     if str(ROOT) not in sys.path:
@@ -74,11 +74,13 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-# Environment for a production-like server: DEBUG off needs non-development secrets.
+# Environment for a production-like server: DEBUG off needs secrets of its own,
+# made afresh for each bench run (a committed one would be refused), and plain HTTP.
 PRODUCTION_LIKE_ENV = {
     "DEBUG": "0",
-    "SECRET_KEY": "bench-only-secret-key-" + "x" * 40,
-    "PAYMENT_WEBHOOK_SECRET": "bench-only-webhook-secret",
+    "SECRET_KEY": secrets.token_urlsafe(64),
+    "PAYMENT_WEBHOOK_SECRET": secrets.token_urlsafe(40),
+    "SECURE_SSL_REDIRECT": "0",
     "LOG_LEVEL": "WARNING",
 }
 

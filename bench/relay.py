@@ -41,7 +41,7 @@ meanwhile are relayed too; the consumer skips them (unless --consumer-all) and t
 Every run uses fresh topics bench.relay.<timestamp> (part 1) and bench.relay.<timestamp>.lag
 (part 2), and consumer groups bench.relay.<timestamp>.*; settings are overridden in this process and
 passed to the relay subprocess as KAFKA_ORDERS_TOPIC / KAFKA_CONSUMER_GROUP_PREFIX. DEBUG is off
-(production-like, bench-only secrets, this process and the subprocess only).
+(production-like, secrets made for the run, this process and the subprocess only).
 
 Side effects on the development database: the relay publishes every unpublished outbox event, not
 only the bench's. Unpublished events found at the start are first published by the relay to the

@@ -38,29 +38,73 @@ def env_list(name: str, default: str) -> list[str]:
 
 DEV_SECRET_KEY = "dev-only-insecure-secret-key-change-me"
 DEV_PAYMENT_WEBHOOK_SECRET = "dev-only-payment-webhook-secret"
+# Every secret that is, or ever was, committed to this repository: refused outside
+# development. tests/config/test_settings.py checks the repository against this list.
+COMMITTED_SECRETS = frozenset(
+    {
+        DEV_SECRET_KEY,
+        DEV_PAYMENT_WEBHOOK_SECRET,
+        "compose-local-secret-key-set-a-real-one",
+        "compose-local-webhook-secret-set-a-real-one",
+        "bench-only-secret-key-" + "x" * 40,
+        "bench-only-webhook-secret",
+    }
+)
+MIN_WEBHOOK_SECRET_LENGTH = 32
 
-DEBUG = env_bool("DEBUG", True)
-SECRET_KEY = env("SECRET_KEY", DEV_SECRET_KEY)
-PAYMENT_WEBHOOK_SECRET = env("PAYMENT_WEBHOOK_SECRET", DEV_PAYMENT_WEBHOOK_SECRET)
+# Off unless asked for: `make run` sets DEBUG=1. The image, and any process started
+# another way, runs as in production and needs real secrets.
+DEBUG = env_bool("DEBUG", False)
+_DEVELOPMENT = DEBUG or TESTING
+SECRET_KEY = env("SECRET_KEY", DEV_SECRET_KEY if _DEVELOPMENT else "")
+PAYMENT_WEBHOOK_SECRET = env("PAYMENT_WEBHOOK_SECRET", DEV_PAYMENT_WEBHOOK_SECRET if _DEVELOPMENT else "")
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
+
+# --- HTTPS: on outside development; `manage.py check --deploy` is clean --------
+# Behind a proxy that terminates TLS, name the header it sets, e.g.
+# SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO (the proxy must overwrite it).
+_PROXY_SSL_HEADER = env("SECURE_PROXY_SSL_HEADER", "")
+SECURE_PROXY_SSL_HEADER = (_PROXY_SSL_HEADER, "https") if _PROXY_SSL_HEADER else None
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not _DEVELOPMENT)
+# Probes and scrapes come over plain HTTP from inside the network.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if _DEVELOPMENT else 31_536_000)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+# Joining the browsers' preload list is hard to undo: the operator's choice, not a default.
+SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not _DEVELOPMENT)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not _DEVELOPMENT)
+# The admin's origin(s) when served through another host name, e.g. https://shop.example.com
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
 
 
 def refuse_development_secrets(*, debug: bool, secret_key: str, webhook_secret: str) -> None:
-    """With DEBUG off the shop must not run on the secrets committed in this file."""
+    """Outside development the shop runs only on secrets of its own: set, strong
+    enough, and none that was ever committed here (anyone could sign webhooks)."""
     if debug:
         return
-    if secret_key == DEV_SECRET_KEY:
-        raise ImproperlyConfigured(
-            "DEBUG is off but SECRET_KEY is the development key: set SECRET_KEY in the environment."
-        )
-    if webhook_secret == DEV_PAYMENT_WEBHOOK_SECRET:
-        raise ImproperlyConfigured(
-            "DEBUG is off but PAYMENT_WEBHOOK_SECRET is the development secret: "
-            "set PAYMENT_WEBHOOK_SECRET in the environment."
-        )
+    make_one = "e.g. python3 -c 'import secrets; print(secrets.token_urlsafe(64))'"
+    for name, value, long_enough in (
+        ("SECRET_KEY", secret_key, len(secret_key) >= 50 and len(set(secret_key)) >= 5),
+        ("PAYMENT_WEBHOOK_SECRET", webhook_secret, len(webhook_secret) >= MIN_WEBHOOK_SECRET_LENGTH),
+    ):
+        if not value:
+            raise ImproperlyConfigured(f"DEBUG is off and {name} is not set: set it in the environment ({make_one}).")
+        if value in COMMITTED_SECRETS:
+            raise ImproperlyConfigured(
+                f"DEBUG is off but {name} is a value committed to this repository (the development "
+                f"or an example value): set a secret of your own ({make_one})."
+            )
+        if not long_enough:
+            raise ImproperlyConfigured(
+                f"DEBUG is off and {name} is too short to be a secret: "
+                + ("50 or more characters, 5 of them different" if name == "SECRET_KEY" else "32 or more characters")
+                + f" ({make_one})."
+            )
 
 
-refuse_development_secrets(debug=DEBUG, secret_key=SECRET_KEY, webhook_secret=PAYMENT_WEBHOOK_SECRET)
+refuse_development_secrets(debug=_DEVELOPMENT, secret_key=SECRET_KEY, webhook_secret=PAYMENT_WEBHOOK_SECRET)
 
 INSTALLED_APPS = [
     "config",

@@ -1,7 +1,7 @@
-from dataclasses import dataclass
+import secrets
+from dataclasses import dataclass, replace
 
 from django.contrib.auth import authenticate, get_user_model
-from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import Group
 from django.contrib.auth.password_validation import validate_password
 from django.db import IntegrityError, transaction
@@ -58,17 +58,22 @@ DEMO_ORDER_MANAGER = DemoLogin("order manager", "ordermanager", "ordermanager")
 DEMO_SHOPPER = DemoLogin("shopper", "shopper", "shopper")
 
 
-def _ensure_user(login: DemoLogin, **flags) -> AbstractBaseUser:
+def _ensure_user(login: DemoLogin, *, random_password: bool, **flags) -> DemoLogin:
+    """The demo user, created if missing; the login as it can be used (the password
+    shown only when this call set it)."""
     user, created = User.objects.get_or_create(username=login.username, defaults=flags)
-    if created:
-        user.set_password(login.password)
-        user.save(update_fields=["password"])
-    return user
+    if not created:
+        return replace(login, password="(unchanged)")
+    password = secrets.token_urlsafe(12) if random_password else login.password
+    user.set_password(password)
+    user.save(update_fields=["password"])
+    return replace(login, password=password)
 
 
 @transaction.atomic
-def seed_demo() -> DemoSeed:
-    """Idempotent: existing products, stock and users are left as they are."""
+def seed_demo(*, random_passwords: bool = False) -> DemoSeed:
+    """Idempotent: existing products, stock and users are left as they are.
+    `random_passwords`: new demo users get random passwords (outside DEBUG)."""
     created = 0
     for sku, name, price, stock in DEMO_PRODUCTS:
         _, is_new = Product.objects.get_or_create(sku=sku, defaults={"name": name, "price": price})
@@ -76,11 +81,16 @@ def seed_demo() -> DemoSeed:
             created += 1
             if stock:
                 receive_stock(sku=sku, quantity=stock, note="demo seed")
-    _ensure_user(DEMO_ADMIN, is_staff=True, is_superuser=True, email="admin@example.com")
+    logins = [
+        _ensure_user(
+            DEMO_ADMIN, random_password=random_passwords, is_staff=True, is_superuser=True, email="admin@example.com"
+        )
+    ]
     for login, group in ((DEMO_STOCK_MANAGER, "Stock managers"), (DEMO_ORDER_MANAGER, "Order managers")):
-        staff = _ensure_user(login, is_staff=True, email=f"{login.username}@example.com")
-        staff.groups.add(Group.objects.get(name=group))
-    shopper = _ensure_user(DEMO_SHOPPER, email="shopper@example.com")
-    token, _ = Token.objects.get_or_create(user=shopper)
-    logins = [DEMO_ADMIN, DEMO_STOCK_MANAGER, DEMO_ORDER_MANAGER, DEMO_SHOPPER]
+        logins.append(
+            _ensure_user(login, random_password=random_passwords, is_staff=True, email=f"{login.username}@example.com")
+        )
+        User.objects.get(username=login.username).groups.add(Group.objects.get(name=group))
+    logins.append(_ensure_user(DEMO_SHOPPER, random_password=random_passwords, email="shopper@example.com"))
+    token, _ = Token.objects.get_or_create(user=User.objects.get(username=DEMO_SHOPPER.username))
     return DemoSeed(created, Product.objects.count(), logins, token.key)

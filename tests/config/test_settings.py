@@ -1,4 +1,6 @@
 import os
+import re
+import secrets
 import subprocess
 import sys
 
@@ -7,7 +9,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 import config.settings as config_module
-from config.settings import DEV_PAYMENT_WEBHOOK_SECRET, DEV_SECRET_KEY, refuse_development_secrets
+from config.settings import COMMITTED_SECRETS, DEV_PAYMENT_WEBHOOK_SECRET, DEV_SECRET_KEY, refuse_development_secrets
 
 
 def test_settings_defaults_work_locally():
@@ -26,19 +28,72 @@ def test_settings_tests_use_their_own_redis_databases():
     assert settings.CELERY_BROKER_URL.endswith("/14")
 
 
+STRONG_KEY = secrets.token_urlsafe(64)
+STRONG_WEBHOOK_SECRET = secrets.token_urlsafe(40)
+# The environment of a process started outside `make run` and outside pytest.
+_NOT_OURS = ("DEBUG", "SECRET_KEY", "PAYMENT_WEBHOOK_SECRET", "PYTEST_VERSION", "DJANGO_SETTINGS_MODULE")
+
+
 def test_refuse_development_secrets_only_when_debug_is_off():
     refuse_development_secrets(debug=True, secret_key=DEV_SECRET_KEY, webhook_secret=DEV_PAYMENT_WEBHOOK_SECRET)
-    with pytest.raises(ImproperlyConfigured, match="SECRET_KEY"):
-        refuse_development_secrets(debug=False, secret_key=DEV_SECRET_KEY, webhook_secret="x" * 40)
-    with pytest.raises(ImproperlyConfigured, match="PAYMENT_WEBHOOK_SECRET"):
-        refuse_development_secrets(debug=False, secret_key="y" * 50, webhook_secret=DEV_PAYMENT_WEBHOOK_SECRET)
-    refuse_development_secrets(debug=False, secret_key="y" * 50, webhook_secret="x" * 40)
+    with pytest.raises(ImproperlyConfigured, match="SECRET_KEY is a value committed"):
+        refuse_development_secrets(debug=False, secret_key=DEV_SECRET_KEY, webhook_secret=STRONG_WEBHOOK_SECRET)
+    with pytest.raises(ImproperlyConfigured, match="PAYMENT_WEBHOOK_SECRET is a value committed"):
+        refuse_development_secrets(debug=False, secret_key=STRONG_KEY, webhook_secret=DEV_PAYMENT_WEBHOOK_SECRET)
+    refuse_development_secrets(debug=False, secret_key=STRONG_KEY, webhook_secret=STRONG_WEBHOOK_SECRET)
 
 
-def _start_django(**env):
+@pytest.mark.parametrize("secret", sorted(COMMITTED_SECRETS))
+def test_every_committed_secret_is_refused_for_both_settings(secret):
+    with pytest.raises(ImproperlyConfigured, match="committed"):
+        refuse_development_secrets(debug=False, secret_key=secret, webhook_secret=STRONG_WEBHOOK_SECRET)
+    with pytest.raises(ImproperlyConfigured, match="committed"):
+        refuse_development_secrets(debug=False, secret_key=STRONG_KEY, webhook_secret=secret)
+
+
+@pytest.mark.parametrize(
+    "key,webhook,message",
+    [
+        ("", STRONG_WEBHOOK_SECRET, "SECRET_KEY is not set"),
+        (STRONG_KEY, "", "PAYMENT_WEBHOOK_SECRET is not set"),
+        ("k" * 60, STRONG_WEBHOOK_SECRET, "SECRET_KEY is too short"),  # long, but one character
+        (STRONG_KEY, "short-secret", "PAYMENT_WEBHOOK_SECRET is too short"),
+    ],
+)
+def test_weak_or_missing_secrets_are_refused(key, webhook, message):
+    with pytest.raises(ImproperlyConfigured, match=message):
+        refuse_development_secrets(debug=False, secret_key=key, webhook_secret=webhook)
+
+
+# SECRET_KEY = "x", "SECRET_KEY": "x", SECRET_KEY: x, and a shell default ${SECRET_KEY:-x}
+_ASSIGNED = re.compile(
+    r"""(?:SECRET_KEY|WEBHOOK_SECRET):-([^}\s]{8,})\}"""
+    r"""|(?:SECRET_KEY|WEBHOOK_SECRET)["']?\s*[:=]\s*["']?([^"'$\s,)}]{8,})"""
+)
+
+
+def test_no_secret_is_committed_that_the_shop_would_accept():
+    """Every value the repository assigns to a secret is on the refused list."""
+    files = subprocess.run(["git", "ls-files"], capture_output=True, text=True, cwd=settings.BASE_DIR, check=True)
+    found = {}
+    for name in files.stdout.split():
+        path = settings.BASE_DIR / name
+        if not path.is_file() or path.suffix in {".png", ".ico"}:
+            continue
+        for value in (a or b for a, b in _ASSIGNED.findall(path.read_text(errors="replace"))):
+            is_a_name = value.isidentifier() and value.upper() == value  # STRONG_KEY, a constant
+            if not is_a_name and not value.startswith(("env(", "settings.", "os.environ", "secrets.", "<")):
+                found.setdefault(value, name)
+    assert found, "the scan found nothing: it no longer matches how secrets are written"
+    accepted = {value: name for value, name in found.items() if value not in COMMITTED_SECRETS}
+    assert not accepted, f"committed secrets the shop would run on: {accepted}"
+
+
+def _start_django(*command: str, **env):
+    base = {key: value for key, value in os.environ.items() if key not in _NOT_OURS}
     return subprocess.run(
-        [sys.executable, "manage.py", "check"],
-        env={**os.environ, **env},
+        [sys.executable, "manage.py", *(command or ["check"])],
+        env={**base, **env},
         capture_output=True,
         text=True,
         cwd=settings.BASE_DIR,
@@ -46,12 +101,38 @@ def _start_django(**env):
     )
 
 
-def test_process_refuses_to_start_with_debug_off_on_dev_secret():
-    result = _start_django(DEBUG="0", SECRET_KEY=DEV_SECRET_KEY)
+def test_a_process_not_started_by_make_run_has_debug_off_and_needs_secrets():
+    result = _start_django("shell", "-c", "from django.conf import settings; print(settings.DEBUG)")
     assert result.returncode != 0
-    assert "SECRET_KEY is the development key" in result.stderr
-
-
-def test_process_starts_with_debug_off_and_real_secrets():
-    result = _start_django(DEBUG="0", SECRET_KEY="s" * 50, PAYMENT_WEBHOOK_SECRET="w" * 40)
+    assert "DEBUG is off and SECRET_KEY is not set" in result.stderr
+    result = _start_django(
+        "shell", "-c", "from django.conf import settings; print(settings.DEBUG)",
+        SECRET_KEY=STRONG_KEY, PAYMENT_WEBHOOK_SECRET=STRONG_WEBHOOK_SECRET,
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_process_refuses_to_start_with_debug_off_on_dev_secret():
+    result = _start_django(DEBUG="0", SECRET_KEY=DEV_SECRET_KEY, PAYMENT_WEBHOOK_SECRET=STRONG_WEBHOOK_SECRET)
+    assert result.returncode != 0
+    assert "SECRET_KEY is a value committed to this repository" in result.stderr
+
+
+def test_make_run_turns_debug_on():
+    result = subprocess.run(
+        ["make", "-n", "run"], capture_output=True, text=True, cwd=settings.BASE_DIR, env={**os.environ, "DEBUG": ""}
+    )
+    assert result.returncode == 0, result.stderr
+    assert "DEBUG ?= 1" in (settings.BASE_DIR / "Makefile").read_text()
+
+
+@pytest.mark.slow
+def test_the_deploy_check_is_clean_with_production_settings():
+    result = _start_django(
+        "check", "--deploy", "--fail-level", "WARNING",
+        SECRET_KEY=STRONG_KEY, PAYMENT_WEBHOOK_SECRET=STRONG_WEBHOOK_SECRET, ALLOWED_HOSTS="shop.example.com",
+        CSRF_TRUSTED_ORIGINS="https://shop.example.com", SECURE_PROXY_SSL_HEADER="HTTP_X_FORWARDED_PROTO",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert "no issues" in result.stdout
