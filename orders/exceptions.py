@@ -59,3 +59,9 @@ class OrderNotShippable(DomainError):
     code = "order_not_shippable"
     status = 409
     message = "Only a paid order can be shipped."
+
+
+class TooManyPendingOrders(DomainError):
+    code = "too_many_pending_orders"
+    status = 409
+    message = "You have too many orders awaiting payment: pay or cancel one first."

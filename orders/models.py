@@ -54,6 +54,25 @@ class Order(models.Model):
         return f"order {self.pk} ({self.status})"
 
 
+class PendingOrderCount(models.Model):
+    """How many orders a customer has awaiting payment, so that one account cannot
+    hoard stock with unpaid orders. Checkout takes a slot in the same statement
+    that inserts the order (refused at MAX_PENDING_ORDERS_PER_CUSTOMER); payment
+    and cancellation give it back in the statements that move the order."""
+
+    customer = models.OneToOneField(
+        settings.AUTH_USER_MODEL, primary_key=True, on_delete=models.CASCADE, related_name="+"
+    )
+    pending = models.IntegerField()
+
+    class Meta:
+        db_table = "order_pending_counts"
+        constraints = [models.CheckConstraint(condition=Q(pending__gte=0), name="pending_order_count_not_negative")]
+
+    def __str__(self) -> str:
+        return f"customer {self.customer_id}: {self.pending} pending"
+
+
 class OrderItem(models.Model):
     order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="items")
     product = models.ForeignKey("shop.Product", on_delete=models.PROTECT, db_column="sku", related_name="+")

@@ -13,7 +13,7 @@ from inventory.models import Shipment
 from inventory.services import return_reserved_stock, ship_reserved_stock
 from inventory.services.flash_sales import gated_skus
 from orders.exceptions import OrderNotCancellable, OrderNotFound, OrderNotRefundable, OrderNotShippable
-from orders.models import Order, OrderItem, OrderStatus, Payment, Refund
+from orders.models import Order, OrderItem, OrderStatus, Payment, PendingOrderCount, Refund
 from orders.services.payments import request_refund
 from outbox.models import OutboxEvent
 from outbox.services import record_event
@@ -46,6 +46,10 @@ def cancel_orders(*, order_ids: list[int], reason: str, now: datetime | None = N
                        jsonb_build_object('order_id', id, 'customer_id', customer_id, 'reason', %s::text),
                        %s, 0, '', %s
                 FROM cancelled ORDER BY id
+            ), slots AS (
+                UPDATE {PendingOrderCount._meta.db_table} AS c SET pending = GREATEST(c.pending - freed.n, 0)
+                FROM (SELECT customer_id, count(*) AS n FROM cancelled GROUP BY customer_id) AS freed
+                WHERE c.customer_id = freed.customer_id
             )
             SELECT id FROM cancelled
             """,

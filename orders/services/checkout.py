@@ -7,6 +7,8 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.backends.utils import CursorWrapper
+from django.db.models import F
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from cart.services import clear_cart
@@ -15,8 +17,14 @@ from config.metrics import CHECKOUT_REFUSALS, IDEMPOTENT_REPLAYS, ORDERS_CREATED
 from inventory import gate
 from inventory.exceptions import OutOfStock
 from inventory.services import reserve_stock
-from orders.exceptions import CartEmpty, IdempotencyKeyReused, OrderNotFound, ProductUnavailable
-from orders.models import Order, OrderItem, OrderStatus
+from orders.exceptions import (
+    CartEmpty,
+    IdempotencyKeyReused,
+    OrderNotFound,
+    ProductUnavailable,
+    TooManyPendingOrders,
+)
+from orders.models import Order, OrderItem, OrderStatus, PendingOrderCount
 from orders.services.admission import admit_cart
 from outbox.services import record_event
 from shop.models import Product
@@ -58,38 +66,58 @@ def _price_cart(lines: dict[str, int]) -> list[_PricedLine]:
     return priced
 
 
-_INSERT_ORDER = (
-    f"INSERT INTO {Order._meta.db_table} (customer_id, idempotency_key, request_hash, status, total_amount, "
-    "currency, created_at, expires_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
-    "ON CONFLICT (customer_id, idempotency_key) DO NOTHING RETURNING id"
+# One statement takes one of the customer's pending-order slots (the upsert's
+# row lock orders a customer's concurrent checkouts; the WHERE refuses the slot
+# at the limit) and inserts the order only if it got one; the unique (customer,
+# key) turns a second insert of the same key into nothing. It answers (slot
+# taken, order id): the limit costs no statement of its own.
+_INSERT_ORDER = f"""
+WITH slot AS (
+    INSERT INTO {PendingOrderCount._meta.db_table} AS c (customer_id, pending) VALUES (%(customer)s, 1)
+    ON CONFLICT (customer_id) DO UPDATE SET pending = c.pending + 1 WHERE c.pending < %(limit)s
+    RETURNING 1
+), new AS (
+    INSERT INTO {Order._meta.db_table} (customer_id, idempotency_key, request_hash, status, total_amount,
+        currency, created_at, expires_at)
+    SELECT %(customer)s, %(key)s, %(hash)s, %(status)s, %(total)s, %(currency)s, %(created)s, %(expires)s FROM slot
+    ON CONFLICT (customer_id, idempotency_key) DO NOTHING RETURNING id
 )
+SELECT EXISTS (SELECT FROM slot), (SELECT id FROM new)
+"""
 
 
-def _insert_order(cursor: CursorWrapper, order: Order) -> int | None:
-    """The unique (customer, key) decides: None when the key already has an
-    order (a concurrent twin waits for the winner's commit, then sees it).
+def _insert_order(cursor: CursorWrapper, order: Order) -> tuple[bool, int | None]:
+    """(slot taken, order id). No id: the key already has an order (a concurrent
+    twin waits for the winner's commit, then sees it) or no slot was free.
     config.db.insert_unless_exists does the same for any model, but prepares
     every field through the ORM, which showed in py-spy profiles of
     bench/checkout.py; here the values go as they are."""
     cursor.execute(
         _INSERT_ORDER,
-        [
-            order.customer_id,
-            order.idempotency_key,
-            order.request_hash,
-            order.status,
-            order.total_amount,
-            order.currency,
-            order.created_at,
-            order.expires_at,
-        ],
+        {
+            "customer": order.customer_id,
+            "limit": settings.MAX_PENDING_ORDERS_PER_CUSTOMER,
+            "key": order.idempotency_key,
+            "hash": order.request_hash,
+            "status": order.status,
+            "total": order.total_amount,
+            "currency": order.currency,
+            "created": order.created_at,
+            "expires": order.expires_at,
+        },
     )
-    row = cursor.fetchone()
-    if row is None:
-        return None
-    order.pk = row[0]
-    order._state.adding = False
-    return order.pk
+    slot_taken, order_id = cursor.fetchone()
+    if order_id is not None:
+        order.pk = order_id
+        order._state.adding = False
+    return slot_taken, order_id
+
+
+def release_pending_slot(*, customer_id: int) -> None:
+    """One of the customer's orders left PENDING_PAYMENT (or was never made): its slot
+    is free again. Never below zero: an order written around checkout (a bulk
+    load) never took one."""
+    PendingOrderCount.objects.filter(customer_id=customer_id).update(pending=Greatest(F("pending") - 1, 0))
 
 
 def _insert_items(cursor: CursorWrapper, order_id: int, priced: list[_PricedLine]) -> None:
@@ -149,7 +177,7 @@ def place_order(*, customer_id: int, idempotency_key: str, rate_limited: bool = 
     except BaseException as error:
         if admitted:
             _release_best_effort(customer_id, gated)
-        if isinstance(error, OutOfStock):
+        if isinstance(error, OutOfStock | TooManyPendingOrders):
             CHECKOUT_REFUSALS.labels(error.code).inc()
         raise
     if result.replayed:
@@ -185,8 +213,13 @@ def _create_order(
     # One cursor for the transaction's statements: opening and closing a Django
     # cursor costs about 27 us, almost half of a short statement's client time.
     with transaction.atomic(), connection.cursor() as cursor:
-        if _insert_order(cursor, order) is None:
+        slot_taken, order_id = _insert_order(cursor, order)
+        if order_id is None:
             existing = _existing_order(customer_id=customer_id, idempotency_key=idempotency_key)
+            if existing is None:  # no slot was free
+                raise TooManyPendingOrders(limit=settings.MAX_PENDING_ORDERS_PER_CUSTOMER)
+            if slot_taken:  # the key's order exists: the slot taken for it goes back
+                release_pending_slot(customer_id=customer_id)
             return _replay(existing, request_hash=request_hash)
         _insert_items(cursor, order.id, priced)
         record_event(

@@ -6,6 +6,7 @@ from django.utils import timezone
 from config.db import insert_unless_exists
 from config.metrics import PAYMENTS, REFUNDS_REQUESTED
 from orders.models import Order, OrderStatus, Payment, Refund
+from orders.services.checkout import release_pending_slot
 from outbox.services import record_event
 
 
@@ -79,6 +80,7 @@ def handle_payment_webhook(
             status=OrderStatus.PAID, paid_at=now
         )
         if paid:
+            release_pending_slot(customer_id=order.customer_id)
             _announce_paid(order=order, payment=payment, paid_at=now)
         else:
             refund_reason = Refund.Reason.ORDER_NOT_PENDING
