@@ -126,7 +126,7 @@ def main(argv=None) -> int:
     fill_carts(shoppers, skus, args.lines)
     specs = build_specs(shoppers, skus, args.lines)
 
-    env = {"DEBUG": "1"} if args.debug else dict(h.PRODUCTION_LIKE_ENV)
+    env = dict(h.DEVELOPMENT_ENV if args.debug else h.PRODUCTION_LIKE_ENV)
     if not args.rate_limit:
         # Bench shoppers each send several PUTs a second: the throttle still runs (its Redis call is
         # part of the cost), but with a limit no bench shopper reaches, so no request is a cheap 429.
