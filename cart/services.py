@@ -83,13 +83,24 @@ def get_cart(*, customer_id: int) -> PricedCart:
 
 def set_cart_item(*, customer_id: int, sku: str, quantity: int) -> PricedCart:
     """Set the absolute quantity of one line (idempotent); 0 removes it."""
+    # A SKU this process does not know as a product costs a query (and a cache
+    # entry): count the write against the shopper's limit before, not after,
+    # so that made-up SKUs cannot be sent without limit. A known product's
+    # write is counted by the write script itself (one round-trip).
+    counted = hot_cache.products.get(sku) is None
+    if counted:
+        storage.count_write(customer_id=customer_id)
     product = cached_products(skus=[sku])[sku]
     if product is None:
         raise UnknownProduct(sku=sku)
     if quantity and not product.is_active:
         raise InactiveProduct(sku=sku)
     lines = storage.write_line(
-        customer_id=customer_id, sku=sku, quantity=quantity, generation=hot_cache.ensure_generation()
+        customer_id=customer_id,
+        sku=sku,
+        quantity=quantity,
+        generation=hot_cache.ensure_generation(),
+        counted=counted,
     )
     return _price(lines, *catalog_for(list(lines)))
 

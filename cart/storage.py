@@ -68,6 +68,12 @@ return {0, redis.call('HGETALL', KEYS[1])}
 """
 
 
+# KEYS: rate-limit window. ARGV: rate limit, window in ms. Returns ms to wait, 0 when allowed.
+_COUNT = PRELUDE + """
+return limited(KEYS[1], ARGV[1], ARGV[2]) or 0
+"""
+
+
 def cart_key(customer_id: int) -> str:
     return f"cart:{customer_id}"
 
@@ -111,9 +117,26 @@ def rate_window(scope: str | None, customer_id: int) -> tuple[str, int, int]:
     return f"rate:{scope}:user:{customer_id}", limit, period * 1000
 
 
-def write_line(*, customer_id: int, sku: str, quantity: int, generation: str) -> dict[str, int]:
-    """Set (or with 0, remove) one line; refresh the TTL; return the whole cart."""
+def count_write(*, customer_id: int) -> None:
+    """Count one cart write against the shopper's limit on its own (RateLimited when
+    over), for a write that must be counted before it reaches the database."""
     rate_key, limit, window = rate_window("cart_write", customer_id)
+    if not limit:
+        return
+    try:
+        wait = run_script(_COUNT, keys=[rate_key], args=[limit, window])
+    except RedisError as exc:
+        raise unavailable(exc) from exc
+    if wait:
+        check_status(LIMITED, wait)
+
+
+def write_line(
+    *, customer_id: int, sku: str, quantity: int, generation: str, counted: bool = False
+) -> dict[str, int]:
+    """Set (or with 0, remove) one line; refresh the TTL; return the whole cart.
+    The write is counted against the shopper's limit in the same call unless `counted`."""
+    rate_key, limit, window = rate_window(None if counted else "cart_write", customer_id)
     return _run(
         _WRITE,
         [cart_key(customer_id), GENERATION_KEY, rate_key],

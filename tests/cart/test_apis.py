@@ -3,6 +3,7 @@ import threading
 import pytest
 from django.conf import settings
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -333,3 +334,22 @@ def test_issued_token_is_written_through_to_redis(redis, django_assert_num_queri
     hot_cache.tokens.clear()  # a worker that never saw this shopper
     with django_assert_num_queries(0):
         assert client.get("/api/cart").status_code == 200
+
+
+def test_made_up_skus_are_counted_against_the_write_limit_before_any_query(auth_client, settings):
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "cart_write": "3/min"}
+    for n in range(3):
+        assert auth_client.put(f"/api/cart/items/NOPE-{n}", {"quantity": 1}).status_code == 404
+    with CaptureQueriesContext(connection) as queries:
+        response = auth_client.put("/api/cart/items/NOPE-3", {"quantity": 1})
+    assert response.status_code == 429 and "Retry-After" in response.headers
+    assert not [q for q in queries if "shop_product" in q["sql"]]  # refused before the lookup
+
+
+def test_a_cold_lookup_of_a_real_product_counts_the_write_once(auth_client, settings):
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "cart_write": "2/min"}
+    product_with_stock(sku="A")
+    product_with_stock(sku="B")
+    assert auth_client.put("/api/cart/items/A", {"quantity": 1}).status_code == 200  # cold: counted first
+    assert auth_client.put("/api/cart/items/B", {"quantity": 1}).status_code == 200  # cold too
+    assert auth_client.put("/api/cart/items/A", {"quantity": 2}).status_code == 429  # warm: the script counts
