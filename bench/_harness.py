@@ -236,32 +236,37 @@ class Shopper:
 
 
 def ensure_shoppers(count: int, *, prefix: str = "bench-") -> list[Shopper]:
-    """`count` shoppers named {prefix}00001... with API tokens, created in bulk when missing.
+    """`count` shoppers named {prefix}00001... with fresh API tokens, created in bulk.
 
-    One password hash for all of them (make_password once), users and tokens by bulk_create;
-    the tokens are then written through to Redis, as the token API does when it issues one."""
+    One password hash for all of them (make_password once), users by bulk_create. The
+    database keeps only a token's digest, so each run issues new tokens (a day long) in one
+    bulk_create, after deleting the shoppers' old ones, and writes them through to Redis,
+    as the token API does when it issues one."""
+    from datetime import timedelta
+
     from django.contrib.auth import get_user_model
     from django.db import transaction
-    from rest_framework.authtoken.models import Token
+    from django.utils import timezone
+    from knox.crypto import hash_token
+    from knox.models import AuthToken
+
+    from config.authentication import remember_tokens
 
     user_model = get_user_model()
     names = [f"{prefix}{i:05d}" for i in range(1, count + 1)]
     ensure_user_ids(count, prefix=prefix, password=BENCH_PASSWORD)
     with transaction.atomic():
         users = dict(user_model.objects.filter(username__in=names).values_list("username", "id"))
-        tokens = dict(Token.objects.filter(user_id__in=users.values()).values_list("user_id", "key"))
-        without = [uid for uid in users.values() if uid not in tokens]
-        if without:
-            Token.objects.bulk_create(
-                [Token(user_id=uid, key=Token.generate_key()) for uid in without],
-                batch_size=1000,
-                ignore_conflicts=True,
-            )
-            tokens = dict(Token.objects.filter(user_id__in=users.values()).values_list("user_id", "key"))
+        # No signals: these tokens are in no process's cache (a bench starts its own servers).
+        AuthToken.objects.filter(user_id__in=users.values())._raw_delete(AuthToken.objects.db)
+        tokens = {uid: secrets.token_hex(32) for uid in users.values()}
+        expiry = timezone.now() + timedelta(days=1)
+        AuthToken.objects.bulk_create(
+            [AuthToken(digest=hash_token(t), token_key=t[:15], user_id=u, expiry=expiry) for u, t in tokens.items()],
+            batch_size=1000,
+        )
         # bulk_create sends no signals: write the tokens through to Redis as issuing them would.
-        from config.authentication import remember_tokens
-
-        remember_tokens(Token.objects.filter(user_id__in=users.values()).select_related("user"))
+        remember_tokens(AuthToken.objects.filter(user_id__in=users.values()).select_related("user"))
         inactive = user_model.objects.filter(username__in=names, is_active=False)
         if inactive.exists():
             for user in inactive:  # save(): signals bump the hot-cache generation

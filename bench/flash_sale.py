@@ -268,9 +268,9 @@ from django.db import connection
 
 from config.wsgi import application as django_application
 from inventory.models import FlashSale
-from rest_framework.authtoken.models import Token
+from knox.models import AuthToken
 
-TOKEN_TABLE = '"%s"' % Token._meta.db_table
+TOKEN_TABLE = '"%s"' % AuthToken._meta.db_table
 FLASH_TABLE = '"%s"' % FlashSale._meta.db_table
 
 

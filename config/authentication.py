@@ -1,84 +1,133 @@
+"""API tokens: django-rest-knox's (only a SHA-512 digest is stored, each token
+expires), with a cache that keeps the hot paths free of SQL.
+
+A token is 64 hex characters. Anything else is refused before any query or
+Redis call. Caches are keyed by the digest, never by the token itself: a Redis
+dump or a process's memory does not hand out working tokens.
+"""
+
 import json
+import re
 import time
 from collections.abc import Iterable
+from datetime import UTC, datetime
 
 from django.contrib.auth import get_user_model
 from django_redis import get_redis_connection
+from knox.auth import TokenAuthentication as KnoxTokenAuthentication
+from knox.crypto import hash_token
+from knox.models import AuthToken
 from redis.exceptions import RedisError
-from rest_framework.authentication import TokenAuthentication
-from rest_framework.authtoken.models import Token
-
-from config.hotcache import hot_cache
+from rest_framework.exceptions import AuthenticationFailed
 
 # A safety net for views that make no generation-checked Redis call: a revoked
 # token is refused by every process within this many seconds at the latest.
 TOKEN_CACHE_SECONDS = 60
-
-
 REDIS_TOKEN_SECONDS = 24 * 3600
+_TOKEN = re.compile(rb"[0-9a-f]{64}")
 
 
-def _redis_key(key: str) -> str:
-    return f"auth:token:{key}"
+def token_digest(token: str) -> str:
+    return hash_token(token)
 
 
-def remember_tokens(tokens: Iterable[Token]) -> None:
+def _redis_key(digest: str) -> str:
+    return f"auth:token:{digest}"
+
+
+def _well_formed(token: bytes | str) -> str:
+    if isinstance(token, str):
+        token = token.encode("utf-8", "surrogateescape")
+    if not _TOKEN.fullmatch(token):
+        raise AuthenticationFailed("Invalid token.")
+    return token.decode()
+
+
+def remember_tokens(tokens: Iterable[AuthToken]) -> None:
     """Write-through: a token is in Redis from the moment it is issued (tokens
     made with bulk_create, which sends no signals, are passed here by hand)."""
+    now = time.time()
     with get_redis_connection("default").pipeline(transaction=False) as pipe:
         for token in tokens:
             user = token.user
+            expiry = token.expiry.timestamp() if token.expiry else None
+            ttl = REDIS_TOKEN_SECONDS if expiry is None else min(REDIS_TOKEN_SECONDS, int(expiry - now))
+            if ttl <= 0:
+                continue
             fields = {"id": user.id, "username": user.username, "email": user.email,
                       "is_active": user.is_active, "is_staff": user.is_staff}  # fmt: skip
-            pipe.set(_redis_key(token.key), json.dumps(fields), ex=REDIS_TOKEN_SECONDS)
+            pipe.set(_redis_key(token.digest), json.dumps({"user": fields, "expiry": expiry}), ex=ttl)
         pipe.execute()
 
 
-def remember_token(token: Token) -> None:
-    remember_tokens([token])
+def forget_tokens(digests: list[str]) -> None:
+    """Raises RedisError when Redis cannot be told: the caller decides whether that fails it."""
+    if digests:
+        get_redis_connection("default").delete(*[_redis_key(digest) for digest in digests])
 
 
-def forget_tokens(keys: list[str]) -> None:
-    if keys:
-        get_redis_connection("default").delete(*[_redis_key(key) for key in keys])
+class TokenAuthentication(KnoxTokenAuthentication):
+    """knox's, from the database, refusing a malformed token before any query
+    (knox would decode it as UTF-8 and fail with a 500 on other bytes)."""
+
+    def authenticate_credentials(self, token: bytes):
+        return super().authenticate_credentials(_well_formed(token).encode())
 
 
 class CachedTokenAuthentication(TokenAuthentication):
-    """DRF token authentication without SQL once the token was issued or seen.
+    """Token authentication without SQL once the token was issued or seen.
 
     Process memory first, then Redis (shared by every worker, written when a
-    token is issued), then the database. A deleted token or a changed user is
-    removed from Redis and bumps the cache generation (shop/signals.py), which
-    views built on HotCacheApiView check in their own Redis call, so every
-    process drops its copy. In a flash sale, refused shoppers never reach
-    PostgreSQL, not even on their first request to a worker.
+    token is issued), then the database. Expiry is checked at every step. A
+    revoked token or a changed user is removed from Redis and bumps the cache
+    generation before the change commits (shop/signals.py; if Redis cannot be
+    told, the revocation fails instead of leaving the token alive), and views
+    built on HotCacheApiView check the generation in their own Redis call, so
+    every process drops its copy. In a flash sale, refused shoppers never
+    reach PostgreSQL, not even on their first request to a worker.
     """
 
-    def authenticate_credentials(self, key):
-        cached = hot_cache.tokens.get(key)
-        if cached is not None and cached[1] > time.monotonic():
+    def authenticate_credentials(self, token: bytes):
+        # Imported here: DRF imports this module (DEFAULT_AUTHENTICATION_CLASSES) while
+        # rest_framework.views, which config.hotcache needs, is still being imported.
+        from config.hotcache import hot_cache
+
+        digest = token_digest(_well_formed(token))
+        cached = hot_cache.tokens.get(digest)
+        if cached is not None and cached[1] > time.monotonic() and _alive(cached[2]):
             return cached[0]
         hot_cache.ensure_generation()
-        user_and_token = self._from_redis(key) or self._from_database(key)
-        hot_cache.remember(hot_cache.tokens, key, (user_and_token, time.monotonic() + TOKEN_CACHE_SECONDS))
+        found = self._from_redis(digest) or self._from_database(token)
+        user_and_token, expiry = found
+        if not _alive(expiry):
+            raise AuthenticationFailed("Invalid token.")
+        hot_cache.remember(hot_cache.tokens, digest, (user_and_token, time.monotonic() + TOKEN_CACHE_SECONDS, expiry))
         return user_and_token
 
-    def _from_redis(self, key: str):
+    def _from_redis(self, digest: str):
         try:
-            raw = get_redis_connection("default").get(_redis_key(key))
+            raw = get_redis_connection("default").get(_redis_key(digest))
         except RedisError:
             return None
         if raw is None:
             return None
-        fields = json.loads(raw)
-        user = get_user_model()(**fields)
+        cached = json.loads(raw)
+        user = get_user_model()(**cached["user"])
         user._state.adding = False
-        return user, Token(key=key, user=user)
+        if not user.is_active:
+            raise AuthenticationFailed("User inactive or deleted.")
+        expiry = cached["expiry"]
+        token = AuthToken(digest=digest, user=user, expiry=datetime.fromtimestamp(expiry, tz=UTC) if expiry else None)
+        return (user, token), expiry
 
-    def _from_database(self, key: str):
-        user, token = super().authenticate_credentials(key)  # raises AuthenticationFailed
+    def _from_database(self, token: bytes):
+        user, auth_token = super().authenticate_credentials(token)  # raises AuthenticationFailed
         try:
-            remember_token(token)
+            remember_tokens([auth_token])
         except RedisError:
             pass  # the cache is an optimisation; the database answered
-        return user, token
+        return (user, auth_token), auth_token.expiry.timestamp() if auth_token.expiry else None
+
+
+def _alive(expiry: float | None) -> bool:
+    return expiry is None or expiry > time.time()

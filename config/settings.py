@@ -5,6 +5,7 @@ developer machine as it is; production differs only by environment values.
 """
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -115,7 +116,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
+    "knox",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "shop",
@@ -279,7 +280,7 @@ if TESTING:
 # --- API --------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "config.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -291,6 +292,14 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 20,
     "EXCEPTION_HANDLER": "config.exceptions.api_exception_handler",
 }
+# API tokens (django-rest-knox): only a digest is stored; each expires.
+REST_KNOX = {
+    "TOKEN_TTL": timedelta(hours=env_int("API_TOKEN_TTL_HOURS", 30 * 24)),
+    "AUTH_HEADER_PREFIX": "Token",
+    "AUTO_REFRESH": False,
+}
+# Live tokens one user may hold (one per login); the oldest go beyond this.
+API_TOKENS_PER_USER = env_int("API_TOKENS_PER_USER", 10)
 SPECTACULAR_SETTINGS = {
     "TITLE": "The shop API",
     "DESCRIPTION": "Cart and order flow: Redis cart, idempotent checkout, payments.",

@@ -5,15 +5,17 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from config.authentication import TokenAuthentication
 from config.openapi import ERRORS
 from config.throttling import AuthThrottle
-from shop.services import issue_token, register_customer
+from shop.services import issue_token, register_customer, revoke_token
 
 User = get_user_model()
 
 
 class TokenOutputSerializer(serializers.Serializer):
-    token = serializers.CharField(source="key")
+    token = serializers.CharField(help_text="64 hex characters; send it as `Authorization: Token <token>`")
+    expiry = serializers.DateTimeField(help_text="After this the token is refused: log in again")
 
 
 class AuthRegisterApi(APIView):
@@ -60,3 +62,13 @@ class AuthMeApi(APIView):
     @extend_schema(responses={200: OutputSerializer, **ERRORS(401)})
     def get(self, request):
         return Response(self.OutputSerializer(request.user).data)
+
+
+class AuthLogoutApi(APIView):
+    authentication_classes = [TokenAuthentication]  # a token to revoke, not an admin session
+
+    @extend_schema(request=None, responses={204: None, **ERRORS(401, 503)})
+    def post(self, request):
+        """Revoke the token of this request (other sessions keep theirs)."""
+        revoke_token(token=request.auth)
+        return Response(status=204)

@@ -1,11 +1,15 @@
 import secrets
 from dataclasses import dataclass, replace
+from datetime import datetime
 
+from django.conf import settings
 from django.contrib.auth import authenticate, get_user_model
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import Group
 from django.contrib.auth.password_validation import validate_password
 from django.db import IntegrityError, transaction
-from rest_framework.authtoken.models import Token
+from django.utils import timezone
+from knox.models import AuthToken
 
 from inventory.services import receive_stock
 from shop.demo import DEMO_PRODUCTS
@@ -15,8 +19,31 @@ from shop.models import Product
 User = get_user_model()
 
 
+@dataclass(frozen=True)
+class IssuedToken:
+    token: str  # the only moment the token itself exists: the database keeps its digest
+    expiry: datetime
+
+
+def _issue_token(user: AbstractBaseUser) -> IssuedToken:
+    """A new token for one more session of the user (knox: digest stored, expiry
+    set); expired ones go, and so do the oldest beyond API_TOKENS_PER_USER."""
+    AuthToken.objects.filter(user=user, expiry__lt=timezone.now()).delete()
+    instance, token = AuthToken.objects.create(user=user)
+    keep = AuthToken.objects.filter(user=user).order_by("-created").values("digest")[: settings.API_TOKENS_PER_USER]
+    AuthToken.objects.filter(user=user).exclude(digest__in=keep).delete()
+    return IssuedToken(token=token, expiry=instance.expiry)
+
+
 @transaction.atomic
-def register_customer(*, username: str, password: str, email: str = "") -> Token:
+def revoke_token(*, token: AuthToken) -> None:
+    """Log one session out. Its caches are dropped before the deletion commits
+    (shop/signals.py): if Redis cannot be told, this fails and the token stays."""
+    AuthToken.objects.filter(digest=token.digest).delete()
+
+
+@transaction.atomic
+def register_customer(*, username: str, password: str, email: str = "") -> IssuedToken:
     """Create a shopper and their API token. Django's password validators apply."""
     candidate = User(username=username, email=email)
     validate_password(password, user=candidate)  # raises ValidationError -> 400
@@ -26,15 +53,15 @@ def register_customer(*, username: str, password: str, email: str = "") -> Token
             candidate.save()
     except IntegrityError:
         raise UsernameTaken(username=username) from None
-    return Token.objects.create(user=candidate)
+    return _issue_token(candidate)
 
 
-def issue_token(*, username: str, password: str) -> Token:
+@transaction.atomic
+def issue_token(*, username: str, password: str) -> IssuedToken:
     user = authenticate(username=username, password=password)
     if user is None:
         raise InvalidCredentials()
-    token, _ = Token.objects.get_or_create(user=user)
-    return token
+    return _issue_token(user)
 
 
 @dataclass(frozen=True)
@@ -92,5 +119,5 @@ def seed_demo(*, random_passwords: bool = False) -> DemoSeed:
         )
         User.objects.get(username=login.username).groups.add(Group.objects.get(name=group))
     logins.append(_ensure_user(DEMO_SHOPPER, random_password=random_passwords, email="shopper@example.com"))
-    token, _ = Token.objects.get_or_create(user=User.objects.get(username=DEMO_SHOPPER.username))
-    return DemoSeed(created, Product.objects.count(), logins, token.key)
+    token = _issue_token(User.objects.get(username=DEMO_SHOPPER.username))
+    return DemoSeed(created, Product.objects.count(), logins, token.token)

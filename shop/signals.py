@@ -1,44 +1,60 @@
 """Any change to what the hot caches hold (products, flash sales, tokens, users) moves the
-cache generation once the transaction commits; see config/hotcache.py.
+cache generation: before the transaction commits, so that a change no cache can hear of
+fails instead (Redis down: 503), and again after; see config/hotcache.py.
 
-New users and tokens are not in any cache yet (a new token is written
-through to Redis), and a login only touches `last_login`: neither needs the
-caches dropped. A deleted token or changed user also leaves Redis at once."""
+New users and tokens are not in any cache yet (a new token is written through
+to Redis), and a login only touches `last_login`: neither needs the caches
+dropped. A deleted token, a changed password or a changed user leaves Redis
+before the change commits. A password change also deletes the user's tokens:
+whoever held one must log in again."""
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models.signals import post_delete, post_save
+from django.db.models.signals import post_delete, post_save, pre_save
+from django.utils import timezone
+from knox.models import AuthToken
 from redis.exceptions import RedisError
-from rest_framework.authtoken.models import Token
 
-from config.authentication import forget_tokens, remember_token
+from config.authentication import forget_tokens, remember_tokens
 from config.hotcache import bump_generation_on_commit
 from inventory.models import FlashSale
 from shop.models import Product
 
 
-def _bump_after_commit(**kwargs) -> None:
+def _bump(**kwargs) -> None:
     bump_generation_on_commit()
 
 
-def _token_saved(instance: Token, created: bool = False, **kwargs) -> None:
-    transaction.on_commit(lambda: _best_effort(remember_token, instance))
-    if not created:
-        _bump_after_commit()
+def _token_saved(instance: AuthToken, created: bool = False, **kwargs) -> None:
+    if created:
+        transaction.on_commit(lambda: _best_effort(remember_tokens, [instance]))
 
 
-def _token_deleted(instance: Token, **kwargs) -> None:
-    keys = [instance.key]  # read now: the deletion clears the primary key (the token key) afterwards
-    transaction.on_commit(lambda: _best_effort(forget_tokens, keys))
-    _bump_after_commit()
+def _token_deleted(instance: AuthToken, **kwargs) -> None:
+    if instance.expiry is not None and instance.expiry <= timezone.now():
+        return  # refused everywhere already: every cache checks the expiry
+    forget_tokens([instance.digest])  # RedisError: the deletion fails; the token is not left half-revoked
+    transaction.on_commit(lambda: _best_effort(forget_tokens, [instance.digest]))  # a refill in between
+    bump_generation_on_commit()
+
+
+def _password_changing(instance, raw=False, update_fields=None, **kwargs) -> None:
+    if raw or instance.pk is None or (update_fields is not None and "password" not in update_fields):
+        return
+    stored = get_user_model().objects.filter(pk=instance.pk).values_list("password", flat=True).first()
+    instance._password_changed = stored is not None and stored != instance.password
 
 
 def _user_changed(instance, created: bool = False, update_fields=None, **kwargs) -> None:
     if created or (update_fields and set(update_fields) <= {"last_login"}):
         return
-    keys = list(Token.objects.filter(user_id=instance.pk).values_list("key", flat=True))
-    transaction.on_commit(lambda: _best_effort(forget_tokens, keys))
-    _bump_after_commit()
+    if getattr(instance, "_password_changed", False):
+        instance._password_changed = False
+        AuthToken.objects.filter(user_id=instance.pk).delete()  # each deletion leaves Redis (above)
+    digests = list(AuthToken.objects.filter(user_id=instance.pk).values_list("digest", flat=True))
+    forget_tokens(digests)
+    transaction.on_commit(lambda: _best_effort(forget_tokens, digests))
+    bump_generation_on_commit()
 
 
 def _best_effort(function, argument) -> None:
@@ -50,9 +66,10 @@ def _best_effort(function, argument) -> None:
 
 def connect() -> None:
     for model in (Product, FlashSale):
-        post_save.connect(_bump_after_commit, sender=model, dispatch_uid=f"hotcache-save-{model.__name__}")
+        post_save.connect(_bump, sender=model, dispatch_uid=f"hotcache-save-{model.__name__}")
     for model in (Product, FlashSale, get_user_model()):
-        post_delete.connect(_bump_after_commit, sender=model, dispatch_uid=f"hotcache-delete-{model.__name__}")
-    post_save.connect(_token_saved, sender=Token, dispatch_uid="hotcache-token-save")
-    post_delete.connect(_token_deleted, sender=Token, dispatch_uid="hotcache-token-delete")
+        post_delete.connect(_bump, sender=model, dispatch_uid=f"hotcache-delete-{model.__name__}")
+    post_save.connect(_token_saved, sender=AuthToken, dispatch_uid="hotcache-token-save")
+    post_delete.connect(_token_deleted, sender=AuthToken, dispatch_uid="hotcache-token-delete")
+    pre_save.connect(_password_changing, sender=get_user_model(), dispatch_uid="tokens-password-change")
     post_save.connect(_user_changed, sender=get_user_model(), dispatch_uid="hotcache-user-save")

@@ -6,7 +6,7 @@ from django_redis import get_redis_connection
 from rest_framework.test import APIClient
 
 from config.hotcache import hot_cache
-from tests.factories import UserFactory
+from tests.factories import UserFactory, api_token
 
 
 @pytest.fixture(autouse=True)
@@ -39,11 +39,8 @@ def user(db):
 
 @pytest.fixture
 def auth_client(user):
-    from rest_framework.authtoken.models import Token
-
     client = APIClient()
-    token, _ = Token.objects.get_or_create(user=user)
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {api_token(user)}")
     client.user = user
     return client
 

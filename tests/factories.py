@@ -35,3 +35,10 @@ def product_with_stock(*, available: int = 10, **kwargs) -> Product:
 
         Stock.objects.create(product=product)
     return product
+
+
+def api_token(user) -> str:
+    """A new API token of the user, as logging in gives one (the database keeps its digest)."""
+    from knox.models import AuthToken
+
+    return AuthToken.objects.create(user=user)[1]

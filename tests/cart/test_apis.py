@@ -4,13 +4,13 @@ import pytest
 from django.conf import settings
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from rest_framework.authtoken.models import Token
+from knox.models import AuthToken
 from rest_framework.test import APIClient
 
 from cart.services import catalog_for
 from cart.storage import cart_key
 from config.hotcache import hot_cache
-from tests.factories import ProductFactory, UserFactory, product_with_stock
+from tests.factories import ProductFactory, UserFactory, api_token, product_with_stock
 
 pytestmark = pytest.mark.django_db
 
@@ -173,7 +173,7 @@ def test_cart_of_another_shopper_is_never_visible(auth_client):
     product = product_with_stock()
     put(auth_client, product.sku, 5)
     other = APIClient()
-    other.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=UserFactory()).key}")
+    other.credentials(HTTP_AUTHORIZATION=f"Token {api_token(UserFactory())}")
     assert other.get("/api/cart").json()["items"] == []
     put(other, product.sku, 1)
     assert auth_client.get("/api/cart").json()["items"][0]["quantity"] == 5
@@ -204,7 +204,7 @@ def test_cart_deleted_token_is_refused_at_once(auth_client, django_capture_on_co
     product = product_with_stock()
     assert put(auth_client, product.sku, 1).status_code == 200  # token cached
     with django_capture_on_commit_callbacks(execute=True):
-        Token.objects.get(user=auth_client.user).delete()
+        AuthToken.objects.get(user=auth_client.user).delete()
     assert put(auth_client, product.sku, 2).status_code == 401
     assert auth_client.get("/api/cart").status_code == 401
 
@@ -276,20 +276,20 @@ def test_cart_put_makes_one_redis_call_once_warm(auth_client, redis, monkeypatch
 @pytest.mark.django_db(transaction=True)
 def test_cart_line_cap_holds_under_150_concurrent_adds(redis):
     user = UserFactory()
-    token = Token.objects.create(user=user)
+    token = api_token(user)
     skus = [product.sku for product in ProductFactory.create_batch(150)]
     # Warm the caches so that the 150 threads race on Redis alone, not for
     # PostgreSQL's 100 connections.
     catalog_for(skus)
     warm = APIClient()
-    warm.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    warm.credentials(HTTP_AUTHORIZATION=f"Token {token}")
     assert warm.get("/api/cart").status_code == 200
     statuses = []
     barrier = threading.Barrier(len(skus))
 
     def add(sku):
         client = APIClient()
-        client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+        client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
         barrier.wait()
         try:
             statuses.append(put(client, sku, 1).status_code)
@@ -319,7 +319,7 @@ def test_deleted_token_is_dropped_from_redis_too(auth_client, django_capture_on_
     product = product_with_stock()
     put(auth_client, product.sku, 1)
     with django_capture_on_commit_callbacks(execute=True):
-        Token.objects.get(user=auth_client.user).delete()
+        AuthToken.objects.get(user=auth_client.user).delete()
     hot_cache.tokens.clear()
     assert put(auth_client, product.sku, 2).status_code == 401
 

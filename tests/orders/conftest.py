@@ -2,11 +2,10 @@ import threading
 
 import pytest
 from django.db import connection
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from cart.storage import cart_key
-from tests.factories import UserFactory
+from tests.factories import UserFactory, api_token
 
 
 def fill_cart(redis, customer_id: int, lines: dict[str, int]) -> None:
@@ -22,7 +21,7 @@ def checkout(client, key="key-1"):
 def shopper_client(user=None) -> APIClient:
     user = user or UserFactory()
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {api_token(user)}")
     client.user = user
     return client
 

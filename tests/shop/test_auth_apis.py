@@ -1,5 +1,14 @@
+import time
+from datetime import timedelta
+
 import pytest
-from rest_framework.authtoken.models import Token
+from django.utils import timezone
+from knox.models import AuthToken
+from rest_framework.test import APIClient
+
+from config.authentication import token_digest
+from config.hotcache import hot_cache
+from tests.factories import api_token, product_with_stock
 
 pytestmark = pytest.mark.django_db
 
@@ -42,7 +51,7 @@ def test_register_weak_or_invalid_input_is_400_and_creates_nothing(api_client, b
     response = api_client.post("/api/auth/register", body, format="json")
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid"
-    assert not Token.objects.exists()
+    assert not AuthToken.objects.exists()
 
 
 def test_token_for_good_credentials(api_client, user):
@@ -50,7 +59,11 @@ def test_token_for_good_credentials(api_client, user):
         "/api/auth/token", {"username": user.username, "password": "correct-horse-battery"}, format="json"
     )
     assert response.status_code == 200
-    assert response.json()["token"] == Token.objects.get(user=user).key
+    token = response.json()["token"]
+    [stored] = AuthToken.objects.filter(user=user)
+    assert stored.digest == token_digest(token) and token not in (stored.digest, stored.token_key)  # hashed at rest
+    assert stored.expiry > timezone.now() + timedelta(days=29)
+    assert response.json()["expiry"].startswith(stored.expiry.isoformat()[:19])
 
 
 def test_token_for_bad_credentials_is_401(api_client, user):
@@ -77,3 +90,101 @@ def test_me_with_token(auth_client):
         "username": auth_client.user.username,
         "email": auth_client.user.email,
     }
+
+
+def client_with(token: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    return client
+
+
+@pytest.mark.parametrize("header", ["Token \u00e9\u00e9", "Token " + "g" * 64, "Token " + "a" * 63, "Token a b"])
+def test_a_malformed_token_is_401_without_a_query(api_client, header, django_assert_num_queries):
+    with django_assert_num_queries(0):
+        response = api_client.get("/api/cart", HTTP_AUTHORIZATION=header.encode().decode("latin-1"))
+    assert response.status_code == 401
+
+
+def test_redis_keeps_digests_never_tokens(user, redis):
+    token = api_token(user)
+    client = client_with(token)
+    assert client.get("/api/cart").status_code == 200
+    keys = [key.decode() for key in redis.keys("auth:token:*")]
+    assert keys == [f"auth:token:{token_digest(token)}"]
+    assert not any(token in key or token.encode() in redis.get(key) for key in keys)
+
+
+@pytest.mark.parametrize("path", ["/api/cart", "/api/auth/me"])
+def test_an_expired_token_is_refused_even_when_cached(user, path):
+    _, token = AuthToken.objects.create(user=user, expiry=timedelta(seconds=1))
+    client = client_with(token)
+    assert client.get(path).status_code == 200  # in this process's cache and in Redis now
+    time.sleep(1.1)
+    assert client.get(path).status_code == 401
+
+
+def test_every_login_is_a_session_of_its_own_and_logout_ends_one(api_client, user):
+    def login():
+        body = {"username": user.username, "password": "correct-horse-battery"}
+        return api_client.post("/api/auth/token", body, format="json").json()["token"]
+
+    phone, laptop = client_with(login()), client_with(login())
+    assert phone.post("/api/auth/logout").status_code == 204
+    assert phone.get("/api/cart").status_code == 401
+    assert phone.get("/api/auth/me").status_code == 401
+    assert laptop.get("/api/cart").status_code == 200
+
+
+def test_tokens_per_user_are_capped(api_client, user, settings):
+    settings.API_TOKENS_PER_USER = 2
+    body = {"username": user.username, "password": "correct-horse-battery"}
+    tokens = [api_client.post("/api/auth/token", body, format="json").json()["token"] for _ in range(4)]
+    assert AuthToken.objects.filter(user=user).count() == 2
+    assert client_with(tokens[0]).get("/api/auth/me").status_code == 401
+    assert client_with(tokens[3]).get("/api/auth/me").status_code == 200
+
+
+def test_a_password_change_revokes_every_token_at_once(user, django_capture_on_commit_callbacks):
+    product_with_stock(sku="MUG")
+    client = client_with(api_token(user))
+    assert client.put("/api/cart/items/MUG", {"quantity": 1}).status_code == 200  # cached everywhere
+    with django_capture_on_commit_callbacks(execute=True):
+        user.set_password("a-brand-new-passphrase")
+        user.save()
+    assert client.get("/api/cart").status_code == 401
+    assert client.get("/api/auth/me").status_code == 401
+    assert not AuthToken.objects.filter(user=user).exists()
+
+
+def test_deactivation_refuses_the_token(user, django_capture_on_commit_callbacks):
+    client = client_with(api_token(user))
+    assert client.get("/api/cart").status_code == 200
+    with django_capture_on_commit_callbacks(execute=True):
+        user.is_active = False
+        user.save()
+    assert client.get("/api/cart").status_code == 401
+    hot_cache.tokens.clear()
+    assert client.get("/api/cart").status_code == 401
+
+
+def test_a_login_only_touching_last_login_keeps_the_caches(api_client, user, redis):
+    client = client_with(api_token(user))
+    assert client.get("/api/cart").status_code == 200
+    generation = redis.get("shop:cache-generation")
+    body = {"username": user.username, "password": "correct-horse-battery"}
+    assert api_client.post("/api/auth/token", body, format="json").status_code == 200
+    assert redis.get("shop:cache-generation") == generation
+
+
+def test_logout_with_redis_down_fails_closed(user, settings):
+    """The revocation cannot reach Redis: it fails (503) and the token stays valid in the
+    database too, rather than being deleted there while caches still accept it."""
+    token = api_token(user)
+    client = client_with(token)
+    assert client.get("/api/cart").status_code == 200
+    from tests.config.test_hostile_input import stop_redis_for_this_process
+
+    stop_redis_for_this_process(settings)
+    response = client.post("/api/auth/logout")
+    assert response.status_code == 503 and response.json()["error"]["code"] == "cache_unavailable"
+    assert AuthToken.objects.filter(digest=token_digest(token)).exists()
