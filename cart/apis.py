@@ -1,5 +1,6 @@
 from django.conf import settings
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 
@@ -7,11 +8,18 @@ from cart.services import get_cart, remove_cart_item, set_cart_item
 from config.authentication import CachedTokenAuthentication
 from config.fields import StrictIntegerField
 from config.hotcache import HotCacheApiView
-from config.openapi import ERRORS
+from config.openapi import BODY_ERRORS, ERRORS
+from shop.models import SKU_PATTERN
 
 
 class CartOutputSerializer(serializers.Serializer):
+    class Meta:
+        ref_name = "Cart"
+
     class LineSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "CartLine"
+
         sku = serializers.CharField()
         name = serializers.CharField()
         quantity = serializers.IntegerField()
@@ -20,6 +28,9 @@ class CartOutputSerializer(serializers.Serializer):
         in_stock = serializers.BooleanField(help_text="A hint: checkout decides")
 
     class WarningSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "CartWarning"
+
         sku = serializers.CharField()
         code = serializers.CharField()
         message = serializers.CharField()
@@ -52,6 +63,14 @@ def cart_json(cart) -> dict:
     }
 
 
+SKU = OpenApiParameter(
+    "sku",
+    OpenApiTypes.STR,
+    OpenApiParameter.PATH,
+    pattern=SKU_PATTERN,
+    description="1-64 of A-Z a-z 0-9 . _ - (anything else matches no route: 404)",
+)
+
 _QUANTITY = StrictIntegerField(min_value=0, max_value=settings.CART_MAX_QUANTITY)
 
 
@@ -79,11 +98,15 @@ class CartItemApi(HotCacheApiView):
     throttle_classes = []  # the write script itself counts the shopper's rate limit (cart/storage.py)
 
     class InputSerializer(serializers.Serializer):  # the documented body; see validated_quantity
+        class Meta:
+            ref_name = "CartItemQuantity"
+
         quantity = StrictIntegerField(min_value=0, max_value=settings.CART_MAX_QUANTITY)
 
     @extend_schema(
         request=InputSerializer,
-        responses={200: CartOutputSerializer, **ERRORS(400, 401, 404, 409, 422, 429, 503)},
+        parameters=[SKU],
+        responses={200: CartOutputSerializer, **ERRORS(*BODY_ERRORS, 401, 404, 409, 422, 429, 503)},
         description="Set the absolute quantity of one line (idempotent); 0 removes it.",
     )
     def put(self, request, sku: str):
@@ -91,7 +114,7 @@ class CartItemApi(HotCacheApiView):
         cart = set_cart_item(customer_id=request.user.id, sku=sku, quantity=quantity)
         return Response(cart_json(cart))
 
-    @extend_schema(responses={204: None, **ERRORS(401, 503)})
+    @extend_schema(parameters=[SKU], responses={204: None, **ERRORS(401, 404, 429, 503)})
     def delete(self, request, sku: str):
         remove_cart_item(customer_id=request.user.id, sku=sku)
         return Response(status=204)

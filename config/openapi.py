@@ -23,9 +23,14 @@ _DESCRIPTIONS = {
     404: "Not found",
     409: "Conflict with the current state",
     422: "Well-formed but cannot be processed",
+    413: "The body is larger than the server accepts",
+    415: "The body is not JSON",
     429: "Rate limited (see Retry-After)",
     503: "A service the shop depends on is unavailable",
 }
+
+# What any endpoint that reads a JSON body may also answer.
+BODY_ERRORS = (400, 413, 415)
 
 
 def ERRORS(*statuses: int) -> dict:  # noqa: N802 - reads like a constant in decorators

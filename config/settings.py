@@ -78,6 +78,7 @@ SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not _DEVELOPMENT)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not _DEVELOPMENT)
 # The admin's origin(s) when served through another host name, e.g. https://shop.example.com
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
+CSRF_FAILURE_VIEW = "config.views.csrf_failure"
 
 
 def refuse_development_secrets(*, debug: bool, secret_key: str, webhook_secret: str) -> None:

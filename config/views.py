@@ -2,12 +2,22 @@
 or a traceback from the shop."""
 
 from django.http import JsonResponse
+from django.views.csrf import csrf_failure as django_csrf_failure
+from django.views.decorators.csrf import csrf_exempt
 
 from config.exceptions import error_body, infrastructure_error
 
 
+@csrf_exempt  # a PUT to a path that matches no route is a 404, not a CSRF refusal
 def not_found(request, exception=None):
     return JsonResponse(error_body("not_found", "Not found."), status=404)
+
+
+def csrf_failure(request, reason=""):
+    """CSRF_FAILURE_VIEW: the JSON envelope under /api/, Django's page elsewhere (the admin)."""
+    if request.path.startswith("/api/"):
+        return JsonResponse(error_body("csrf_failed", f"CSRF check failed: {reason}"), status=403)
+    return django_csrf_failure(request, reason)
 
 
 def server_error(request):

@@ -1,5 +1,6 @@
 import re
 
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.pagination import PageNumberPagination
@@ -26,7 +27,13 @@ def idempotency_key_from(request) -> str:
 
 
 class OrderOutputSerializer(serializers.Serializer):
+    class Meta:
+        ref_name = "Order"
+
     class ItemSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "OrderItem"
+
         sku = serializers.CharField(source="product_id")
         name = serializers.CharField()
         quantity = serializers.IntegerField()
@@ -44,13 +51,26 @@ class OrderOutputSerializer(serializers.Serializer):
     cancelled_at = serializers.DateTimeField(allow_null=True)
 
 
+class OrderPageSerializer(serializers.Serializer):
+    """What PageNumberPagination answers."""
+
+    class Meta:
+        ref_name = "OrderPage"
+
+    count = serializers.IntegerField()
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = OrderOutputSerializer(many=True)
+
+
 IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",
-    str,
+    {"type": "string", "pattern": _KEY.pattern, "minLength": 1, "maxLength": 64},
     OpenApiParameter.HEADER,
     required=True,
     description="1-64 visible ASCII characters chosen by the client; the same key returns the same order.",
 )
+PAGE = OpenApiParameter("page", OpenApiTypes.INT, OpenApiParameter.QUERY, description="1, 2, ... (20 a page)")
 
 
 class OrdersApi(HotCacheApiView):
@@ -58,7 +78,12 @@ class OrdersApi(HotCacheApiView):
     authentication_classes = [CachedTokenAuthentication]
     throttle_classes = []  # checkout's rate limit is counted by its admission script (orders/services/admission.py)
 
-    @extend_schema(responses={200: OrderOutputSerializer(many=True), **ERRORS(401)})
+    @extend_schema(
+        operation_id="orders_list",
+        parameters=[PAGE],
+        responses={200: OrderPageSerializer, **ERRORS(401, 503), 404: ERRORS(404)[404]},
+        description="The shopper's orders, newest first. 404 for a page past the last.",
+    )
     def get(self, request):
         paginator = PageNumberPagination()
         page = paginator.paginate_queryset(customer_orders(customer_id=request.user.id), request, view=self)
@@ -85,14 +110,14 @@ class OrdersApi(HotCacheApiView):
 
 
 class OrderDetailApi(APIView):
-    @extend_schema(responses={200: OrderOutputSerializer, **ERRORS(401, 404)})
+    @extend_schema(responses={200: OrderOutputSerializer, **ERRORS(401, 404, 503)})
     def get(self, request, order_id: int):
         order = get_customer_order(customer_id=request.user.id, order_id=order_id)
         return Response(OrderOutputSerializer(order).data)
 
 
 class OrderCancelApi(APIView):
-    @extend_schema(request=None, responses={200: OrderOutputSerializer, **ERRORS(401, 404, 409)})
+    @extend_schema(request=None, responses={200: OrderOutputSerializer, **ERRORS(401, 404, 409, 503)})
     def post(self, request, order_id: int):
         order = cancel_customer_order(customer_id=request.user.id, order_id=order_id)
         return Response(OrderOutputSerializer(order).data)

@@ -6,7 +6,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.fields import StrictIntegerField
-from config.openapi import ERRORS
+from config.openapi import BODY_ERRORS, ERRORS
 from orders.services import handle_payment_webhook
 from orders.signatures import verify_signature
 
@@ -18,6 +18,9 @@ class PaymentWebhookApi(APIView):
     permission_classes = [AllowAny]
 
     class InputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "PaymentNotification"
+
         payment_id = serializers.RegexField(r"^[\x21-\x7e]{1,100}$")
         order_id = StrictIntegerField(min_value=1)
         amount = StrictIntegerField(min_value=0, max_value=10**15)
@@ -25,13 +28,16 @@ class PaymentWebhookApi(APIView):
         status = serializers.ChoiceField(choices=["succeeded", "failed"])
 
     class OutputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "PaymentReceipt"
+
         payment_id = serializers.CharField(source="payment.provider_payment_id")
         outcome = serializers.CharField(source="payment.outcome")
         redelivered = serializers.BooleanField()
 
     @extend_schema(
         request=InputSerializer,
-        responses={200: OutputSerializer, **ERRORS(400)},
+        responses={200: OutputSerializer, **ERRORS(*BODY_ERRORS, 401, 503)},
         parameters=[
             OpenApiParameter(
                 "Payment-Signature",

@@ -6,7 +6,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.authentication import TokenAuthentication
-from config.openapi import ERRORS
+from config.openapi import BODY_ERRORS, ERRORS
 from config.throttling import AuthThrottle
 from shop.services import issue_token, register_customer, revoke_token
 
@@ -14,6 +14,9 @@ User = get_user_model()
 
 
 class TokenOutputSerializer(serializers.Serializer):
+    class Meta:
+        ref_name = "Token"
+
     token = serializers.CharField(help_text="64 hex characters; send it as `Authorization: Token <token>`")
     expiry = serializers.DateTimeField(help_text="After this the token is refused: log in again")
 
@@ -24,11 +27,16 @@ class AuthRegisterApi(APIView):
     throttle_classes = [AuthThrottle]
 
     class InputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "Register"
+
         username = serializers.RegexField(r"^[\w.@+-]+\Z", max_length=150)
         password = serializers.CharField(max_length=128, trim_whitespace=False)
         email = serializers.EmailField(required=False, default="", allow_blank=True)
 
-    @extend_schema(request=InputSerializer, responses={201: TokenOutputSerializer, **ERRORS(400, 409, 429)})
+    @extend_schema(
+        request=InputSerializer, responses={201: TokenOutputSerializer, **ERRORS(*BODY_ERRORS, 409, 429, 503)}
+    )
     def post(self, request):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -42,10 +50,15 @@ class AuthTokenApi(APIView):
     throttle_classes = [AuthThrottle]
 
     class InputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "Login"
+
         username = serializers.CharField(max_length=150)
         password = serializers.CharField(max_length=128, trim_whitespace=False)
 
-    @extend_schema(request=InputSerializer, responses={200: TokenOutputSerializer, **ERRORS(400, 401, 429)})
+    @extend_schema(
+        request=InputSerializer, responses={200: TokenOutputSerializer, **ERRORS(*BODY_ERRORS, 401, 429, 503)}
+    )
     def post(self, request):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -58,8 +71,9 @@ class AuthMeApi(APIView):
         class Meta:
             model = User
             fields = ["id", "username", "email"]
+            ref_name = "Me"
 
-    @extend_schema(responses={200: OutputSerializer, **ERRORS(401)})
+    @extend_schema(responses={200: OutputSerializer, **ERRORS(401, 503)})
     def get(self, request):
         return Response(self.OutputSerializer(request.user).data)
 

@@ -257,3 +257,12 @@ def test_the_api_takes_json_bodies_only(content_type):
     client = shopper_client()
     response = client.generic("POST", "/api/auth/token", b"username=a&password=b", content_type=content_type)
     assert_json_error(response, 415, "unsupported_media_type")
+
+
+@pytest.mark.parametrize("method", ["put", "post", "delete"])
+def test_a_write_to_an_unrouted_api_path_is_a_json_404_not_a_csrf_page(method):
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)  # as a real client: no CSRF exemption for tests
+    response = getattr(client, method)("/api/cart/items/a%20b", b"{}", content_type="application/json")
+    assert_json_error(response, 404, "not_found")

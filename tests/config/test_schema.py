@@ -1,0 +1,104 @@
+"""The OpenAPI schema describes what the API really sends: a generated client
+built from it must send the right bodies and understand every answer."""
+
+import pytest
+from django.core.management import call_command
+from drf_spectacular.generators import SchemaGenerator
+
+# operation -> (request component or None, {status: response component or None})
+EXPECTED = {
+    ("/api/auth/register", "post"): ("RegisterRequest", {"201": "Token"}),
+    ("/api/auth/token", "post"): ("LoginRequest", {"200": "Token"}),
+    ("/api/auth/logout", "post"): (None, {"204": None}),
+    ("/api/auth/me", "get"): (None, {"200": "Me"}),
+    ("/api/cart", "get"): (None, {"200": "Cart"}),
+    ("/api/cart/items/{sku}", "put"): ("CartItemQuantityRequest", {"200": "Cart"}),
+    ("/api/cart/items/{sku}", "delete"): (None, {"204": None}),
+    ("/api/orders", "get"): (None, {"200": "OrderPage"}),
+    ("/api/orders", "post"): (None, {"200": "Order", "201": "Order"}),
+    ("/api/orders/{order_id}", "get"): (None, {"200": "Order"}),
+    ("/api/orders/{order_id}/cancel", "post"): (None, {"200": "Order"}),
+    ("/api/payments/webhook", "post"): ("PaymentNotificationRequest", {"200": "PaymentReceipt"}),
+}
+# Statuses each operation really answers besides its successes (every one tested elsewhere).
+ERRORS = {
+    ("/api/auth/register", "post"): {400, 409, 413, 415, 429, 503},
+    ("/api/auth/token", "post"): {400, 401, 413, 415, 429, 503},
+    ("/api/auth/logout", "post"): {401, 503},
+    ("/api/auth/me", "get"): {401, 503},
+    ("/api/cart", "get"): {401, 503},
+    ("/api/cart/items/{sku}", "put"): {400, 401, 404, 409, 413, 415, 422, 429, 503},
+    ("/api/cart/items/{sku}", "delete"): {401, 404, 429, 503},
+    ("/api/orders", "get"): {401, 404, 503},
+    ("/api/orders", "post"): {400, 401, 409, 422, 429, 503},
+    ("/api/orders/{order_id}", "get"): {401, 404, 503},
+    ("/api/orders/{order_id}/cancel", "post"): {401, 404, 409, 503},
+    ("/api/payments/webhook", "post"): {400, 401, 413, 415, 503},
+}
+
+
+@pytest.fixture(scope="module")
+def schema():
+    return SchemaGenerator().get_schema(request=None, public=True)
+
+
+def ref(content: dict | None) -> str | None:
+    if not content:
+        return None
+    target = content["application/json"]["schema"]
+    target = target.get("items", target)
+    return target["$ref"].rsplit("/", 1)[-1]
+
+
+def test_schema_generates_without_a_warning(tmp_path):
+    call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yaml"))
+
+
+def test_every_body_and_response_has_its_own_correct_component(schema):
+    operations = {
+        (path, method): operation
+        for path, methods in schema["paths"].items()
+        for method, operation in methods.items()
+        if method in {"get", "post", "put", "delete", "patch"}
+    }
+    assert set(operations) == set(EXPECTED)
+    for key, (request, responses) in EXPECTED.items():
+        operation = operations[key]
+        assert ref(operation.get("requestBody", {}).get("content")) == request, key
+        successes = {status: ref(r.get("content")) for status, r in operation["responses"].items() if status < "300"}
+        assert successes == responses, key
+        errors = {int(status) for status in operation["responses"] if status >= "400"}
+        assert errors == ERRORS[key], key
+        assert {ref(operation["responses"][str(status)]["content"]) for status in errors} == {"Error"}, key
+    requests = [request for request, _ in EXPECTED.values() if request]
+    assert len(requests) == len(set(requests))  # no two bodies share a component
+
+
+def test_the_bodies_a_client_must_send_are_described_right(schema):
+    components = schema["components"]["schemas"]
+    assert components["CartItemQuantityRequest"]["required"] == ["quantity"]
+    assert components["CartItemQuantityRequest"]["properties"]["quantity"]["maximum"] == 99
+    assert set(components["PaymentNotificationRequest"]["required"]) == {
+        "payment_id", "order_id", "amount", "currency", "status",
+    }  # fmt: skip
+    assert set(components["RegisterRequest"]["properties"]) == {"username", "password", "email"}
+    assert set(components["LoginRequest"]["properties"]) == {"username", "password"}
+    assert set(components["PaymentReceipt"]["properties"]) == {"payment_id", "outcome", "redelivered"}
+    assert set(components["Token"]["properties"]) == {"token", "expiry"}
+    page = components["OrderPage"]["properties"]
+    assert set(page) == {"count", "next", "previous", "results"}
+    assert page["results"]["items"]["$ref"].endswith("/Order")
+
+
+def test_parameters_say_what_the_server_accepts(schema):
+    checkout = schema["paths"]["/api/orders"]["post"]
+    [key] = [p for p in checkout["parameters"] if p["name"] == "Idempotency-Key"]
+    assert key["required"] and key["schema"] == {
+        "type": "string", "pattern": r"^[\x21-\x7e]{1,64}$", "minLength": 1, "maxLength": 64,
+    }  # fmt: skip
+    [page] = schema["paths"]["/api/orders"]["get"]["parameters"]
+    assert page["name"] == "page" and page["schema"]["type"] == "integer"
+    [sku] = schema["paths"]["/api/cart/items/{sku}"]["put"]["parameters"]
+    assert sku["schema"]["pattern"] == r"^[A-Za-z0-9._-]{1,64}$"
+    webhook = schema["paths"]["/api/payments/webhook"]["post"]
+    assert [p["name"] for p in webhook["parameters"]] == ["Payment-Signature"]
