@@ -1,6 +1,12 @@
-"""Liveness and readiness probes: plain Django views, no auth, JSON bodies."""
+"""Liveness and readiness probes: plain Django views, no auth, JSON bodies.
+
+/readyz is open to anyone, so it is cheap to ask: its answer is kept for
+PROBE_CACHE_SECONDS per process (a flood of probes reaches each service at most
+once in that time), and it names what is down with a short reason only; the
+details go to the log."""
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 
@@ -39,15 +45,35 @@ CHECKS: dict[str, Callable[[float], list[str] | None]] = {
 }
 
 
+PROBE_CACHE_SECONDS = 2.0
+_lock = threading.Lock()
+_last: tuple[float, dict, int] | None = None  # (monotonic time, body, status)
+
+
 def readyz(request):
+    global _last
+    with _lock:
+        if _last is None or time.monotonic() - _last[0] > PROBE_CACHE_SECONDS:
+            _last = (time.monotonic(), *_probe())
+        body, status = _last[1], _last[2]
+    return JsonResponse(body, status=status)
+
+
+def forget_last_probe() -> None:
+    global _last
+    _last = None
+
+
+def _probe() -> tuple[dict, int]:
     timeout = settings.HEALTH_CHECK_TIMEOUT_SECONDS
     services, warnings = {}, []
     for name, check in CHECKS.items():
         started = time.monotonic()
         try:
             found = check(timeout)
-        except Exception as exc:  # any failure means "not ready", and says why
-            services[name] = {"status": "down", "error": f"{type(exc).__name__}: {exc}"[:300]}
+        except Exception as exc:  # any failure means "not ready"; the why goes to the log
+            logger.warning("readyz: %s is down: %r", name, exc)
+            services[name] = {"status": "down", "reason": type(exc).__name__}
         else:
             services[name] = {"status": "up", "ms": round((time.monotonic() - started) * 1000, 1)}
             warnings += found or []
@@ -57,4 +83,4 @@ def readyz(request):
     # Warnings (e.g. a topic with the wrong partition count) do not make the instance
     # unready: it serves as well as before, and a load balancer should not drop it.
     body = {"status": "unavailable" if down else "ready", "down": down, "warnings": warnings, "services": services}
-    return JsonResponse(body, status=503 if down else 200)
+    return body, 503 if down else 200

@@ -137,9 +137,17 @@ def topic_warnings(metadata: ClusterMetadata, topics: list[str]) -> list[str]:
     return warnings
 
 
+_probe_admins: dict[str, AdminClient] = {}  # by bootstrap servers: one client per process, not per probe
+
+
 def ping_kafka(*, timeout: float) -> ClusterMetadata:
     """The cluster's metadata; KafkaException unless a broker answers in time."""
-    admin = admin_client(**{"socket.connection.setup.timeout.ms": max(int(timeout * 1000), 1000)})
+    bootstrap = settings.KAFKA_BOOTSTRAP_SERVERS
+    admin = _probe_admins.get(bootstrap)
+    if admin is None:
+        admin = _probe_admins[bootstrap] = admin_client(
+            **{"socket.connection.setup.timeout.ms": max(int(timeout * 1000), 1000)}
+        )
     metadata = admin.list_topics(timeout=timeout)
     if not metadata.brokers:
         raise KafkaException("no broker in metadata")

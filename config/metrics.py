@@ -5,10 +5,19 @@ consumers started by `make run` they share PROMETHEUS_MULTIPROC_DIR, so
 GET /metrics on any web worker shows every process of the host added up.
 Processes on other hosts (containers) expose their own with METRICS_PORT.
 Figures that are state, not events (outbox backlog, gate counters), are read
-live from PostgreSQL and Redis at scrape time.
+live from PostgreSQL and Redis at scrape time, at most once in LIVE_CACHE_SECONDS
+per process.
+
+Who may read /metrics: with METRICS_TOKEN set, only a request with
+`Authorization: Bearer <token>` (Prometheus' `authorization` setting); without
+it, anyone in development, and nobody (404) with DEBUG off. Relay and consumers
+serve theirs on METRICS_PORT, which belongs on an internal address.
 """
 
+import hmac
 import os
+import threading
+import time
 
 # The directory must exist before the first metric is created (in the image it is a tmpfs path).
 if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -53,10 +62,24 @@ CONSUMER_WAITING = Gauge(
 )
 
 
+LIVE_CACHE_SECONDS = 5.0
+
+
 class LiveStateCollector:
-    """State read at scrape time: outbox backlog and gate counters."""
+    """State read at scrape time: outbox backlog and gate counters. Kept for
+    LIVE_CACHE_SECONDS, so that frequent scrapes do not count the queue each time."""
+
+    _lock = threading.Lock()
+    _cached: tuple[float, list] | None = None
 
     def collect(self):
+        with self._lock:
+            cached = LiveStateCollector._cached
+            if cached is None or time.monotonic() - cached[0] > LIVE_CACHE_SECONDS:
+                cached = LiveStateCollector._cached = (time.monotonic(), list(self._read()))
+        yield from cached[1]
+
+    def _read(self):
         from django.utils import timezone
 
         from inventory import gate
@@ -91,8 +114,23 @@ def _registry() -> CollectorRegistry:
     return REGISTRY
 
 
+def metrics_allowed(request) -> bool:
+    from django.conf import settings
+
+    token = settings.METRICS_TOKEN
+    if not token:
+        return settings.DEBUG
+    given = request.headers.get("Authorization", "")
+    return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
+
+
 def metrics_view(request):
     from django.http import HttpResponse
+
+    from config.views import not_found
+
+    if not metrics_allowed(request):
+        return not_found(request)  # nothing here for whoever may not read it
 
     registry = _registry()
     output = generate_latest(registry)

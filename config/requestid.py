@@ -12,6 +12,7 @@ from config.metrics import REQUEST_SECONDS, REQUESTS
 
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="")
 _VALID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 access_logger = logging.getLogger("shop.access")
 
 
@@ -40,9 +41,11 @@ class RequestIdMiddleware:
             response = self.get_response(request)
             response["X-Request-ID"] = request_id
             seconds = time.perf_counter() - started
+            # Labels only from bounded sets: a made-up method or path never makes a new series.
             route = getattr(getattr(request, "resolver_match", None), "route", None) or "unmatched"
-            REQUESTS.labels(route, request.method, str(response.status_code)).inc()
-            REQUEST_SECONDS.labels(route, request.method).observe(seconds)
+            method = request.method if request.method in _METHODS else "other"
+            REQUESTS.labels(route, method, str(response.status_code)).inc()
+            REQUEST_SECONDS.labels(route, method).observe(seconds)
             access_logger.info(
                 "%s %s %s",
                 request.method,

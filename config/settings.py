@@ -251,8 +251,13 @@ CART_MAX_QUANTITY = env_int("CART_MAX_QUANTITY", 99)
 MAX_PENDING_ORDERS_PER_CUSTOMER = env_int("MAX_PENDING_ORDERS_PER_CUSTOMER", 3)
 LOW_STOCK_THRESHOLD = env_int("LOW_STOCK_THRESHOLD", 10)
 HEALTH_CHECK_TIMEOUT_SECONDS = float(env("HEALTH_CHECK_TIMEOUT_SECONDS", "1.0"))
+# GET /metrics needs `Authorization: Bearer <METRICS_TOKEN>`; unset, it is open with DEBUG on and 404 without.
+METRICS_TOKEN = env("METRICS_TOKEN", "")
 
-# Fixed windows per shopper (per IP for auth), counted in Redis -> 429 rate_limited.
+# Proxies in front of the shop that append the client's address to X-Forwarded-For
+# (a load balancer, nginx): 0 trusts no such header and keys limits on the peer.
+TRUSTED_PROXIES = env_int("TRUSTED_PROXIES", 0)
+# Fixed windows per shopper (per client address for auth and the admin login), counted in Redis -> 429.
 RATE_LIMITS = {
     "checkout": env("RATE_LIMIT_CHECKOUT", "30/min"),
     "cart_write": env("RATE_LIMIT_CART_WRITE", "300/min"),

@@ -22,6 +22,16 @@ def redis():
 
 
 @pytest.fixture(autouse=True)
+def fresh_probes():
+    """/readyz and /metrics keep their last answer a few seconds: not from one test to the next."""
+    from config.health import forget_last_probe
+    from config.metrics import LiveStateCollector
+
+    forget_last_probe()
+    LiveStateCollector._cached = None
+
+
+@pytest.fixture(autouse=True)
 def generous_rate_limits(settings):
     """Rate limits out of the way; tests of the limits set their own."""
     settings.RATE_LIMITS = {"checkout": "100000/min", "cart_write": "100000/min", "auth": "100000/min"}

@@ -15,6 +15,15 @@ from tests.orders.conftest import checkout, fill_cart, shopper_client
 pytestmark = pytest.mark.django_db
 
 
+METRICS_TOKEN = "metrics-token-for-the-tests-0123456789"
+
+
+@pytest.fixture(autouse=True)
+def metrics_readable(settings, monkeypatch):
+    settings.METRICS_TOKEN = METRICS_TOKEN
+    monkeypatch.setattr("config.metrics.LIVE_CACHE_SECONDS", 0)  # every scrape reads afresh
+
+
 @pytest.fixture
 def shopper(db):
     return shopper_client()
@@ -25,7 +34,7 @@ def sample(name, **labels):
 
 
 def scrape(client) -> str:
-    response = client.get("/metrics")
+    response = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {METRICS_TOKEN}")
     assert response.status_code == 200
     return response.content.decode()
 
