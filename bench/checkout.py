@@ -180,6 +180,11 @@ def cleanup() -> dict[str, int]:
         cursor.execute(f"DELETE FROM {items} WHERE order_id IN ({bench_orders})", [like])
         cursor.execute(f"DELETE FROM {orders} WHERE id IN ({bench_orders})", [like])
         deleted = cursor.rowcount
+        # The orders went without payment or cancel: their pending-order slots go with them.
+        cursor.execute(
+            f"DELETE FROM order_pending_counts WHERE customer_id IN (SELECT id FROM {users} WHERE username LIKE %s)",
+            [like],
+        )
         cursor.execute(f"SELECT id FROM {users} WHERE username LIKE %s", [like])
         customer_ids = [row[0] for row in cursor.fetchall()]
     redis = get_redis_connection("default")
@@ -210,11 +215,25 @@ def _names_table(sql: str, keyword: str, table: str) -> bool:
     return re.search(rf'\b{keyword}\s+"?{re.escape(table)}"?(\s|$)', sql, re.IGNORECASE) is not None
 
 
+# The order's INSERT is a WITH statement with named parameters (it takes the shopper's
+# pending-order slot too): parameter name -> column.
+_ORDER_PARAMS = {"customer": "customer_id", "key": "idempotency_key", "hash": "request_hash", "status": "status",
+                 "total": "total_amount", "currency": "currency", "created": "created_at", "expires": "expires_at",
+                 "limit": "limit"}  # fmt: skip
+
+
+def _values(params) -> list:
+    return list(params.values()) if isinstance(params, dict) else params
+
+
 def _classify(statement: Statement, tables: dict[str, str]) -> None:
     sql = statement.sql.strip()
     head = sql.split(None, 1)[0].upper()
     match = _INSERT.match(sql)
-    if match:
+    if head == "WITH" and _names_table(sql, "INSERT INTO", tables["orders"]):
+        statement.kind = "insert_order"
+        statement.columns = [_ORDER_PARAMS[name] for name in statement.params]
+    elif match:
         table = match.group(1)
         columns = [c.strip().strip('"') for c in match.group(2).split(",")]
         # VALUES (...) may hold literals (outbox: attempts 0, last_error ''): keep the columns of
@@ -247,7 +266,7 @@ def capture_checkout(customer_id: int, lines: dict[str, int], key: str) -> list[
     captured: list[Statement] = []
 
     def wrapper(execute, sql, params, many, context):
-        captured.append(Statement(sql=sql, params=list(params or [])))
+        captured.append(Statement(sql=sql, params=dict(params) if isinstance(params, dict) else list(params or [])))
         return execute(sql, params, many, context)
 
     fill_carts([(customer_id, lines)])
@@ -312,7 +331,8 @@ class CheckoutSQL:
         from orders.models import Order
         from shop.models import Product
 
-        order_params = dict(zip(self.by_kind["insert_order"].columns, self.by_kind["insert_order"].params, strict=True))
+        order = self.by_kind["insert_order"]
+        order_params = dict(zip(order.columns, _values(order.params), strict=True))
         name, price = Product.objects.values_list("name", "price").get(sku=sku)
         event = dict(zip(self.by_kind["insert_event"].columns, self.by_kind["insert_event"].params, strict=True))
         order_id = Order.objects.values_list("id", flat=True).get(customer_id=customer_id, idempotency_key=key)
@@ -325,7 +345,7 @@ class CheckoutSQL:
         for kind, params in mine.items():
             theirs = self.by_kind[kind]
             if kind in ("insert_order", "insert_items", "insert_event"):
-                for column, a, b in zip(theirs.columns, params, theirs.params, strict=True):
+                for column, a, b in zip(theirs.columns, _values(params), _values(theirs.params), strict=True):
                     if (kind, column) in volatile:
                         a, b = type(a), type(b)
                     if a != b:
@@ -347,19 +367,25 @@ class CheckoutSQL:
         canonical = json.dumps([currency, [(sku, q, price) for sku, _, q, price in lines]])
         total = sum(q * price for _, _, q, price in lines)
         order_values = {
-            "customer_id": customer_id, "idempotency_key": key,
+            "limit": settings.MAX_PENDING_ORDERS_PER_CUSTOMER, "customer_id": customer_id, "idempotency_key": key,
             "request_hash": hashlib.sha256(canonical.encode()).hexdigest(), "status": "PENDING_PAYMENT",
             "total_amount": total, "currency": currency, "expires_at": expires_at, "created_at": now,
             "paid_at": None, "cancelled_at": None,
         }  # fmt: skip
         out = {
             "select_prices": [sku for sku, *_ in lines],
-            "insert_order": [order_values[c] for c in self.by_kind["insert_order"].columns],
+            "insert_order": self._order_params(order_values),
             "update_stock": [lines[0][0] if slot == "sku" else lines[0][2] for slot in self.update_slots],
         }
         context = {"customer_id": customer_id, "lines": lines, "total": total, "currency": currency,
                    "expires_at": expires_at, "now": now}  # fmt: skip
         return out, context
+
+    def _order_params(self, values: dict) -> list | dict:
+        captured = self.by_kind["insert_order"]
+        if isinstance(captured.params, dict):
+            return {name: values[column] for name, column in zip(captured.params, captured.columns, strict=True)}
+        return [values[c] for c in captured.columns]
 
     def replay_params(self, statement: Statement, *, sku: str, customer_id: int, key: str, order_id) -> list:
         """The parameters of a statement the bench does not know, for another order."""
@@ -538,9 +564,9 @@ def make_psycopg_worker(checkout: CheckoutSQL):
             elif kind == "insert_order":
                 cur.execute(sql[kind], params[kind])
                 row = cur.fetchone()
-                if row is None:
+                if row is None or row[-1] is None:  # RETURNING id, or (slot taken, order id)
                     raise RuntimeError(f"order {job.key} exists")
-                order_id = row[0]
+                order_id = row[-1]
                 rest = checkout.build_rest(context, order_id)
             elif kind == "update_stock":
                 cur.execute(sql[kind], params[kind])

@@ -117,6 +117,7 @@ def cleanup() -> dict[str, int]:
                 ("payments", f"DELETE FROM orders_payment WHERE order_id IN ({bench_orders})"),
                 ("order_items", f"DELETE FROM order_items WHERE order_id IN ({bench_orders})"),
                 ("orders", "DELETE FROM orders WHERE customer_id = %s"),
+                ("pending_slots", "DELETE FROM order_pending_counts WHERE customer_id = %s"),
             ]  # fmt: skip
             for name, sql in statements:
                 cursor.execute(sql, [user_id])

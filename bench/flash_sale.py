@@ -182,6 +182,7 @@ def cleanup(customer_ids: list[int], *, end_sale: bool) -> dict[str, int]:
             [customer_ids],
         )
         cursor.execute(f"DELETE FROM {orders} WHERE customer_id = ANY(%s)", [customer_ids])
+        cursor.execute("DELETE FROM order_pending_counts WHERE customer_id = ANY(%s)", [customer_ids])
         deleted = cursor.rowcount
     redis = get_redis_connection("default")
     keys = [cart_key(cid) for cid in customer_ids] + [f"rate:checkout:user:{cid}" for cid in customer_ids]

@@ -245,6 +245,7 @@ def cleanup(consumer_names: list[str] = ()) -> dict[str, int]:
             cursor.execute(f"DELETE FROM {items} WHERE order_id = ANY(%s)", [order_ids])
             cursor.execute(f"DELETE FROM {orders} WHERE id = ANY(%s)", [order_ids])
             deleted = cursor.rowcount
+            cursor.execute("DELETE FROM order_pending_counts WHERE customer_id = ANY(%s)", [customer_ids])
         names = [*consumer_names, *ProcessedEvent.objects.filter(consumer__startswith="bench_lag_")
                  .values_list("consumer", flat=True).distinct()]  # fmt: skip
         processed = ProcessedEvent.objects.filter(consumer__in=names).delete()[0] if names else 0
