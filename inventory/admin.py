@@ -119,24 +119,26 @@ class StockAdmin(admin.ModelAdmin):
     def low_stock(self, stock):
         return "LOW" if stock.available < settings.LOW_STOCK_THRESHOLD else ""
 
-    @admin.display(description="gate counter")
-    def gate_counter(self, stock):
-        if not stock.is_gated:
-            return "-"
-        counters = getattr(self, "_gate_counters", None)
-        if counters is None:  # one Redis pipeline for the page, not one call per row
-            skus = list(FlashSale.objects.values_list("product_id", flat=True))
-            try:
-                counters = {sku: c["remaining"] for sku, c in gate.counters(skus=skus).items()}
-            except Exception:
-                counters = {}
-            self._gate_counters = counters
-        value = counters.get(stock.product_id)
-        return "lost" if value is None else value
+    def get_list_display(self, request):
+        # The gate column reads Redis once for the page, into state of this request
+        # only: the ModelAdmin instance is shared by every thread of a worker.
+        counters: dict[str, int | None] | None = None
 
-    def changelist_view(self, request, extra_context=None):
-        self._gate_counters = None
-        return super().changelist_view(request, extra_context=extra_context)
+        @admin.display(description="gate counter")
+        def gate_counter(stock):
+            nonlocal counters
+            if not stock.is_gated:
+                return "-"
+            if counters is None:  # one Redis pipeline for the page, not one call per row
+                skus = list(FlashSale.objects.values_list("product_id", flat=True))
+                try:
+                    counters = {sku: c["remaining"] for sku, c in gate.counters(skus=skus).items()}
+                except Exception:
+                    counters = {}
+            value = counters.get(stock.product_id)
+            return "lost" if value is None else value
+
+        return [gate_counter if name == "gate_counter" else name for name in super().get_list_display(request)]
 
     def has_add_permission(self, request):
         return False
@@ -156,13 +158,13 @@ class StockAdmin(admin.ModelAdmin):
                 note=data.get("note", ""),
             )
         except DomainError as error:
-            self._adjust_error = error.message
-        else:
-            self._adjust_error = None
+            # On the request, never on self: the ModelAdmin is shared by every thread of a worker.
+            request.stock_adjust_error = error.message
 
     def response_change(self, request, obj):
-        if getattr(self, "_adjust_error", None):
-            self.message_user(request, f"{obj.product_id}: {self._adjust_error}", messages.ERROR)
+        error = getattr(request, "stock_adjust_error", None)
+        if error:
+            self.message_user(request, f"{obj.product_id}: {error}", messages.ERROR)
         else:
             obj.refresh_from_db()
             self.message_user(

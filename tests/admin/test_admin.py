@@ -262,3 +262,38 @@ def test_change_lists_stay_under_20_queries_at_scale(django_assert_max_num_queri
         with django_assert_max_num_queries(20):
             assert admin.get(url).status_code == 200, url
     assert ProductFactory._meta.model.objects.count() == 10000
+
+
+def test_two_staff_adjusting_at_once_each_get_their_own_message(stock_manager, order_manager):
+    """The ModelAdmin instance is shared by every thread of a worker: interleave two
+    requests as two threads would, and each must still see its own outcome."""
+    from types import SimpleNamespace
+
+    from django.contrib import admin as django_admin
+    from django.contrib.messages import get_messages
+    from django.contrib.messages.storage.fallback import FallbackStorage
+    from django.test import RequestFactory
+
+    product_with_stock(sku="A", available=1)
+    product_with_stock(sku="B", available=5)
+    model_admin = django_admin.site._registry[Stock]
+
+    def request():
+        made = RequestFactory().post("/admin/inventory/stock/x/change/", {"_save": "Save"})
+        made.user, made.session = stock_manager.user, {}
+        made._messages = FallbackStorage(made)
+        return made
+
+    def form(operation, quantity):
+        return SimpleNamespace(cleaned_data={"operation": operation, "quantity": quantity, "note": ""})
+
+    first, second = request(), request()
+    stock_a, stock_b = Stock.objects.get(product_id="A"), Stock.objects.get(product_id="B")
+    model_admin.save_model(first, stock_a, form("write_off", 5), True)  # refused: only 1 available
+    model_admin.save_model(second, stock_b, form("receive", 1), True)  # fine
+    model_admin.response_change(first, stock_a)
+    model_admin.response_change(second, stock_b)
+    [first_message] = [str(m) for m in get_messages(first)]
+    [second_message] = [str(m) for m in get_messages(second)]
+    assert "Cannot write off" in first_message
+    assert second_message == "B: now 6 available, 0 reserved."
