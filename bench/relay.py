@@ -865,7 +865,7 @@ def consumer_child(name: str) -> int:
     from django.db import transaction
 
     from outbox.consumers import EventConsumer, register
-    from outbox.signals import stop_on_sigterm
+    from outbox.shutdown import stop_on_sigterm
 
     state: dict = {}
 

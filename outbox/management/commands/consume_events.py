@@ -2,7 +2,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from config.metrics import serve_own_metrics
 from outbox.consumers import HANDLERS, EventConsumer
-from outbox.signals import stop_on_sigterm
+from outbox.shutdown import stop_on_sigterm
 
 
 class Command(BaseCommand):

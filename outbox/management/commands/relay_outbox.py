@@ -2,7 +2,7 @@ from django.core.management.base import BaseCommand
 
 from config.metrics import serve_own_metrics
 from outbox.relay import OutboxRelay
-from outbox.signals import stop_on_sigterm
+from outbox.shutdown import stop_on_sigterm
 
 
 class Command(BaseCommand):
