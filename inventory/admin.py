@@ -93,7 +93,7 @@ class GatedFilter(admin.SimpleListFilter):
 @admin.register(Stock)
 class StockAdmin(admin.ModelAdmin):
     form = StockAdjustmentForm
-    list_display = ["product_id", "product_name", "available", "reserved", "shipped", "low_stock", "gate_counter"]
+    list_display = ["product_id", "product_name", "available", "reserved", "shipped", "low_stock"]  # + gate counter
     list_select_related = ["product"]
     list_filter = [LowStockFilter, GatedFilter, "product__is_active"]
     search_fields = ["product__sku", "product__name"]
@@ -138,7 +138,7 @@ class StockAdmin(admin.ModelAdmin):
             value = counters.get(stock.product_id)
             return "lost" if value is None else value
 
-        return [gate_counter if name == "gate_counter" else name for name in super().get_list_display(request)]
+        return [*super().get_list_display(request), gate_counter]
 
     def has_add_permission(self, request):
         return False
