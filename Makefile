@@ -42,6 +42,7 @@ seed: install
 
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 stop:
 	@PY=$(PY) scripts/services.sh stop

@@ -5,10 +5,10 @@ from rest_framework import serializers
 from rest_framework.response import Response
 
 from cart.services import get_cart, remove_cart_item, set_cart_item
-from config.authentication import CachedTokenAuthentication
-from config.fields import StrictIntegerField
-from config.hotcache import HotCacheApiView
-from config.openapi import BODY_ERRORS, ERRORS
+from core.authentication import CachedTokenAuthentication
+from core.fields import StrictIntegerField
+from core.hotcache import HotCacheApiView
+from core.openapi import BODY_ERRORS, ERRORS
 from shop.models import SKU_PATTERN
 
 

@@ -12,10 +12,10 @@ from django_redis import get_redis_connection
 from redis.exceptions import RedisError
 
 from cart.exceptions import CartFull, CartUnavailable
-from config.exceptions import RateLimited
-from config.hotcache import GENERATION_KEY, StaleCache
-from config.redis_scripts import run_script
-from config.throttling import parse_rate
+from core.exceptions import RateLimited
+from core.hotcache import GENERATION_KEY, StaleCache
+from core.ratelimit import parse_rate
+from core.redis_scripts import run_script
 
 logger = logging.getLogger(__name__)
 

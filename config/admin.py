@@ -5,31 +5,7 @@ from django.contrib.admin.apps import AdminConfig
 from django.http import HttpResponse
 from django.utils import timezone
 
-from config.throttling import client_address, hit
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """A record of what happened (ledger, payments, events): staff look, never edit."""
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
-class ReadOnlyInline(admin.TabularInline):
-    extra = 0
-    can_delete = False
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def get_readonly_fields(self, request, obj=None):
-        return self.fields
+from core.ratelimit import client_address, hit
 
 
 class ShopAdminSite(admin.AdminSite):

@@ -2,10 +2,8 @@ from django.apps import AppConfig
 
 
 class ConfigConfig(AppConfig):
-    """Holds the shop's project-wide templates (the admin index) and the OpenAPI
-    description of its token authentication."""
+    """The wiring: settings, URLs, WSGI, Celery, gunicorn, the admin site, and the
+    reports that look at every app (`shop_status`, /readyz, the live gauges of
+    /metrics). Nothing below imports it."""
 
     name = "config"
-
-    def ready(self) -> None:
-        from config import schema_auth  # noqa: F401 - registers the extension

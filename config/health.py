@@ -15,7 +15,7 @@ from django.db import connection
 from django.http import JsonResponse
 from django_redis import get_redis_connection
 
-from config.kafka import ping_kafka, shop_topics, topic_warnings
+from core.kafka import ping_kafka, shop_topics, topic_warnings
 
 logger = logging.getLogger(__name__)
 

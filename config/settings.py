@@ -78,7 +78,7 @@ SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not _DEVELOPMENT)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not _DEVELOPMENT)
 # The admin's origin(s) when served through another host name, e.g. https://shop.example.com
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
-CSRF_FAILURE_VIEW = "config.views.csrf_failure"
+CSRF_FAILURE_VIEW = "core.views.csrf_failure"
 
 
 def refuse_development_secrets(*, debug: bool, secret_key: str, webhook_secret: str) -> None:
@@ -109,6 +109,7 @@ def refuse_development_secrets(*, debug: bool, secret_key: str, webhook_secret: 
 refuse_development_secrets(debug=_DEVELOPMENT, secret_key=SECRET_KEY, webhook_secret=PAYMENT_WEBHOOK_SECRET)
 
 INSTALLED_APPS = [
+    "core",
     "config",
     "config.admin.ShopAdminConfig",
     "django.contrib.auth",
@@ -128,8 +129,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "config.requestid.RequestIdMiddleware",
-    "config.views.ServiceErrorMiddleware",
+    "core.requestid.RequestIdMiddleware",
+    "core.views.ServiceErrorMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -286,17 +287,17 @@ if TESTING:
 # --- API --------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "config.authentication.TokenAuthentication",
+        "core.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     # The API speaks JSON only (bounded in size and depth: config/parsers.py); a form is a 415.
-    "DEFAULT_PARSER_CLASSES": ["config.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["core.parsers.JSONParser"],
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 20,
-    "EXCEPTION_HANDLER": "config.exceptions.api_exception_handler",
+    "EXCEPTION_HANDLER": "core.exceptions.api_exception_handler",
 }
 # API tokens (django-rest-knox): only a digest is stored; each expires.
 REST_KNOX = {
@@ -333,7 +334,7 @@ LOG_FORMAT = env("LOG_FORMAT", "json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"request_id": {"()": "config.requestid.RequestIdFilter"}},
+    "filters": {"request_id": {"()": "core.requestid.RequestIdFilter"}},
     "formatters": {
         "json": {
             "()": "pythonjsonlogger.json.JsonFormatter",

@@ -4,7 +4,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from config.health import healthz, readyz
 from config.metrics import metrics_view
-from config.views import not_found
+from core.views import not_found
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
@@ -21,5 +21,5 @@ urlpatterns = [
     re_path(r"^api/", not_found),
 ]
 
-handler404 = "config.views.not_found"
-handler500 = "config.views.server_error"
+handler404 = "core.views.not_found"
+handler500 = "core.views.server_error"

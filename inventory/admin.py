@@ -13,12 +13,12 @@ from django.shortcuts import render
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
-from config.admin import ReadOnlyAdmin
-from config.exceptions import DomainError
+from core.admin import ReadOnlyAdmin
+from core.exceptions import DomainError
 from inventory import gate
+from inventory.catalog import CatalogFileInvalid, import_catalog, parse_catalog
 from inventory.models import MAX_UNITS, FlashSale, Shipment, Stock, StockMovement
 from inventory.services import receive_stock, set_available_stock, stock_audit, write_off_stock
-from shop.catalog import CatalogFileInvalid, import_catalog, parse_catalog
 
 OPERATIONS = {
     "receive": ("Receive stock (+N)", receive_stock),

@@ -1,4 +1,4 @@
-from config.exceptions import DomainError
+from core.exceptions import DomainError
 from inventory.models import MAX_UNITS
 
 

@@ -18,8 +18,8 @@ from django.conf import settings
 from django_redis import get_redis_connection
 from redis.exceptions import RedisError
 
-from config.exceptions import DomainError
-from config.redis_scripts import run_script
+from core.exceptions import DomainError
+from core.redis_scripts import run_script
 
 REFUSALS_KEY = "gate:refusals"
 REPLAY_MARKER_TTL_SECONDS = 24 * 3600

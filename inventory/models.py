@@ -64,13 +64,15 @@ class StockMovement(models.Model):
 
 
 class Shipment(models.Model):
-    """A warehouse request to pick and ship a paid order (the warehouse consumer)."""
+    """A warehouse request to pick and ship a paid order (the warehouse consumer).
+    The warehouse knows orders only through their events: it keeps the id it was
+    given, not a foreign key into the orders app above it."""
 
     class Status(models.TextChoices):
         REQUESTED = "REQUESTED", "Requested"
         SHIPPED = "SHIPPED", "Shipped"
 
-    order = models.OneToOneField("orders.Order", on_delete=models.PROTECT, related_name="shipment")
+    order_id = models.BigIntegerField(unique=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.REQUESTED)
     items = models.JSONField()
     requested_at = models.DateTimeField(auto_now_add=True)

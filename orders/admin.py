@@ -1,8 +1,9 @@
 from django.contrib import admin, messages
 from django.utils.html import format_html_join
 
-from config.admin import ReadOnlyAdmin, ReadOnlyInline
-from config.exceptions import DomainError
+from core.admin import ReadOnlyAdmin, ReadOnlyInline
+from core.exceptions import DomainError
+from inventory.models import Shipment
 from orders.models import Notification, Order, OrderItem, OrderStatus, Payment, Refund
 from orders.services import cancel_pending_order, mark_order_shipped, refund_paid_order
 from outbox.models import OutboxEvent
@@ -46,7 +47,7 @@ class OrderAdmin(admin.ModelAdmin):
 
     @admin.display(description="shipment")
     def shipment_status(self, order):
-        shipment = getattr(order, "shipment", None)
+        shipment = Shipment.objects.filter(order_id=order.pk).first()
         return f"{shipment.status} (requested {shipment.requested_at:%Y-%m-%d %H:%M})" if shipment else "-"
 
     @admin.display(description="outbox events")

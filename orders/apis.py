@@ -7,9 +7,9 @@ from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.authentication import CachedTokenAuthentication
-from config.hotcache import HotCacheApiView
-from config.openapi import ERRORS
+from core.authentication import CachedTokenAuthentication
+from core.hotcache import HotCacheApiView
+from core.openapi import ERRORS
 from orders.exceptions import IdempotencyKeyInvalid, IdempotencyKeyMissing
 from orders.selectors import customer_orders
 from orders.services import cancel_customer_order, get_customer_order, place_order

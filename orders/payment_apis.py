@@ -5,8 +5,8 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.fields import StrictIntegerField
-from config.openapi import BODY_ERRORS, ERRORS
+from core.fields import StrictIntegerField
+from core.openapi import BODY_ERRORS, ERRORS
 from orders.services import handle_payment_webhook
 from orders.signatures import verify_signature
 

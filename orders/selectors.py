@@ -1,8 +1,51 @@
-from django.db.models import QuerySet
+from dataclasses import dataclass
 
-from orders.models import Order
+from django.db.models import QuerySet, Sum
+
+from inventory import gate
+from inventory.models import FlashSale, Stock
+from orders.models import Order, OrderItem, OrderStatus
 
 
 def customer_orders(*, customer_id: int) -> QuerySet[Order]:
     """Newest first, items prefetched (two queries per page)."""
     return Order.objects.filter(customer_id=customer_id).order_by("-id").prefetch_related("items")
+
+
+@dataclass(frozen=True)
+class FlashSaleStatus:
+    sku: str
+    per_customer_limit: int | None
+    gate_remaining: int | None
+    available: int
+    reserved: int
+    units_ordered: int
+    refused: int
+
+
+def flash_sale_status(*, sku: str | None = None) -> list[FlashSaleStatus]:
+    sales = FlashSale.objects.order_by("product_id")
+    if sku:
+        sales = sales.filter(product_id=sku)
+    sales = list(sales)
+    counters = gate.counters(skus=[s.product_id for s in sales])
+    result = []
+    for sale in sales:
+        stock = Stock.objects.filter(product_id=sale.product_id).first()
+        ordered = (
+            OrderItem.objects.filter(product_id=sale.product_id, order__created_at__gte=sale.started_at)
+            .exclude(order__status=OrderStatus.CANCELLED)
+            .aggregate(total=Sum("quantity"))["total"]
+        )
+        result.append(
+            FlashSaleStatus(
+                sku=sale.product_id,
+                per_customer_limit=sale.per_customer_limit,
+                gate_remaining=counters[sale.product_id]["remaining"],
+                available=stock.available if stock else 0,
+                reserved=stock.reserved if stock else 0,
+                units_ordered=ordered or 0,
+                refused=counters[sale.product_id]["refused"],
+            )
+        )
+    return result

@@ -1,6 +1,6 @@
 from django.contrib import admin, messages
 
-from config.admin import ReadOnlyAdmin
+from core.admin import ReadOnlyAdmin
 from outbox.models import OutboxEvent, ProcessedEvent
 from outbox.tasks import publish_outbox_task
 

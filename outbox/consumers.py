@@ -31,10 +31,10 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections, connections, transaction
 
-from config.db import insert_unless_exists
-from config.kafka import client_config, recovery_statistics
-from config.metrics import CONSUMER_EVENTS, CONSUMER_WAITING
-from config.requestid import request_id_var
+from core.db import insert_unless_exists
+from core.kafka import client_config, recovery_statistics
+from core.requestid import request_id_var
+from outbox.metrics import CONSUMER_EVENTS, CONSUMER_WAITING
 from outbox.models import ProcessedEvent
 from outbox.topics import dead_letter_topic
 

@@ -33,8 +33,8 @@ from confluent_kafka import KafkaException, Producer
 from django.conf import settings
 from django.db import connection, transaction
 
-from config.kafka import client_config
-from config.metrics import RELAY_FAILURES, RELAY_PUBLISHED
+from core.kafka import client_config
+from outbox.metrics import RELAY_FAILURES, RELAY_PUBLISHED
 from outbox.models import OutboxEvent, UnpublishedEvent
 from outbox.topics import ensure_topics
 

@@ -10,7 +10,7 @@ from django.db.backends.utils import CursorWrapper
 from django.db.models import Count, Min
 from django.utils import timezone
 
-from config.requestid import current_request_id
+from core.requestid import current_request_id
 from outbox.models import OutboxEvent, UnpublishedEvent
 
 _INSERT_EVENT = (

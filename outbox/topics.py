@@ -9,7 +9,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import NewTopic
 from django.conf import settings
 
-from config.kafka import admin_client, dead_letter_topic, shop_topics, topic_warnings
+from core.kafka import admin_client, dead_letter_topic, shop_topics, topic_warnings
 
 __all__ = ["TopicReport", "dead_letter_topic", "ensure_topics"]
 

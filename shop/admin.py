@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from config.admin import ReadOnlyAdmin
+from core.admin import ReadOnlyAdmin
 from shop.models import LoyaltyEntry, Product
 
 

@@ -5,9 +5,9 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.authentication import TokenAuthentication
-from config.openapi import BODY_ERRORS, ERRORS
-from config.throttling import AuthThrottle
+from core.authentication import TokenAuthentication
+from core.openapi import BODY_ERRORS, ERRORS
+from core.ratelimit import AuthThrottle
 from shop.services import issue_token, register_customer, revoke_token
 
 User = get_user_model()

@@ -1,4 +1,4 @@
-from config.exceptions import DomainError
+from core.exceptions import DomainError
 
 
 class UsernameTaken(DomainError):

@@ -1,6 +1,6 @@
 from collections.abc import Iterable
 
-from config.hotcache import CachedProduct, hot_cache
+from core.hotcache import CachedProduct, hot_cache
 from shop.models import Product
 
 

@@ -1,4 +1,5 @@
-"""Any change to what the hot caches hold (products, flash sales, tokens, users) moves the
+"""Any change to what the hot caches hold (products, tokens, users; flash sales in
+inventory/signals.py) moves the
 cache generation: before the transaction commits, so that a change no cache can hear of
 fails instead (Redis down: 503), and again after; see config/hotcache.py.
 
@@ -15,9 +16,8 @@ from django.utils import timezone
 from knox.models import AuthToken
 from redis.exceptions import RedisError
 
-from config.authentication import forget_tokens, remember_tokens
-from config.hotcache import bump_generation_on_commit
-from inventory.models import FlashSale
+from core.authentication import forget_tokens, remember_tokens
+from core.hotcache import bump_generation_on_commit
 from shop.models import Product
 
 
@@ -65,9 +65,8 @@ def _best_effort(function, argument) -> None:
 
 
 def connect() -> None:
-    for model in (Product, FlashSale):
-        post_save.connect(_bump, sender=model, dispatch_uid=f"hotcache-save-{model.__name__}")
-    for model in (Product, FlashSale, get_user_model()):
+    post_save.connect(_bump, sender=Product, dispatch_uid="hotcache-save-Product")
+    for model in (Product, get_user_model()):
         post_delete.connect(_bump, sender=model, dispatch_uid=f"hotcache-delete-{model.__name__}")
     post_save.connect(_token_saved, sender=AuthToken, dispatch_uid="hotcache-token-save")
     post_delete.connect(_token_deleted, sender=AuthToken, dispatch_uid="hotcache-token-delete")

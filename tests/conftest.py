@@ -5,7 +5,7 @@ from django.conf import settings
 from django_redis import get_redis_connection
 from rest_framework.test import APIClient
 
-from config.hotcache import hot_cache
+from core.hotcache import hot_cache
 from tests.factories import UserFactory, api_token
 
 

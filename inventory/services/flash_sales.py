@@ -1,27 +1,12 @@
-from dataclasses import dataclass
-
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
-from django.db.models import Sum
 
-from config.exceptions import NotFound
-from config.hotcache import hot_cache
+from core.exceptions import NotFound
+from core.hotcache import hot_cache
 from inventory import gate
 from inventory.models import FlashSale, Stock
 from inventory.services.stock import set_available_stock
-from orders.models import OrderItem, OrderStatus
 from shop.models import Product
-
-
-@dataclass(frozen=True)
-class FlashSaleStatus:
-    sku: str
-    per_customer_limit: int | None
-    gate_remaining: int | None
-    available: int
-    reserved: int
-    units_ordered: int
-    refused: int
 
 
 def gated_skus() -> dict[str, int]:
@@ -77,31 +62,3 @@ def end_flash_sale(*, sku: str) -> None:
     if not deleted:
         raise NotFound(f"{sku} is not in a flash sale", sku=sku)
     transaction.on_commit(lambda: gate.remove(sku=sku))
-
-
-def flash_sale_status(*, sku: str | None = None) -> list[FlashSaleStatus]:
-    sales = FlashSale.objects.order_by("product_id")
-    if sku:
-        sales = sales.filter(product_id=sku)
-    sales = list(sales)
-    counters = gate.counters(skus=[s.product_id for s in sales])
-    result = []
-    for sale in sales:
-        stock = Stock.objects.filter(product_id=sale.product_id).first()
-        ordered = (
-            OrderItem.objects.filter(product_id=sale.product_id, order__created_at__gte=sale.started_at)
-            .exclude(order__status=OrderStatus.CANCELLED)
-            .aggregate(total=Sum("quantity"))["total"]
-        )
-        result.append(
-            FlashSaleStatus(
-                sku=sale.product_id,
-                per_customer_limit=sale.per_customer_limit,
-                gate_remaining=counters[sale.product_id]["remaining"],
-                available=stock.available if stock else 0,
-                reserved=stock.reserved if stock else 0,
-                units_ordered=ordered or 0,
-                refused=counters[sale.product_id]["refused"],
-            )
-        )
-    return result

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from redis.exceptions import RedisError
 
 from cart import storage
-from config.hotcache import GENERATION_KEY, hot_cache
-from config.redis_scripts import run_script
+from core.hotcache import GENERATION_KEY, hot_cache
+from core.redis_scripts import run_script
 from inventory import gate
 from inventory.services.flash_sales import gated_skus
 

@@ -6,13 +6,13 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from config.metrics import ORDERS_EXPIRED
-from config.requestid import current_request_id
+from core.requestid import current_request_id
 from inventory import gate
 from inventory.models import Shipment
 from inventory.services import return_reserved_stock, ship_reserved_stock
 from inventory.services.flash_sales import gated_skus
 from orders.exceptions import OrderNotCancellable, OrderNotFound, OrderNotRefundable, OrderNotShippable
+from orders.metrics import ORDERS_EXPIRED
 from orders.models import Order, OrderItem, OrderStatus, Payment, PendingOrderCount, Refund
 from orders.services.payments import request_refund
 from outbox.models import OutboxEvent
@@ -154,7 +154,7 @@ def mark_order_shipped(*, order_id: int) -> Order:
         for sku, quantity in order.items.values_list("product_id", "quantity")
     ]
     Shipment.objects.update_or_create(
-        order=order, defaults={"status": Shipment.Status.SHIPPED, "shipped_at": now}, create_defaults={
+        order_id=order.id, defaults={"status": Shipment.Status.SHIPPED, "shipped_at": now}, create_defaults={
             "status": Shipment.Status.SHIPPED, "shipped_at": now, "items": items,
         },
     )

@@ -12,8 +12,7 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from cart.services import clear_cart
-from config.exceptions import RateLimited
-from config.metrics import CHECKOUT_REFUSALS, IDEMPOTENT_REPLAYS, ORDERS_CREATED
+from core.exceptions import RateLimited
 from inventory import gate
 from inventory.exceptions import OutOfStock
 from inventory.services import reserve_stock
@@ -24,6 +23,7 @@ from orders.exceptions import (
     ProductUnavailable,
     TooManyPendingOrders,
 )
+from orders.metrics import CHECKOUT_REFUSALS, IDEMPOTENT_REPLAYS, ORDERS_CREATED
 from orders.models import Order, OrderItem, OrderStatus, PendingOrderCount
 from orders.services.admission import admit_cart
 from outbox.services import record_event
@@ -89,7 +89,7 @@ SELECT EXISTS (SELECT FROM slot), (SELECT id FROM new)
 def _insert_order(cursor: CursorWrapper, order: Order) -> tuple[bool, int | None]:
     """(slot taken, order id). No id: the key already has an order (a concurrent
     twin waits for the winner's commit, then sees it) or no slot was free.
-    config.db.insert_unless_exists does the same for any model, but prepares
+    core.db.insert_unless_exists does the same for any model, but prepares
     every field through the ORM, which showed in py-spy profiles of
     bench/checkout.py; here the values go as they are."""
     cursor.execute(

@@ -3,8 +3,8 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
-from config.db import insert_unless_exists
-from config.metrics import PAYMENTS, REFUNDS_REQUESTED
+from core.db import insert_unless_exists
+from orders.metrics import PAYMENTS, REFUNDS_REQUESTED
 from orders.models import Order, OrderStatus, Payment, Refund
 from orders.services.checkout import release_pending_slot
 from outbox.services import record_event

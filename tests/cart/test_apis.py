@@ -9,7 +9,7 @@ from rest_framework.test import APIClient
 
 from cart.services import catalog_for
 from cart.storage import cart_key
-from config.hotcache import hot_cache
+from core.hotcache import hot_cache
 from tests.factories import ProductFactory, UserFactory, api_token, product_with_stock
 
 pytestmark = pytest.mark.django_db

@@ -217,7 +217,7 @@ def test_the_largest_order_the_limits_allow_fits_its_total(redis):
 
 def stop_redis_for_this_process(settings) -> None:
     """Every Redis client of this process now dials a port where nothing listens."""
-    from config.hotcache import hot_cache
+    from core.hotcache import hot_cache
 
     dead = "redis://127.0.0.1:1/0"
     settings.CACHES = {

@@ -6,7 +6,7 @@ from django.core.management import call_command
 from django.db import transaction
 from prometheus_client import REGISTRY
 
-from config.requestid import RequestIdFilter
+from core.requestid import RequestIdFilter
 from outbox.models import OutboxEvent
 from outbox.services import record_event
 from tests.factories import product_with_stock
@@ -118,7 +118,7 @@ def test_log_lines_are_json_with_the_request_id():
     formatter = JsonFormatter(config["fmt"], rename_fields=config["rename_fields"])
     record = logging.LogRecord("shop.access", logging.INFO, __file__, 1, "GET /healthz 200", None, None)
     record.status = 200
-    from config.requestid import request_id_var
+    from core.requestid import request_id_var
 
     token = request_id_var.set("abc")
     try:

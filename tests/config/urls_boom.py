@@ -20,5 +20,5 @@ urlpatterns = [
     path("", include("config.urls")),
 ]
 
-handler404 = "config.views.not_found"
-handler500 = "config.views.server_error"
+handler404 = "core.views.not_found"
+handler500 = "core.views.server_error"

@@ -2,7 +2,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from config.authentication import CachedTokenAuthentication
+from core.authentication import CachedTokenAuthentication
 from inventory import gate
 from inventory.models import FlashSale, Stock
 from inventory.services.flash_sales import gated_skus, seed_flash_sale
@@ -259,7 +259,7 @@ def test_gate_on_a_redis_of_its_own_admits_in_a_second_call(redis, settings):
 
 
 def test_a_sale_opened_by_another_process_gates_a_warm_process_at_once(redis):
-    from config.hotcache import hot_cache
+    from core.hotcache import hot_cache
 
     product_with_stock(sku="HOT", available=5)
     shopper = shopper_client()

@@ -5,7 +5,7 @@ import time
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from config.kafka import client_config
+from core.kafka import client_config
 from outbox.consumers import EventConsumer
 from outbox.topics import dead_letter_topic, ensure_topics
 

@@ -15,7 +15,7 @@ from django.db import DataError, IntegrityError, InterfaceError, OperationalErro
 from django.test import Client
 from prometheus_client import REGISTRY
 
-from config.kafka import client_config
+from core.kafka import client_config
 from inventory.models import Shipment
 from orders.models import Order
 from outbox.consumers import EventConsumer, failed_service

@@ -7,7 +7,7 @@ import pytest
 from confluent_kafka.admin import NewTopic
 from django.core.management import call_command
 
-from config.kafka import admin_client
+from core.kafka import admin_client
 from outbox.topics import dead_letter_topic, ensure_topics
 
 pytestmark = [pytest.mark.kafka]

@@ -6,8 +6,8 @@ from django.utils import timezone
 from knox.models import AuthToken
 from rest_framework.test import APIClient
 
-from config.authentication import token_digest
-from config.hotcache import hot_cache
+from core.authentication import token_digest
+from core.hotcache import hot_cache
 from tests.factories import api_token, product_with_stock
 
 pytestmark = pytest.mark.django_db

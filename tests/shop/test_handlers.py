@@ -65,4 +65,4 @@ def test_email_notices_for_paid_cancelled_and_refunded(order):
 def test_warehouse_requests_one_shipment_per_paid_order(order):
     apply_event(consumer="warehouse", event=paid(order))
     apply_event(consumer="warehouse", event=paid(order))  # another event id for the same order
-    assert Shipment.objects.filter(order=order).count() == 1
+    assert Shipment.objects.filter(order_id=order.id).count() == 1

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from config.exceptions import NotFound
+from core.exceptions import NotFound
 from inventory.services.flash_sales import sync_flash_sale
 
 

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from config.metrics import serve_own_metrics
+from core.metrics import serve_own_metrics
 from outbox.consumers import HANDLERS, EventConsumer
 from outbox.shutdown import stop_on_sigterm
 

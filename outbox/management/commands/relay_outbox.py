@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from config.metrics import serve_own_metrics
+from core.metrics import serve_own_metrics
 from outbox.relay import OutboxRelay
 from outbox.shutdown import stop_on_sigterm
 

@@ -20,8 +20,8 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.exceptions import DomainError
-from config.parsers import JSONParser
+from core.exceptions import DomainError
+from core.parsers import JSONParser
 
 logger = logging.getLogger(__name__)
 GENERATION_KEY = "shop:cache-generation"

@@ -5,7 +5,7 @@ from django.http import JsonResponse
 from django.views.csrf import csrf_failure as django_csrf_failure
 from django.views.decorators.csrf import csrf_exempt
 
-from config.exceptions import error_body, infrastructure_error
+from core.exceptions import error_body, infrastructure_error
 
 
 @csrf_exempt  # a PUT to a path that matches no route is a 404, not a CSRF refusal
@@ -30,7 +30,7 @@ def server_error(request):
 class ServiceErrorMiddleware:
     """Outside DRF views (the admin, the probes): a database or Redis outage, or a
     body over the size limit, answers the JSON envelope with its 4xx/503 instead
-    of a 500 page. Inside DRF, config.exceptions.api_exception_handler does the same."""
+    of a 500 page. Inside DRF, core.exceptions.api_exception_handler does the same."""
 
     def __init__(self, get_response):
         self.get_response = get_response

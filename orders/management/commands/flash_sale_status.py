@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from inventory.services.flash_sales import flash_sale_status
+from orders.selectors import flash_sale_status
 
 
 class Command(BaseCommand):

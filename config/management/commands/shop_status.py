@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from outbox.status import shop_status
+from config.status import shop_status
 
 
 class Command(BaseCommand):

@@ -10,7 +10,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import connection, transaction
 from django.utils import timezone
 
-from config.hotcache import bump_generation_on_commit
+from core.hotcache import bump_generation_on_commit
 from inventory.models import MAX_UNITS, Stock, StockMovement
 from shop.models import MAX_PRICE, SKU_PATTERN, Product
 

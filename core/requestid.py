@@ -8,7 +8,7 @@ import re
 import time
 import uuid
 
-from config.metrics import REQUEST_SECONDS, REQUESTS
+from core.metrics import REQUEST_SECONDS, REQUESTS
 
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="")
 _VALID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")

@@ -12,7 +12,7 @@ from django.conf import settings
 from redis.exceptions import RedisError
 from rest_framework.throttling import BaseThrottle
 
-from config.redis_scripts import run_script
+from core.redis_scripts import run_script
 
 # KEYS: counter. ARGV: window in ms. Returns {count in this window, ms left}.
 _HIT = """

@@ -89,8 +89,8 @@ class CachedTokenAuthentication(TokenAuthentication):
 
     def authenticate_credentials(self, token: bytes):
         # Imported here: DRF imports this module (DEFAULT_AUTHENTICATION_CLASSES) while
-        # rest_framework.views, which config.hotcache needs, is still being imported.
-        from config.hotcache import hot_cache
+        # rest_framework.views, which core.hotcache needs, is still being imported.
+        from core.hotcache import hot_cache
 
         digest = token_digest(_well_formed(token))
         cached = hot_cache.tokens.get(digest)

@@ -1,16 +1,11 @@
-"""What `manage.py shop_status` shows: read-only figures from PostgreSQL, Redis and Kafka."""
+"""How far behind each consumer group is."""
 
-from datetime import timedelta
 
 from confluent_kafka import Consumer, TopicPartition
 from django.conf import settings
-from django.utils import timezone
 
-from config.kafka import client_config
-from inventory.services.flash_sales import flash_sale_status
-from orders.models import Order, OrderStatus
+from core.kafka import client_config
 from outbox.consumers import HANDLERS
-from outbox.services import backlog
 
 
 def consumer_positions(*, timeout: float = 5.0) -> dict[str, dict]:
@@ -36,21 +31,3 @@ def consumer_positions(*, timeout: float = 5.0) -> dict[str, dict]:
         finally:
             consumer.close()
     return positions
-
-
-def shop_status() -> dict:
-    now = timezone.now()
-    pending = Order.objects.filter(status=OrderStatus.PENDING_PAYMENT)
-    waiting, oldest = backlog()
-    try:
-        sales = flash_sale_status()
-    except Exception:
-        sales = []
-    return {
-        "pending_orders": pending.count(),
-        "expiring_soon": pending.filter(expires_at__lte=now + timedelta(minutes=1)).count(),
-        "outbox_backlog": waiting,
-        "outbox_oldest_age_seconds": (now - oldest).total_seconds() if oldest else None,
-        "consumers": consumer_positions(),
-        "flash_sales": sales,
-    }

@@ -1,7 +1,7 @@
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from shop.services import seed_demo
+from config.demo import seed_demo
 
 CONFIRM = "--i-know-this-is-not-production"
 

@@ -8,7 +8,7 @@ from drf_spectacular.plumbing import build_bearer_security_scheme_object
 
 
 class ApiTokenScheme(OpenApiAuthenticationExtension):
-    target_class = "config.authentication.TokenAuthentication"
+    target_class = "core.authentication.TokenAuthentication"
     name = "apiToken"
 
     def get_security_definition(self, auto_schema):
@@ -19,5 +19,5 @@ class ApiTokenScheme(OpenApiAuthenticationExtension):
 
 
 class CachedApiTokenScheme(ApiTokenScheme):
-    target_class = "config.authentication.CachedTokenAuthentication"
+    target_class = "core.authentication.CachedTokenAuthentication"
     name = "apiTokenHotPath"

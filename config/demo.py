@@ -1,0 +1,75 @@
+"""`manage.py seed_demo`: a demo catalog with stock, and one login per role. It
+lives in the wiring layer because it fills several apps (products, stock, users)."""
+
+import secrets
+from dataclasses import dataclass, replace
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db import transaction
+
+from inventory.services import receive_stock
+from shop.demo import DEMO_PRODUCTS
+from shop.models import Product
+from shop.services import issue_token_for
+
+User = get_user_model()
+
+
+@dataclass(frozen=True)
+class DemoLogin:
+    role: str
+    username: str
+    password: str
+
+
+@dataclass(frozen=True)
+class DemoSeed:
+    products_created: int
+    products_total: int
+    logins: list[DemoLogin]
+    shopper_token: str
+
+
+DEMO_ADMIN = DemoLogin("staff (admin)", "admin", "admin")
+DEMO_STOCK_MANAGER = DemoLogin("stock manager", "stockmanager", "stockmanager")
+DEMO_ORDER_MANAGER = DemoLogin("order manager", "ordermanager", "ordermanager")
+DEMO_SHOPPER = DemoLogin("shopper", "shopper", "shopper")
+
+
+def _ensure_user(login: DemoLogin, *, random_password: bool, **flags) -> DemoLogin:
+    """The demo user, created if missing; the login as it can be used (the password
+    shown only when this call set it)."""
+    user, created = User.objects.get_or_create(username=login.username, defaults=flags)
+    if not created:
+        return replace(login, password="(unchanged)")
+    password = secrets.token_urlsafe(12) if random_password else login.password
+    user.set_password(password)
+    user.save(update_fields=["password"])
+    return replace(login, password=password)
+
+
+@transaction.atomic
+def seed_demo(*, random_passwords: bool = False) -> DemoSeed:
+    """Idempotent: existing products, stock and users are left as they are.
+    `random_passwords`: new demo users get random passwords (outside DEBUG)."""
+    created = 0
+    for sku, name, price, stock in DEMO_PRODUCTS:
+        _, is_new = Product.objects.get_or_create(sku=sku, defaults={"name": name, "price": price})
+        if is_new:
+            created += 1
+            if stock:
+                receive_stock(sku=sku, quantity=stock, note="demo seed")
+    logins = [
+        _ensure_user(
+            DEMO_ADMIN, random_password=random_passwords, is_staff=True, is_superuser=True, email="admin@example.com"
+        )
+    ]
+    for login, group in ((DEMO_STOCK_MANAGER, "Stock managers"), (DEMO_ORDER_MANAGER, "Order managers")):
+        logins.append(
+            _ensure_user(login, random_password=random_passwords, is_staff=True, email=f"{login.username}@example.com")
+        )
+        User.objects.get(username=login.username).groups.add(Group.objects.get(name=group))
+    logins.append(_ensure_user(DEMO_SHOPPER, random_password=random_passwords, email="shopper@example.com"))
+    token = issue_token_for(User.objects.get(username=DEMO_SHOPPER.username))
+    return DemoSeed(created, Product.objects.count(), logins, token.token)

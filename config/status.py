@@ -1,0 +1,29 @@
+"""What `manage.py shop_status` shows: read-only figures from every app, from
+PostgreSQL, Redis and Kafka. It lives in the wiring layer because it looks at all of them."""
+
+from datetime import timedelta
+
+from django.utils import timezone
+
+from orders.models import Order, OrderStatus
+from orders.selectors import flash_sale_status
+from outbox.lag import consumer_positions
+from outbox.services import backlog
+
+
+def shop_status() -> dict:
+    now = timezone.now()
+    pending = Order.objects.filter(status=OrderStatus.PENDING_PAYMENT)
+    waiting, oldest = backlog()
+    try:
+        sales = flash_sale_status()
+    except Exception:
+        sales = []
+    return {
+        "pending_orders": pending.count(),
+        "expiring_soon": pending.filter(expires_at__lte=now + timedelta(minutes=1)).count(),
+        "outbox_backlog": waiting,
+        "outbox_oldest_age_seconds": (now - oldest).total_seconds() if oldest else None,
+        "consumers": consumer_positions(),
+        "flash_sales": sales,
+    }
