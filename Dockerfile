@@ -24,13 +24,13 @@ RUN pip install -r requirements.txt
 # WhiteNoise serves static files through the finders (no collectstatic); the
 # empty STATIC_ROOT only spares its "no directory" warning.
 COPY . .
-RUN python -m compileall -q config shop cart inventory orders outbox \
+RUN python -m compileall -q core config shop cart inventory orders outbox \
     && mkdir -p staticfiles \
     && useradd --system --uid 10001 --user-group --no-create-home --home-dir /nonexistent shop
 
 USER shop
 EXPOSE 8000
 
-# Workers add their metrics up in PROMETHEUS_MULTIPROC_DIR (config/metrics.py creates it).
+# Workers add their metrics up in PROMETHEUS_MULTIPROC_DIR (core/metrics.py creates it).
 ENV PROMETHEUS_MULTIPROC_DIR=/dev/shm/metrics
 CMD ["gunicorn", "config.wsgi", "--config", "python:config.gunicorn", "--worker-tmp-dir", "/dev/shm"]

@@ -1,7 +1,7 @@
 """The cart in Redis: hash `cart:{customer_id}`, field = SKU, value = quantity.
 
 Each API call is one Lua script, so one round-trip, and each script first
-checks the hot-cache generation (config/hotcache.py) before touching the cart.
+checks the hot-cache generation (core/hotcache.py) before touching the cart.
 """
 
 import logging

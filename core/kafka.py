@@ -132,7 +132,7 @@ def topic_warnings(metadata: ClusterMetadata, topics: list[str]) -> list[str]:
         elif len(topic.partitions) != expected:
             warnings.append(
                 f"topic {name} has {len(topic.partitions)} partitions, expected {expected} "
-                "(KAFKA_TOPIC_PARTITIONS): see the README's runbook on partition counts"
+                "(KAFKA_TOPIC_PARTITIONS): see docs/operations.md, partition counts"
             )
     return warnings
 

@@ -282,7 +282,7 @@ class StockMovementAdmin(ReadOnlyAdmin):
 class ShipmentAdmin(ReadOnlyAdmin):
     list_display = ["order_id", "status", "requested_at", "shipped_at"]
     list_filter = ["status"]
-    search_fields = ["=order__id"]
+    search_fields = ["=order_id"]
 
 
 @admin.register(FlashSale)

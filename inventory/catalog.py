@@ -7,11 +7,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from core.hotcache import bump_generation_on_commit
-from inventory.models import MAX_UNITS, Stock, StockMovement
+from inventory.models import MAX_UNITS
+from inventory.services import set_available_stock_bulk
 from shop.models import MAX_PRICE, SKU_PATTERN, Product
 
 COLUMNS = ["sku", "name", "price", "stock"]
@@ -93,8 +94,8 @@ def import_catalog(
     """Upsert products; bring each SKU's available stock to the file's figure
     through the ledger (received for a new SKU, a correction for an existing one).
 
-    Existing stock rows are locked (in SKU order, as checkout takes them) so the
-    delta is computed against a figure no reservation can change meanwhile."""
+    The stock side is inventory's set_available_stock_bulk: rows locked in SKU
+    order, the delta computed against a figure no reservation can change."""
     created = updated = movements = 0
     now = timezone.now()
     for start in range(0, len(rows), BATCH_SIZE):
@@ -110,37 +111,9 @@ def import_catalog(
         created += len(batch) - len(existing)
         updated += len(existing)
 
-        stocks = {
-            stock.product_id: stock
-            for stock in Stock.objects.select_for_update().filter(product_id__in=skus).order_by("product_id")
-        }
-        new_stocks, changed, ledger = [], [], []
-        for row in batch:
-            stock = stocks.get(row.sku)
-            if stock is None:
-                new_stocks.append(Stock(product_id=row.sku, available=row.stock))
-                delta, reason = row.stock, StockMovement.Reason.RECEIVED
-            else:
-                delta, reason = row.stock - stock.available, StockMovement.Reason.CORRECTION
-                if delta:
-                    stock.available = row.stock
-                    changed.append(stock)
-            if delta:
-                ledger.append(
-                    StockMovement(
-                        product_id=row.sku, delta=delta, reason=reason, created_by=user, note="catalog import"
-                    )
-                )
-        Stock.objects.bulk_create(new_stocks)
-        if changed:  # one UPDATE for the batch (bulk_update's CASE WHEN was 60% of a re-import)
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    f"UPDATE {Stock._meta.db_table} AS s SET available = v.available "
-                    "FROM unnest(%s::text[], %s::int[]) AS v(sku, available) WHERE s.sku = v.sku",
-                    [[s.product_id for s in changed], [s.available for s in changed]],
-                )
-        StockMovement.objects.bulk_create(ledger)
-        movements += len(ledger)
+        movements += set_available_stock_bulk(
+            targets={row.sku: row.stock for row in batch}, user=user, note="catalog import"
+        )
         if progress:
             progress(len(batch))
     bump_generation_on_commit()

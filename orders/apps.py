@@ -6,4 +6,6 @@ class OrdersConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from orders import handlers  # noqa: F401 - registers the consumer's handlers
+        from orders import handlers, signals  # noqa: F401 - handlers register the consumer's handlers
+
+        signals.connect()

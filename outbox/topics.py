@@ -26,7 +26,7 @@ class TopicReport:
 def ensure_topics(*, topics: list[str] | None = None, timeout: float = 10.0) -> list[TopicReport]:
     """Create the topics that are missing, then check every partition count:
     a topic with another count is logged as an error (it is not changed: only an
-    operator can decide to, see the README)."""
+    operator can decide to, see docs/operations.md)."""
     topics = topics or shop_topics()
     admin = admin_client()
     existing = set(admin.list_topics(timeout=timeout).topics)

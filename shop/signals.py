@@ -1,7 +1,7 @@
 """Any change to what the hot caches hold (products, tokens, users; flash sales in
 inventory/signals.py) moves the
 cache generation: before the transaction commits, so that a change no cache can hear of
-fails instead (Redis down: 503), and again after; see config/hotcache.py.
+fails instead (Redis down: 503), and again after; see core/hotcache.py.
 
 New users and tokens are not in any cache yet (a new token is written through
 to Redis), and a login only touches `last_login`: neither needs the caches

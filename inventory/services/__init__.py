@@ -1,20 +1,24 @@
 """Everything that writes stock: the ledger, reservations, flash sales."""
 
 from inventory.services.stock import (
+    lock_stock,
     receive_stock,
     reserve_stock,
     return_reserved_stock,
     set_available_stock,
+    set_available_stock_bulk,
     ship_reserved_stock,
     stock_audit,
     write_off_stock,
 )
 
 __all__ = [
+    "lock_stock",
     "receive_stock",
     "reserve_stock",
     "return_reserved_stock",
     "set_available_stock",
+    "set_available_stock_bulk",
     "ship_reserved_stock",
     "stock_audit",
     "write_off_stock",

@@ -1,9 +1,7 @@
-from collections.abc import Iterable
-from contextlib import nullcontext
+from collections.abc import Iterable, Mapping
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
-from django.db.backends.utils import CursorWrapper
 from django.db.models import F, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce
 
@@ -54,7 +52,7 @@ def set_available_stock(
     if available < 0:
         raise ValueError("available cannot be negative")
     Stock.objects.get_or_create(product_id=sku)
-    current = Stock.objects.select_for_update().values_list("available", flat=True).get(product_id=sku)
+    current = lock_stock([sku])[sku]
     delta = available - current
     if delta == 0:
         return None
@@ -93,61 +91,84 @@ def stock_audit(*, skus: Iterable[str] | None = None) -> list[dict]:
     ]
 
 
-# Raw SQL on the checkout path: building this UPDATE through the ORM cost more
-# CPU than running it (bench/checkout.py), and checkout is the hot path.
-_RESERVE = (
-    "UPDATE inventory SET available = available - %s, reserved = reserved + %s WHERE sku = %s AND available >= %s"
-)
+def lock_stock(skus: Iterable[str]) -> dict[str, int]:
+    """Lock the SKUs' stock rows, always in SKU order: every writer that holds
+    several rows takes them in the same order, so none can deadlock another.
+    Returns each locked SKU's available units."""
+    rows = Stock.objects.select_for_update().filter(product_id__in=list(skus)).order_by("product_id")
+    return dict(rows.values_list("product_id", "available"))
 
 
-def reserve_stock(*, lines: dict[str, int], cursor: CursorWrapper | None = None) -> None:
+def reserve_stock(*, lines: Mapping[str, int]) -> None:
     """Move units from available to reserved, all lines or none (the caller's
     transaction rolls back on OutOfStock). One conditional UPDATE per SKU:
     `available >= quantity` is checked by the row update itself, so two
-    checkouts can never both take the last unit."""
-    with nullcontext(cursor) if cursor else connection.cursor() as cursor:
-        # Reserve in SKU order so that concurrent orders take row locks in the
-        # same order and cannot deadlock.
-        for sku in sorted(lines):
-            quantity = lines[sku]
-            cursor.execute(_RESERVE, [quantity, quantity, sku, quantity])
-            if cursor.rowcount == 0:
-                available = Stock.objects.filter(product_id=sku).values_list("available", flat=True).first()
-                raise OutOfStock(sku=sku, requested=quantity, available=available or 0)
-
-
-def _move_reserved(*, order_ids: list[int], to: str) -> None:
-    """Move the units the given orders reserved to `available` or `shipped`
-    with one UPDATE whatever the number of orders: quantities are summed per
-    SKU first, so 300 orders of one SKU make one row change, not 300."""
-    assert to in ("available", "shipped")
-    with connection.cursor() as cursor:
-        # Lock the rows in SKU order first, as checkout does, so that a
-        # concurrent multi-SKU checkout and this cannot deadlock.
-        cursor.execute(
-            """
-            SELECT sku FROM inventory
-            WHERE sku IN (SELECT sku FROM order_items WHERE order_id = ANY(%s))
-            ORDER BY sku FOR UPDATE
-            """,
-            [order_ids],
+    checkouts can never both take the last unit. SKU order: concurrent orders
+    take the row locks in the same order and cannot deadlock."""
+    for sku in sorted(lines):
+        quantity = lines[sku]
+        taken = Stock.objects.filter(product_id=sku, available__gte=quantity).update(
+            available=F("available") - quantity, reserved=F("reserved") + quantity
         )
-        cursor.execute(
-            f"""
-            UPDATE inventory SET {to} = {to} + moved.quantity, reserved = reserved - moved.quantity
-            FROM (SELECT sku, SUM(quantity) AS quantity FROM order_items
-                  WHERE order_id = ANY(%s) GROUP BY sku) AS moved
-            WHERE inventory.sku = moved.sku
-            """,
-            [order_ids],
-        )
+        if not taken:
+            available = Stock.objects.filter(product_id=sku).values_list("available", flat=True).first()
+            raise OutOfStock(sku=sku, requested=quantity, available=available or 0)
 
 
-def return_reserved_stock(*, order_ids: list[int]) -> None:
+def _move_reserved(*, lines: Mapping[str, int], to: str) -> None:
+    """Move reserved units to `available` or `shipped`. The caller sums its
+    orders' quantities per SKU, so 300 orders of one SKU make one row change, and
+    SKUs moving the same quantity share one UPDATE: an expiry batch of 1,000
+    one-unit orders over 1,000 SKUs is one statement, not 1,000. Moving more
+    than was reserved breaks the CHECK (reserved >= 0): an IntegrityError,
+    never a silent miscount."""
+    lock_stock(lines)
+    by_quantity: dict[int, list[str]] = {}
+    for sku, quantity in lines.items():
+        by_quantity.setdefault(quantity, []).append(sku)
+    for quantity, skus in sorted(by_quantity.items()):
+        Stock.objects.filter(product_id__in=skus).update(reserved=F("reserved") - quantity, **{to: F(to) + quantity})
+
+
+def return_reserved_stock(*, lines: Mapping[str, int]) -> None:
     """Cancelled or refunded before shipping: reserved units go back on sale."""
-    _move_reserved(order_ids=order_ids, to="available")
+    _move_reserved(lines=lines, to="available")
 
 
-def ship_reserved_stock(*, order_ids: list[int]) -> None:
-    """Reserved units of the given orders leave the warehouse: reserved -> shipped."""
-    _move_reserved(order_ids=order_ids, to="shipped")
+def ship_reserved_stock(*, lines: Mapping[str, int]) -> None:
+    """Reserved units leave the warehouse: reserved -> shipped."""
+    _move_reserved(lines=lines, to="shipped")
+
+
+def set_available_stock_bulk(
+    *, targets: Mapping[str, int], user: AbstractBaseUser | None = None, note: str = ""
+) -> int:
+    """Bring each SKU's `available` to an exact figure, with one ledger entry per
+    change (received for a new SKU, a correction for an existing one), computed
+    against locked rows so that no reservation is overwritten. Returns the number
+    of ledger entries."""
+    current = lock_stock(targets)
+    new_stocks, changed, ledger = [], {}, []
+    for sku in sorted(targets):
+        target = targets[sku]
+        if sku not in current:
+            new_stocks.append(Stock(product_id=sku, available=target))
+            delta, reason = target, StockMovement.Reason.RECEIVED
+        else:
+            delta, reason = target - current[sku], StockMovement.Reason.CORRECTION
+            if delta:
+                changed[sku] = target
+        if delta:
+            ledger.append(StockMovement(product_id=sku, delta=delta, reason=reason, created_by=user, note=note))
+    Stock.objects.bulk_create(new_stocks)
+    if changed:
+        # Raw SQL, measured: bulk_update's CASE WHEN was 60% of a catalog
+        # re-import (bench/load_catalog.py); one UPDATE from unnest() is not.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {Stock._meta.db_table} AS s SET available = v.available "
+                "FROM unnest(%s::text[], %s::int[]) AS v(sku, available) WHERE s.sku = v.sku",
+                [list(changed), list(changed.values())],
+            )
+    StockMovement.objects.bulk_create(ledger)
+    return len(ledger)

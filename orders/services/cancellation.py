@@ -3,20 +3,21 @@ from datetime import datetime
 from functools import partial
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
+from django.db.models import Sum
 from django.utils import timezone
 
-from core.requestid import current_request_id
 from inventory import gate
 from inventory.models import Shipment
 from inventory.services import return_reserved_stock, ship_reserved_stock
 from inventory.services.flash_sales import gated_skus
 from orders.exceptions import OrderNotCancellable, OrderNotFound, OrderNotRefundable, OrderNotShippable
 from orders.metrics import ORDERS_EXPIRED
-from orders.models import Order, OrderItem, OrderStatus, Payment, PendingOrderCount, Refund
+from orders.models import Order, OrderItem, OrderStatus, Payment, Refund
+from orders.services.checkout import release_pending_slots
 from orders.services.payments import request_refund
-from outbox.models import OutboxEvent
-from outbox.services import record_event
+from orders.transitions import move_orders, sources
+from outbox.services import NewEvent, record_event, record_events
 
 logger = logging.getLogger(__name__)
 
@@ -24,42 +25,39 @@ logger = logging.getLogger(__name__)
 def cancel_orders(*, order_ids: list[int], reason: str, now: datetime | None = None) -> list[int]:
     """Cancel those of `order_ids` still awaiting payment and put their stock
     back on sale; returns the ids that were cancelled. Inside the caller's
-    transaction. The conditional UPDATE is what makes a concurrent payment and
-    this cancellation exclusive: whichever updates the row first wins."""
+    transaction. The orders are locked first (a payment being applied to one
+    now is waited for, then decides it), then moved by one conditional UPDATE:
+    a concurrent payment and this cancellation are exclusive."""
     if not order_ids:
         return []
     now = now or timezone.now()
-    with connection.cursor() as cursor:
-        # The OrderCancelled events are written by the same statement: building
-        # them in Python was 60% of an expiry batch (bench/expiry.py).
-        cursor.execute(
-            f"""
-            WITH cancelled AS (
-                UPDATE {Order._meta.db_table} SET status = %s, cancelled_at = %s
-                WHERE id = ANY(%s) AND status = %s
-                RETURNING id, customer_id
-            ), events AS (
-                INSERT INTO {OutboxEvent._meta.db_table}
-                    (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, attempts, last_error,
-                     request_id)
-                SELECT gen_random_uuid(), 'order', id::text, 'OrderCancelled',
-                       jsonb_build_object('order_id', id, 'customer_id', customer_id, 'reason', %s::text),
-                       %s, 0, '', %s
-                FROM cancelled ORDER BY id
-            ), slots AS (
-                UPDATE {PendingOrderCount._meta.db_table} AS c SET pending = GREATEST(c.pending - freed.n, 0)
-                FROM (SELECT customer_id, count(*) AS n FROM cancelled GROUP BY customer_id) AS freed
-                WHERE c.customer_id = freed.customer_id
-            )
-            SELECT id FROM cancelled
-            """,
-            [OrderStatus.CANCELLED, now, order_ids, OrderStatus.PENDING_PAYMENT, reason, now, current_request_id()],
-        )
-        ids = [row[0] for row in cursor.fetchall()]
-    if ids:
-        return_reserved_stock(order_ids=ids)
-        _reopen_gate_units(order_ids=ids)
+    pending = list(
+        Order.objects.select_for_update()
+        .filter(id__in=order_ids, status__in=sources(OrderStatus.CANCELLED))
+        .order_by("id")
+        .values_list("id", "customer_id")
+    )
+    return _cancel_locked(pending, reason=reason, now=now)
+
+
+def _cancel_locked(orders: list[tuple[int, int]], *, reason: str, now: datetime) -> list[int]:
+    """Cancel (id, customer) pairs this transaction holds locked, still pending."""
+    if not orders:
+        return []
+    ids = [order_id for order_id, _ in orders]
+    move_orders(ids, OrderStatus.CANCELLED, at=now)
+    data = [{"order_id": order_id, "customer_id": customer, "reason": reason} for order_id, customer in orders]
+    record_events([NewEvent("order", each["order_id"], "OrderCancelled", each) for each in data])
+    release_pending_slots(customer_ids=[customer for _, customer in orders])
+    return_reserved_stock(lines=reserved_lines(order_ids=ids))
+    _reopen_gate_units(order_ids=ids)
     return ids
+
+
+def reserved_lines(*, order_ids: list[int]) -> dict[str, int]:
+    """{sku: units} the orders hold, summed per SKU by the database."""
+    rows = OrderItem.objects.filter(order_id__in=order_ids).values("product_id").annotate(units=Sum("quantity"))
+    return {row["product_id"]: row["units"] for row in rows}
 
 
 def _reopen_gate_units(*, order_ids: list[int]) -> None:
@@ -96,18 +94,18 @@ def expire_unpaid_orders(*, batch_size: int | None = None, now: datetime | None 
     while True:
         with transaction.atomic():
             moment = now or timezone.now()
-            ids = list(
+            due = list(
                 Order.objects.pending_expired(moment)
                 .order_by("expires_at")
                 .select_for_update(skip_locked=True)
-                .values_list("id", flat=True)[:batch_size]
+                .values_list("id", "customer_id")[:batch_size]
             )
-            if not ids:
+            if not due:
                 return total
-            expired = cancel_orders(order_ids=ids, reason="expired", now=moment)
+            expired = _cancel_locked(due, reason="expired", now=moment)
             total += len(expired)
             transaction.on_commit(partial(ORDERS_EXPIRED.inc, len(expired)))
-        if len(ids) < batch_size:
+        if len(due) < batch_size:
             return total
 
 
@@ -131,12 +129,11 @@ def cancel_pending_order(*, order_id: int, reason: str = "cancelled_by_staff") -
 def refund_paid_order(*, order_id: int, user=None) -> Refund:
     """Staff refund of a paid, not yet shipped order: the money goes back and
     the reserved units go back on sale."""
-    updated = Order.objects.filter(id=order_id, status=OrderStatus.PAID).update(status=OrderStatus.REFUNDED)
-    if not updated:
+    if not move_orders([order_id], OrderStatus.REFUNDED):
         raise OrderNotRefundable(order_id=order_id)
     order = Order.objects.get(id=order_id)
     payment = order.payments.filter(outcome=Payment.Outcome.APPLIED).get()
-    return_reserved_stock(order_ids=[order.id])
+    return_reserved_stock(lines=reserved_lines(order_ids=[order.id]))
     _reopen_gate_units(order_ids=[order.id])
     return request_refund(payment=payment, order=order, reason=Refund.Reason.STAFF, user=user)
 
@@ -145,9 +142,9 @@ def refund_paid_order(*, order_id: int, user=None) -> Refund:
 def mark_order_shipped(*, order_id: int) -> Order:
     """A paid order leaves the warehouse: PAID -> SHIPPED, its units reserved -> shipped."""
     now = timezone.now()
-    if not Order.objects.filter(id=order_id, status=OrderStatus.PAID).update(status=OrderStatus.SHIPPED):
+    if not move_orders([order_id], OrderStatus.SHIPPED, at=now):
         raise OrderNotShippable(order_id=order_id)
-    ship_reserved_stock(order_ids=[order_id])
+    ship_reserved_stock(lines=reserved_lines(order_ids=[order_id]))
     order = Order.objects.get(id=order_id)
     items = [
         {"sku": sku, "quantity": quantity}

@@ -5,13 +5,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
-from django.db.backends.utils import CursorWrapper
+from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from cart.services import clear_cart
+from core.db import insert_unless_exists
 from core.exceptions import RateLimited
 from inventory import gate
 from inventory.exceptions import OutOfStock
@@ -27,7 +27,7 @@ from orders.metrics import CHECKOUT_REFUSALS, IDEMPOTENT_REPLAYS, ORDERS_CREATED
 from orders.models import Order, OrderItem, OrderStatus, PendingOrderCount
 from orders.services.admission import admit_cart
 from outbox.services import record_event
-from shop.models import Product
+from shop.selectors import cached_products
 
 logger = logging.getLogger(__name__)
 
@@ -47,86 +47,50 @@ class _PricedLine:
 
 
 def _price_cart(lines: dict[str, int]) -> list[_PricedLine]:
-    # Scalar parameters (IN (%s, ...)), not a list: a list parameter costs
-    # more to send than the whole statement (bench/checkout.py, py-spy).
+    """The cart at the catalog's prices: the products the cart shows, from the
+    hot cache (filled through the ORM, kept honest by the generation the
+    admission script has just checked in Redis), so a warm checkout prices its
+    cart without a query."""
     skus = sorted(lines)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT sku, name, price, is_active FROM {Product._meta.db_table} "
-            f"WHERE sku IN ({', '.join(['%s'] * len(skus))})",
-            skus,
-        )
-        products = {sku: (name, price, active) for sku, name, price, active in cursor.fetchall()}
+    products = cached_products(skus=skus)
     priced = []
     for sku in skus:
-        name, price, active = products.get(sku, (None, None, False))
-        if not active:
+        product = products.get(sku)
+        if product is None or not product.is_active:
             raise ProductUnavailable(sku=sku)
-        priced.append(_PricedLine(sku, name, lines[sku], price))
+        priced.append(_PricedLine(sku, product.name, lines[sku], product.price))
     return priced
 
 
-# One statement takes one of the customer's pending-order slots (the upsert's
-# row lock orders a customer's concurrent checkouts; the WHERE refuses the slot
-# at the limit) and inserts the order only if it got one; the unique (customer,
-# key) turns a second insert of the same key into nothing. It answers (slot
-# taken, order id): the limit costs no statement of its own.
-_INSERT_ORDER = f"""
-WITH slot AS (
-    INSERT INTO {PendingOrderCount._meta.db_table} AS c (customer_id, pending) VALUES (%(customer)s, 1)
-    ON CONFLICT (customer_id) DO UPDATE SET pending = c.pending + 1 WHERE c.pending < %(limit)s
-    RETURNING 1
-), new AS (
-    INSERT INTO {Order._meta.db_table} (customer_id, idempotency_key, request_hash, status, total_amount,
-        currency, created_at, expires_at)
-    SELECT %(customer)s, %(key)s, %(hash)s, %(status)s, %(total)s, %(currency)s, %(created)s, %(expires)s FROM slot
-    ON CONFLICT (customer_id, idempotency_key) DO NOTHING RETURNING id
-)
-SELECT EXISTS (SELECT FROM slot), (SELECT id FROM new)
-"""
-
-
-def _insert_order(cursor: CursorWrapper, order: Order) -> tuple[bool, int | None]:
-    """(slot taken, order id). No id: the key already has an order (a concurrent
-    twin waits for the winner's commit, then sees it) or no slot was free.
-    core.db.insert_unless_exists does the same for any model, but prepares
-    every field through the ORM, which showed in py-spy profiles of
-    bench/checkout.py; here the values go as they are."""
-    cursor.execute(
-        _INSERT_ORDER,
-        {
-            "customer": order.customer_id,
-            "limit": settings.MAX_PENDING_ORDERS_PER_CUSTOMER,
-            "key": order.idempotency_key,
-            "hash": order.request_hash,
-            "status": order.status,
-            "total": order.total_amount,
-            "currency": order.currency,
-            "created": order.created_at,
-            "expires": order.expires_at,
-        },
+def take_pending_slot(*, customer_id: int) -> bool:
+    """One of the customer's MAX_PENDING_ORDERS_PER_CUSTOMER slots for an unpaid
+    order, or False when all are taken: one conditional UPDATE of the counter
+    every account gets when created (orders/signals.py). Its row lock also
+    orders the customer's concurrent checkouts."""
+    free = PendingOrderCount.objects.filter(
+        customer_id=customer_id, pending__lt=settings.MAX_PENDING_ORDERS_PER_CUSTOMER
     )
-    slot_taken, order_id = cursor.fetchone()
-    if order_id is not None:
-        order.pk = order_id
-        order._state.adding = False
-    return slot_taken, order_id
-
-
-def release_pending_slot(*, customer_id: int) -> None:
-    """One of the customer's orders left PENDING_PAYMENT (or was never made): its slot
-    is free again. Never below zero: an order written around checkout (a bulk
-    load) never took one."""
-    PendingOrderCount.objects.filter(customer_id=customer_id).update(pending=Greatest(F("pending") - 1, 0))
-
-
-def _insert_items(cursor: CursorWrapper, order_id: int, priced: list[_PricedLine]) -> None:
-    """All lines in one INSERT, whatever their number."""
-    cursor.execute(
-        f"INSERT INTO {OrderItem._meta.db_table} (order_id, sku, name, quantity, unit_price) VALUES "
-        + ", ".join(["(%s, %s, %s, %s, %s)"] * len(priced)),
-        [value for li in priced for value in (order_id, li.sku, li.name, li.quantity, li.unit_price)],
+    if free.update(pending=F("pending") + 1):
+        return True
+    # An account made without signals (a bulk load) has no counter yet: give it one.
+    PendingOrderCount.objects.bulk_create(
+        [PendingOrderCount(customer_id=customer_id, pending=0)], ignore_conflicts=True
     )
+    return bool(free.update(pending=F("pending") + 1))
+
+
+def release_pending_slots(*, customer_ids: list[int]) -> None:
+    """Orders left PENDING_PAYMENT (or were never made): their customers' slots
+    are free again, one UPDATE per distinct count. Never below zero: an order
+    written around checkout (a bulk load) never took one."""
+    freed: dict[int, int] = {}
+    for customer_id in customer_ids:
+        freed[customer_id] = freed.get(customer_id, 0) + 1
+    by_count: dict[int, list[int]] = {}
+    for customer_id, count in freed.items():
+        by_count.setdefault(count, []).append(customer_id)
+    for count, customers in sorted(by_count.items()):
+        PendingOrderCount.objects.filter(customer_id__in=customers).update(pending=Greatest(F("pending") - count, 0))
 
 
 def _request_hash(lines: list[_PricedLine], currency: str) -> str:
@@ -210,18 +174,20 @@ def _create_order(
         OrderItem(order=order, product_id=li.sku, name=li.name, quantity=li.quantity, unit_price=li.unit_price)
         for li in priced
     ]
-    # One cursor for the transaction's statements: opening and closing a Django
-    # cursor costs about 27 us, almost half of a short statement's client time.
-    with transaction.atomic(), connection.cursor() as cursor:
-        slot_taken, order_id = _insert_order(cursor, order)
-        if order_id is None:
+    with transaction.atomic():
+        if not take_pending_slot(customer_id=customer_id):
             existing = _existing_order(customer_id=customer_id, idempotency_key=idempotency_key)
-            if existing is None:  # no slot was free
+            if existing is None:
                 raise TooManyPendingOrders(limit=settings.MAX_PENDING_ORDERS_PER_CUSTOMER)
-            if slot_taken:  # the key's order exists: the slot taken for it goes back
-                release_pending_slot(customer_id=customer_id)
             return _replay(existing, request_hash=request_hash)
-        _insert_items(cursor, order.id, priced)
+        # The unique (customer, key) decides between twins: the second waits for the
+        # first's commit, then inserts nothing and replays the first's order.
+        if insert_unless_exists(order, conflict_fields=["customer", "idempotency_key"]) is None:
+            release_pending_slots(customer_ids=[customer_id])
+            return _replay(
+                _existing_order(customer_id=customer_id, idempotency_key=idempotency_key), request_hash=request_hash
+            )
+        OrderItem.objects.bulk_create(items)
         record_event(
             aggregate_type="order",
             aggregate_id=order.id,
@@ -237,14 +203,13 @@ def _create_order(
                 "currency": currency,
                 "expires_at": order.expires_at.isoformat(),
             },
-            cursor=cursor,
         )
         transaction.on_commit(lambda: _after_commit(customer_id, idempotency_key, order.id, bool(gated)))
         # Reserve last: a hot SKU's row stays locked only from its UPDATE to the
         # COMMIT, not while the items and the event are written (measured in
         # bench/checkout.py). Out of stock rolls back all of the above, and
         # drops the on_commit callback.
-        reserve_stock(lines={line.sku: line.quantity for line in priced}, cursor=cursor)
+        reserve_stock(lines={line.sku: line.quantity for line in priced})
     order._prefetched_objects_cache = {"items": items}
     return PlacedOrder(order=order, replayed=False)
 

@@ -6,7 +6,8 @@ from django.utils import timezone
 from core.db import insert_unless_exists
 from orders.metrics import PAYMENTS, REFUNDS_REQUESTED
 from orders.models import Order, OrderStatus, Payment, Refund
-from orders.services.checkout import release_pending_slot
+from orders.services.checkout import release_pending_slots
+from orders.transitions import move_orders
 from outbox.services import record_event
 
 
@@ -76,11 +77,8 @@ def handle_payment_webhook(
     elif (amount, currency) != (order.total_amount, order.currency):
         refund_reason = Refund.Reason.AMOUNT_MISMATCH
     else:
-        paid = Order.objects.filter(id=order.id, status=OrderStatus.PENDING_PAYMENT).update(
-            status=OrderStatus.PAID, paid_at=now
-        )
-        if paid:
-            release_pending_slot(customer_id=order.customer_id)
+        if move_orders([order.id], OrderStatus.PAID, at=now):
+            release_pending_slots(customer_ids=[order.customer_id])
             _announce_paid(order=order, payment=payment, paid_at=now)
         else:
             refund_reason = Refund.Reason.ORDER_NOT_PENDING

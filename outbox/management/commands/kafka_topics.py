@@ -17,6 +17,6 @@ class Command(BaseCommand):
                     self.style.ERROR(
                         f"WARNING: {topic.name} has {topic.partitions} partitions, expected {expected} "
                         "(KAFKA_TOPIC_PARTITIONS). Events of one order are only kept in order within one "
-                        "partition count: see the README's runbook on partition counts."
+                        "partition count: see docs/operations.md, partition counts."
                     )
                 )

@@ -1,0 +1,53 @@
+"""The order's life as data: which status may follow which, and the one
+function that moves orders along it.
+
+Every status change (payment, cancellation by the shopper or staff, expiry,
+shipping, refund, the admin's actions) is `move_orders`: one conditional UPDATE
+whose WHERE holds the statuses the target may be reached from. Two movers
+racing for the same order (a payment and the expiry job) cannot both win: the
+first UPDATE changes the row, the second finds its status gone.
+
+    PENDING_PAYMENT --paid--> PAID --shipped--> SHIPPED
+          |                     |
+          +--cancelled/expired--+--refunded--> REFUNDED
+          v
+      CANCELLED
+"""
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from django.utils import timezone
+
+from orders.models import Order, OrderStatus
+
+TRANSITIONS: frozenset[tuple[OrderStatus, OrderStatus]] = frozenset(
+    {
+        (OrderStatus.PENDING_PAYMENT, OrderStatus.PAID),
+        (OrderStatus.PENDING_PAYMENT, OrderStatus.CANCELLED),
+        (OrderStatus.PAID, OrderStatus.SHIPPED),
+        (OrderStatus.PAID, OrderStatus.REFUNDED),
+    }
+)
+
+# The moment of the move, kept on the order where the model has a field for it.
+STAMPS: dict[OrderStatus, str] = {OrderStatus.PAID: "paid_at", OrderStatus.CANCELLED: "cancelled_at"}
+
+
+def sources(target: OrderStatus) -> list[OrderStatus]:
+    """The statuses `target` may be reached from."""
+    found = sorted(before for before, after in TRANSITIONS if after == target)
+    if not found:
+        raise ValueError(f"no order may move to {target}")
+    return found
+
+
+def may_move(current: OrderStatus | str, target: OrderStatus) -> bool:
+    return (OrderStatus(current), target) in TRANSITIONS
+
+
+def move_orders(order_ids: Iterable[int], target: OrderStatus, *, at: datetime | None = None) -> int:
+    """Move those of the orders whose status allows it to `target`; returns how
+    many moved. For one order, 0 means it was somewhere `target` cannot follow."""
+    stamp = {STAMPS[target]: at or timezone.now()} if target in STAMPS else {}
+    return Order.objects.filter(id__in=list(order_ids), status__in=sources(target)).update(status=target, **stamp)
