@@ -1,5 +1,9 @@
-"""Rate limits kept in Redis: a fixed window counted by one atomic Lua call
-(one round-trip), unlike DRF's cache throttles (read, then write back).
+"""Rate limits: the one owner of their rates (settings.RATE_LIMITS, by scope),
+their Redis keys (`rate:{scope}:{ident}`) and their counting (a fixed window,
+core/lua/ratelimit.lua: one atomic Lua call, unlike DRF's cache throttles, which
+read and then write back). The API's throttles (auth: per address), the cart's
+and checkout's limits (per shopper, counted inside their own Lua call) and the
+benches all go through here.
 
 Per-address limits key on the real peer address: a client can put anything in
 X-Forwarded-For, so the header counts only when TRUSTED_PROXIES says how many
@@ -7,19 +11,16 @@ proxies in front of the shop append to it."""
 
 import ipaddress
 import math
+from dataclasses import dataclass
 
 from django.conf import settings
 from redis.exceptions import RedisError
 from rest_framework.throttling import BaseThrottle
 
-from core.redis_scripts import run_script
+from core.redis_scripts import compose, load_lua, run_script
 
-# KEYS: counter. ARGV: window in ms. Returns {count in this window, ms left}.
-_HIT = """
-local count = redis.call('INCR', KEYS[1])
-if count == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
-return {count, redis.call('PTTL', KEYS[1])}
-"""
+LUA = load_lua("core", "ratelimit")  # limited(): for scripts that count a limit in their own call
+_COUNT = compose(LUA, load_lua("core", "count"))
 
 _PERIODS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hour": 3600, "d": 86400, "day": 86400}
 
@@ -43,19 +44,47 @@ def client_address(request) -> str:
         return peer
 
 
+@dataclass(frozen=True)
+class Window:
+    """One client's counter for one scope: its Redis key, its limit (0: none) and length."""
+
+    key: str
+    limit: int
+    ms: int
+
+
+def window_key(scope: str | None, ident: str) -> str:
+    return f"rate:{scope}:{ident}"
+
+
+def window(scope: str | None, ident: str) -> Window:
+    """`ident`'s window for `scope`; limit 0 when the scope has no rate (or is None)."""
+    rate = settings.RATE_LIMITS.get(scope) if scope else None
+    limit, period = parse_rate(rate) if rate else (0, 1)
+    return Window(window_key(scope, ident), limit, period * 1000)
+
+
+def shopper_window(scope: str | None, customer_id: int) -> Window:
+    return window(scope, f"user:{customer_id}")
+
+
+def count(limit_window: Window) -> float | None:
+    """Count one request in the window: the seconds to wait when over the limit,
+    else None. Raises RedisError when Redis is unreachable."""
+    if not limit_window.limit:
+        return None
+    wait_ms = run_script(_COUNT, keys=[limit_window.key], args=[limit_window.limit, limit_window.ms])
+    return wait_ms / 1000 if wait_ms else None
+
+
 def hit(*, scope: str, ident: str) -> float | None:
     """Count one request against `scope`'s limit for `ident`: the seconds to wait
     when over it, else None (also when no limit is set, or Redis is down: limits
     protect the shop; they must not take it down with Redis)."""
-    rate = settings.RATE_LIMITS.get(scope)
-    if not rate:
-        return None
-    limit, period = parse_rate(rate)
     try:
-        count, ms_left = run_script(_HIT, keys=[f"rate:{scope}:{ident}"], args=[period * 1000])
+        return count(window(scope, ident))
     except RedisError:
         return None
-    return max(ms_left, 0) / 1000 if count > limit else None
 
 
 def parse_rate(rate: str) -> tuple[int, int]:

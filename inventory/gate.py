@@ -19,61 +19,14 @@ from django_redis import get_redis_connection
 from redis.exceptions import RedisError
 
 from core.exceptions import DomainError
-from core.redis_scripts import run_script
+from core.redis_scripts import compose, load_lua, run_script
 
 REFUSALS_KEY = "gate:refusals"
 REPLAY_MARKER_TTL_SECONDS = 24 * 3600
 
-# The gate's check, a Lua function shared with checkout's one-call admission
-# (orders/services/admission.py). `lines`: {sku, quantity, limit (0: none),
-# remaining key, bought key} per gated line; all pass or nothing is taken.
-ADMIT_FUNCTION = """
-local function admit(customer, lines, refusals)
-  for _, line in ipairs(lines) do
-    local sku, quantity, limit, remaining, bought = unpack(line)
-    local left = redis.call('GET', remaining)
-    if not left then return 'missing', sku end
-    if tonumber(left) < quantity then
-      redis.call('HINCRBY', refusals, sku, 1)
-      return 'sold_out', sku
-    end
-    if limit > 0 and tonumber(redis.call('HGET', bought, customer) or '0') + quantity > limit then
-      redis.call('HINCRBY', refusals, sku, 1)
-      return 'limit_reached', sku
-    end
-  end
-  for _, line in ipairs(lines) do
-    redis.call('DECRBY', line[4], line[2])
-    redis.call('HINCRBY', line[5], customer, line[2])
-  end
-  return 'admitted', ''
-end
-"""
-
-# KEYS: replay marker, (remaining, bought) per SKU, refusals. ARGV: customer,
-# (sku, quantity, limit) per SKU.
-_ADMIT = ADMIT_FUNCTION + """
-if redis.call('EXISTS', KEYS[1]) == 1 then return {'replay', ''} end
-local lines = {}
-for i = 1, (#ARGV - 1) / 3 do
-  lines[i] = {ARGV[3*i-1], tonumber(ARGV[3*i]), tonumber(ARGV[3*i+1]), KEYS[2*i], KEYS[2*i+1]}
-end
-local verdict, sku = admit(ARGV[1], lines, KEYS[#KEYS])
-return {verdict, sku}
-"""
-
-_RELEASE = """
-local customer = ARGV[1]
-for i = 1, #KEYS / 2 do
-  if redis.call('EXISTS', KEYS[2*i-1]) == 1 then
-    redis.call('INCRBY', KEYS[2*i-1], ARGV[i+1])
-    if redis.call('HINCRBY', KEYS[2*i], customer, -tonumber(ARGV[i+1])) <= 0 then
-      redis.call('HDEL', KEYS[2*i], customer)
-    end
-  end
-end
-return 1
-"""
+LUA = load_lua("inventory", "gate")  # admit(): for scripts composed elsewhere (checkout's admission)
+_ADMIT = compose(LUA, load_lua("inventory", "admit"))
+_RELEASE = load_lua("inventory", "release")
 
 
 class SoldOut(DomainError):
