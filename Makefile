@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 export PY
 
-.PHONY: run test stop services migrate seed lint install clean
+.PHONY: run test stop services migrate seed lint install clean bench-tools
 
 # Development only: DEBUG on, with the development secrets. Everything else
 # (the Docker image, a process started by hand) runs with DEBUG off and needs
@@ -43,6 +43,10 @@ seed: install
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+
+# The benchmarks' load generator (bench/README.md): wrk, from the distribution's packages.
+bench-tools:
+	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
 
 stop:
 	@PY=$(PY) scripts/services.sh stop
