@@ -271,7 +271,7 @@ def test_failures_are_recorded_when_staff_touched_the_events_during_the_run(monk
         thread.join()
         raise KafkaException("broker down")
 
-    monkeypatch.setattr("outbox.relay.ensure_topics", broker_down)
+    monkeypatch.setattr("outbox.relay.relay.ensure_topics", broker_down)
     result = OutboxRelay().publish_batch()
     assert (result.published, result.failed) == (0, 1)
     event.refresh_from_db()

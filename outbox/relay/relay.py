@@ -1,47 +1,34 @@
-"""The outbox relay: unpublished events -> Kafka, at least once, in order per
-aggregate.
-
-A run of the relay holds an advisory lock, so only one relay (process or
-Celery task) publishes at a time, and is one REPEATABLE READ transaction
+"""The relay's runs. A run holds the leader lock, so only one relay (process
+or Celery task) publishes at a time, and is one REPEATABLE READ transaction
 that reads the unpublished events of one snapshot in id order, batch after
-batch. The snapshot is what keeps the order per order: a
-later event of an order is written only after the earlier one committed, so
-it is never visible without it. (The leader lock is also why there is no
-`FOR UPDATE SKIP LOCKED`: nobody else reads these rows, and locking them
-would write to every one of them.)
+batch. The snapshot is what keeps the order per order: a later event of an
+order is written only after the earlier one committed, so it is never
+visible without it. While Kafka acknowledges a batch, the next is produced.
 
-The batches are pipelined (bench/relay.py measured the serial loop waiting on
-PostgreSQL two thirds of the time): while the relay produces batch N, a
-helper thread reads batch N+1 on the run's connection, in its snapshot; while
-Kafka acknowledges batch N, batch N+1 is produced, and batch N is marked
-published with one statement on a second connection, in another helper
-thread. Kafka's acknowledgement always comes before the mark. Whatever was not acknowledged stays unpublished, with
-`attempts` and `last_error`; the relay backs off, and after a failure its
-producer is thrown away and recreated, so a broker that restarted empty (or
-a stalled idempotent producer) does not block it.
+Kafka's acknowledgement always comes before the mark. Whatever was not
+acknowledged stays unpublished, with `attempts` and `last_error`; the relay
+backs off, and after a failure its producer is thrown away and recreated, so
+a broker that restarted empty (or a stalled idempotent producer) does not
+block it.
 """
 
 import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import psycopg
 from confluent_kafka import KafkaException, Producer
 from django.conf import settings
 from django.db import connection, transaction
 
 from core.kafka import client_config
 from outbox.metrics import RELAY_FAILURES, RELAY_PUBLISHED
-from outbox.models import OutboxEvent, UnpublishedEvent
+from outbox.relay import sql, threads
 from outbox.topics import ensure_topics
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("outbox.relay")  # the one name of the relay's log lines
 
-# Any constant shared by every relay; "outbox" in ASCII.
-RELAY_LOCK_KEY = 0x6F7574626F78
 # Batches produced and not yet settled: the next batch is produced while Kafka
 # acknowledges the previous one.
 PIPELINE_DEPTH = 2
@@ -70,83 +57,6 @@ class InFlight:
         return len(self.acked) + len(self.errors) >= len(self.ids)
 
 
-# PostgreSQL hands over the envelope's parts as JSON text (strings escaped,
-# the timestamp in ISO 8601, the payload as stored) and Python joins them:
-# json_build_object() spent more time looking up the type of each argument
-# than writing it, and re-encoding model instances in Python was half of the
-# relay's time (bench/relay.py). The envelope is the contract in the README.
-# The ids are taken first (LIMIT in the subquery), so that the planner joins
-# n rows, never the whole queue: a backlog of 50,000 made a hash join of it.
-_READ_BATCH = f"""
-    SELECT e.id, e.aggregate_id, e.event_id::text, e.event_type, e.request_id,
-           to_json(e.event_type)::text, to_json(e.created_at)::text,
-           to_json(e.aggregate_type)::text, to_json(e.aggregate_id)::text, e.payload::text
-    FROM (
-        SELECT id FROM {UnpublishedEvent._meta.db_table} WHERE id > %(after)s ORDER BY id LIMIT %(limit)s
-    ) AS p
-    JOIN {OutboxEvent._meta.db_table} AS e ON e.id = p.id
-    WHERE e.published_at IS NULL
-    ORDER BY e.id
-"""
-
-# (id, key, value, event_id, event_type, request_id)
-PendingEvent = tuple[int, bytes, bytes, str, str, str]
-
-
-def read_pending(limit: int, *, after: int = 0, raw: psycopg.Connection | None = None) -> list[PendingEvent]:
-    """The next `limit` unpublished events after id `after`, as Kafka messages.
-    `raw`: the psycopg connection (and its transaction) to read on, when it is
-    not this thread's own; psycopg connections are thread-safe."""
-    if raw is None:
-        connection.ensure_connection()
-        raw = connection.connection
-    # The driver's own cursor, binary: text columns arrive as they are, with
-    # no escaping either way (Django's cursors bind on the client, text only).
-    with psycopg.Cursor(raw) as cursor:
-        cursor.execute(_READ_BATCH, {"after": after, "limit": limit}, binary=True)
-        return [
-            (
-                event_id,
-                key.encode(),
-                f'{{"event_id":"{uuid}","event_type":{type_json},"occurred_at":{occurred_at},'
-                f'"aggregate_type":{aggregate_type},"aggregate_id":{aggregate_id},"data":{payload}}}'.encode(),
-                uuid,
-                event_type,
-                request_id,
-            )
-            for (
-                event_id, key, uuid, event_type, request_id,
-                type_json, occurred_at, aggregate_type, aggregate_id, payload,
-            ) in cursor.fetchall()
-        ]
-
-
-def mark_published(ids: list[int]) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            WITH done AS (DELETE FROM {UnpublishedEvent._meta.db_table} WHERE id = ANY(%s) RETURNING id)
-            UPDATE {OutboxEvent._meta.db_table} AS e SET published_at = statement_timestamp()
-            FROM done WHERE e.id = done.id
-            """,
-            [ids],
-        )
-
-
-def record_failures(errors: dict[int, str]) -> None:
-    ids = list(errors)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            UPDATE {OutboxEvent._meta.db_table} AS e
-            SET attempts = e.attempts + 1, last_error = failed.error
-            FROM unnest(%s::bigint[], %s::text[]) AS failed(id, error)
-            WHERE e.id = failed.id
-            """,
-            [ids, [errors[i][:1000] for i in ids]],
-        )
-
-
 def new_producer() -> Producer:
     return Producer(
         client_config(
@@ -164,76 +74,6 @@ def new_producer() -> Producer:
             }
         )
     )
-
-
-class _Marker:
-    """Marks batches published on a connection of its own, in one helper
-    thread, so that PostgreSQL writes one batch while the relay reads and
-    produces the next. Started only when a run has more than one batch."""
-
-    def __init__(self) -> None:
-        self.executor: ThreadPoolExecutor | None = None
-        self.futures: list[Future] = []
-
-    def mark(self, ids: list[int], *, in_background: bool) -> None:
-        if not in_background and self.executor is None:
-            mark_published(ids)  # one batch: nothing to overlap with
-            return
-        if self.executor is None:
-            self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="outbox-marker")
-        self.futures.append(self.executor.submit(mark_published, ids))
-
-    def wait(self) -> None:
-        """Until every mark committed; raises the first one that failed."""
-        futures, self.futures = self.futures, []
-        for future in futures:
-            future.result()
-
-    def close(self) -> None:
-        if self.executor is not None:
-            self.executor.submit(_close_connection).result()
-            self.executor.shutdown()
-            self.executor = None
-
-
-class _ReadAhead:
-    """Reads the run's next batch in a helper thread, on the run's connection
-    and snapshot, while the relay produces the current one. The relay's own
-    thread does not use that connection meanwhile."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.raw = connection.connection
-        self.executor: ThreadPoolExecutor | None = None
-        self.next: Future | None = None
-
-    def start(self, *, after: int) -> None:
-        if self.executor is None:
-            self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="outbox-reader")
-        self.next = self.executor.submit(read_pending, self.limit, after=after, raw=self.raw)
-
-    def take(self) -> list[PendingEvent]:
-        future, self.next = self.next, None
-        return future.result()
-
-    def close(self) -> None:
-        """Waits for a read still running: the run's transaction ends after it."""
-        if self.executor is not None:
-            self.executor.shutdown(wait=True)
-            self.executor = None
-
-
-def _unlock() -> None:
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [RELAY_LOCK_KEY])
-    except Exception:  # a broken connection: closing it releases the lock
-        logger.debug("relay: could not release the leader lock", exc_info=True)
-        connection.close()
-
-
-def _close_connection() -> None:
-    connection.close()  # the calling thread's connection
 
 
 class OutboxRelay:
@@ -292,22 +132,19 @@ class OutboxRelay:
             raise RuntimeError("the relay runs its own transactions")
         # The lock is taken before the run's snapshot, which must see
         # everything the previous leader marked.
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_try_advisory_lock(%s)", [RELAY_LOCK_KEY])
-            if not cursor.fetchone()[0]:
-                return BatchResult(0, 0, leader=False)
+        if not sql.try_lock():
+            return BatchResult(0, 0, leader=False)
         try:
             with transaction.atomic():
-                with connection.cursor() as cursor:
-                    cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                marker = _Marker()
+                sql.repeatable_read()
+                marker = threads.Marker()
                 try:
                     published, errors = self._run(max_batches, marker)
                     marker.wait()
                 finally:
                     marker.close()
             if errors:  # after the snapshot: staff may have touched these rows meanwhile
-                record_failures(errors)
+                sql.record_failures(errors)
         except BaseException:
             # Whatever the producer still holds would be delivered and never
             # marked: drop it, and back off.
@@ -315,7 +152,7 @@ class OutboxRelay:
             self._failed()
             raise
         finally:
-            _unlock()
+            sql.unlock()
         RELAY_PUBLISHED.inc(published)
         if errors:
             RELAY_FAILURES.inc(len(errors))
@@ -328,12 +165,12 @@ class OutboxRelay:
             self.failures_in_a_row = 0
         return BatchResult(published, len(errors))
 
-    def _run(self, max_batches: int, marker: _Marker) -> tuple[int, dict[int, str]]:
+    def _run(self, max_batches: int, marker: threads.Marker) -> tuple[int, dict[int, str]]:
         in_flight: deque[InFlight] = deque()
         published, errors = 0, {}
-        reader = _ReadAhead(self.batch_size)
+        reader = threads.ReadAhead(self.batch_size)
         try:
-            events: list[PendingEvent] | None = read_pending(self.batch_size)
+            events: list[sql.PendingEvent] | None = sql.read_pending(self.batch_size)
             reads = 1
             while True:
                 failing = errors or any(batch.errors for batch in in_flight)
@@ -366,7 +203,7 @@ class OutboxRelay:
             self._discard_producer()  # stalled or failed: start again from a fresh producer
         return published, errors
 
-    def _produce(self, events: list[PendingEvent]) -> InFlight:
+    def _produce(self, events: list[sql.PendingEvent]) -> InFlight:
         batch = InFlight(
             ids=[event[0] for event in events],
             deadline=time.monotonic() + settings.OUTBOX_FLUSH_TIMEOUT_SECONDS,
