@@ -1,25 +1,26 @@
+from core.errors import ErrorCode
 from core.exceptions import DomainError
 
 
 class CartFull(DomainError):
-    code = "cart_full"
+    code = ErrorCode.CART_FULL
     status = 409
     message = "The cart already holds the maximum number of lines."
 
 
 class CartUnavailable(DomainError):
-    code = "cart_unavailable"
+    code = ErrorCode.CART_UNAVAILABLE
     status = 503
     message = "The cart store is unavailable; retry shortly."
 
 
 class UnknownProduct(DomainError):
-    code = "unknown_sku"
+    code = ErrorCode.UNKNOWN_SKU
     status = 404
     message = "No product has this SKU."
 
 
 class InactiveProduct(DomainError):
-    code = "inactive_sku"
+    code = ErrorCode.INACTIVE_SKU
     status = 422
     message = "This product is not on sale."

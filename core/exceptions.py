@@ -15,13 +15,16 @@ from rest_framework import exceptions as drf
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from core.errors import ErrorCode
+
 logger = logging.getLogger("shop.api")
 
 
 class DomainError(Exception):
-    """A business rule said no. Subclasses set ``code`` and ``status``."""
+    """A business rule said no. Subclasses set ``code`` (a member of
+    core.errors.ErrorCode, the registry of every code) and ``status``."""
 
-    code = "error"
+    code: ErrorCode = ErrorCode.ERROR
     status = 400
     message = "The request could not be served."
 
@@ -32,13 +35,13 @@ class DomainError(Exception):
 
 
 class NotFound(DomainError):
-    code = "not_found"
+    code = ErrorCode.NOT_FOUND
     status = 404
     message = "Not found."
 
 
 class RateLimited(DomainError):
-    code = "rate_limited"
+    code = ErrorCode.RATE_LIMITED
     status = 429
     message = "Too many requests; retry after the number of seconds in Retry-After."
 
@@ -48,19 +51,19 @@ class RateLimited(DomainError):
 
 
 class PayloadTooLarge(DomainError):
-    code = "payload_too_large"
+    code = ErrorCode.PAYLOAD_TOO_LARGE
     status = 413
     message = "The request body is larger than the server accepts."
 
 
 class CacheUnavailable(DomainError):
-    code = "cache_unavailable"
+    code = ErrorCode.CACHE_UNAVAILABLE
     status = 503
     message = "The cache is unavailable; retry shortly."
 
 
 class DatabaseUnavailable(DomainError):
-    code = "database_unavailable"
+    code = ErrorCode.DATABASE_UNAVAILABLE
     status = 503
     message = "The database is unavailable; retry shortly."
 
@@ -78,21 +81,21 @@ def infrastructure_error(exc: Exception) -> DomainError | None:
     return None
 
 
-_DRF_CODES = {
-    drf.NotAuthenticated: "not_authenticated",
-    drf.AuthenticationFailed: "authentication_failed",
-    drf.PermissionDenied: "permission_denied",
-    drf.NotFound: "not_found",
-    drf.MethodNotAllowed: "method_not_allowed",
-    drf.NotAcceptable: "not_acceptable",
-    drf.UnsupportedMediaType: "unsupported_media_type",
-    drf.Throttled: "rate_limited",
-    drf.ParseError: "malformed_request",
-    drf.ValidationError: "invalid",
+_DRF_CODES: dict[type[drf.APIException], ErrorCode] = {
+    drf.NotAuthenticated: ErrorCode.NOT_AUTHENTICATED,
+    drf.AuthenticationFailed: ErrorCode.AUTHENTICATION_FAILED,
+    drf.PermissionDenied: ErrorCode.PERMISSION_DENIED,
+    drf.NotFound: ErrorCode.NOT_FOUND,
+    drf.MethodNotAllowed: ErrorCode.METHOD_NOT_ALLOWED,
+    drf.NotAcceptable: ErrorCode.NOT_ACCEPTABLE,
+    drf.UnsupportedMediaType: ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+    drf.Throttled: ErrorCode.RATE_LIMITED,
+    drf.ParseError: ErrorCode.MALFORMED_REQUEST,
+    drf.ValidationError: ErrorCode.INVALID,
 }
 
 
-def error_body(code: str, message: str, details: Any = None) -> dict:
+def error_body(code: ErrorCode, message: str, details: Any = None) -> dict:
     return {"error": {"code": code, "message": message, "details": details or {}}}
 
 
@@ -105,7 +108,7 @@ def api_exception_handler(exc: Exception, context: dict) -> Response:
 
     if isinstance(exc, DjangoValidationError):
         details = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
-        return Response(error_body("invalid", "The request is invalid.", details), status=400)
+        return Response(error_body(ErrorCode.INVALID, "The request is invalid.", details), status=400)
     if isinstance(exc, Http404):
         exc = drf.NotFound()
     elif isinstance(exc, PermissionDenied):
@@ -116,11 +119,11 @@ def api_exception_handler(exc: Exception, context: dict) -> Response:
         view = context.get("view")
         logger.exception("unhandled error in %s", type(view).__name__ if view else "API", exc_info=exc)
         return Response(
-            error_body("internal_error", "Something went wrong on our side; it has been logged."),
+            error_body(ErrorCode.INTERNAL_ERROR, "Something went wrong on our side; it has been logged."),
             status=500,
         )
 
-    code = next((c for cls, c in _DRF_CODES.items() if isinstance(exc, cls)), "error")
+    code = next((c for cls, c in _DRF_CODES.items() if isinstance(exc, cls)), ErrorCode.ERROR)
     if isinstance(exc, drf.ValidationError):
         message, details = "The request is invalid.", exc.detail
         if not isinstance(details, dict):

@@ -17,9 +17,9 @@ from django.db import transaction
 from django_redis import get_redis_connection
 from redis.exceptions import RedisError
 from rest_framework.renderers import JSONRenderer
-from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.errors import ErrorCode
 from core.exceptions import DomainError
 from core.parsers import JSONParser
 
@@ -33,7 +33,7 @@ class StaleCache(DomainError):
 
     Retried once by HotCacheApiView; only a second miss in a row reaches the client."""
 
-    code = "catalog_changing"
+    code = ErrorCode.CATALOG_CHANGING
     status = 503
     message = "The catalog changed while serving this request; retry."
 
@@ -109,6 +109,13 @@ class HotCacheApiView(APIView):
     These are the hot paths (cart, checkout): JSON in and out only, which spares
     DRF's content negotiation against the browsable API on every request."""
 
+    # (The docstring above is also these operations' OpenAPI description.)
+    # The retry is DRF's own dispatch() run again on the same Django request: it
+    # builds a new DRF Request, so the shopper is authenticated and the body
+    # parsed anew, and the permission and throttle checks run again. The body
+    # can be parsed twice because DRF reads a JSON body through Django's
+    # HttpRequest.body, which keeps it (tests/core/test_hotcache_retry.py).
+
     renderer_classes = [JSONRenderer]
     parser_classes = [JSONParser]
     _json = JSONRenderer()
@@ -116,18 +123,17 @@ class HotCacheApiView(APIView):
     def perform_content_negotiation(self, request, force=False):
         return (self._json, self._json.media_type)  # JSON is all these views speak
 
-    def handle_exception(self, exc):
-        if not isinstance(exc, StaleCache) or getattr(self.request, "_hot_cache_retried", False):
-            return super().handle_exception(exc)
-        hot_cache.clear()
-        request = self.request
-        request._hot_cache_retried = True
-        for attr in ("_user", "_auth", "_authenticator"):  # re-authenticate on next access
-            request.__dict__.pop(attr, None)
-        try:
-            self.initial(request, *self.args, **self.kwargs)
-            handler = getattr(self, request.method.lower())
-            response: Response = handler(request, *self.args, **self.kwargs)
-        except Exception as retry_exc:
-            return super().handle_exception(retry_exc)
+    def dispatch(self, request, *args, **kwargs):
+        self._stale_cache_met = False
+        self._stale_cache_retry = False
+        response = super().dispatch(request, *args, **kwargs)
+        if self._stale_cache_met:  # the first answer (a 503) is replaced by the retry's
+            hot_cache.clear()
+            self._stale_cache_retry = True
+            response = super().dispatch(request, *args, **kwargs)
         return response
+
+    def handle_exception(self, exc):
+        if isinstance(exc, StaleCache) and not self._stale_cache_retry:
+            self._stale_cache_met = True
+        return super().handle_exception(exc)

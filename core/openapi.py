@@ -3,13 +3,16 @@
 from drf_spectacular.utils import OpenApiResponse, inline_serializer
 from rest_framework import serializers
 
+from core.errors import ErrorCode
+
 ErrorSerializer = inline_serializer(
     name="Error",
     fields={
         "error": inline_serializer(
             name="ErrorBody",
             fields={
-                "code": serializers.CharField(),
+                # An enum of the registry: a generated client knows every code it may meet.
+                "code": serializers.ChoiceField(choices=[(code.value, code.value) for code in ErrorCode]),
                 "message": serializers.CharField(),
                 "details": serializers.DictField(),
             },

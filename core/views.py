@@ -5,24 +5,25 @@ from django.http import JsonResponse
 from django.views.csrf import csrf_failure as django_csrf_failure
 from django.views.decorators.csrf import csrf_exempt
 
+from core.errors import ErrorCode
 from core.exceptions import error_body, infrastructure_error
 
 
 @csrf_exempt  # a PUT to a path that matches no route is a 404, not a CSRF refusal
 def not_found(request, exception=None):
-    return JsonResponse(error_body("not_found", "Not found."), status=404)
+    return JsonResponse(error_body(ErrorCode.NOT_FOUND, "Not found."), status=404)
 
 
 def csrf_failure(request, reason=""):
     """CSRF_FAILURE_VIEW: the JSON envelope under /api/, Django's page elsewhere (the admin)."""
     if request.path.startswith("/api/"):
-        return JsonResponse(error_body("csrf_failed", f"CSRF check failed: {reason}"), status=403)
+        return JsonResponse(error_body(ErrorCode.CSRF_FAILED, f"CSRF check failed: {reason}"), status=403)
     return django_csrf_failure(request, reason)
 
 
 def server_error(request):
     return JsonResponse(
-        error_body("internal_error", "Something went wrong on our side; it has been logged."),
+        error_body(ErrorCode.INTERNAL_ERROR, "Something went wrong on our side; it has been logged."),
         status=500,
     )
 

@@ -18,6 +18,7 @@ from django.conf import settings
 from django_redis import get_redis_connection
 from redis.exceptions import RedisError
 
+from core.errors import ErrorCode
 from core.exceptions import DomainError
 from core.redis_scripts import compose, load_lua, run_script
 
@@ -30,19 +31,19 @@ _RELEASE = load_lua("inventory", "release")
 
 
 class SoldOut(DomainError):
-    code = "sold_out"
+    code = ErrorCode.SOLD_OUT
     status = 409
     message = "This flash-sale item is sold out."
 
 
 class LimitReached(DomainError):
-    code = "limit_reached"
+    code = ErrorCode.LIMIT_REACHED
     status = 409
     message = "You have reached the per-customer limit for this flash-sale item."
 
 
 class GateUnavailable(DomainError):
-    code = "gate_unavailable"
+    code = ErrorCode.GATE_UNAVAILABLE
     status = 503
     message = "The flash-sale gate is unavailable; retry shortly."
 

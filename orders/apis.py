@@ -1,11 +1,12 @@
 import re
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
+from rest_framework.viewsets import ViewSetMixin
 
 from core.authentication import CachedTokenAuthentication
 from core.hotcache import HotCacheApiView
@@ -51,6 +52,7 @@ class OrderOutputSerializer(serializers.Serializer):
     cancelled_at = serializers.DateTimeField(allow_null=True)
 
 
+@extend_schema_serializer(many=False)  # one page object, though it answers the `list` action
 class OrderPageSerializer(serializers.Serializer):
     """What PageNumberPagination answers."""
 
@@ -73,8 +75,10 @@ IDEMPOTENCY_KEY = OpenApiParameter(
 PAGE = OpenApiParameter("page", OpenApiTypes.INT, OpenApiParameter.QUERY, description="1, 2, ... (20 a page)")
 
 
-class OrdersApi(HotCacheApiView):
-    # Checkout is the flash sale's hot path: a refused request makes no SQL query.
+class OrdersApi(ViewSetMixin, HotCacheApiView):
+    # One handler per action on the one path /api/orders (orders/urls.py maps
+    # GET -> list, POST -> create). Checkout is the flash sale's hot path: a
+    # refused request makes no SQL query.
     authentication_classes = [CachedTokenAuthentication]
     throttle_classes = []  # checkout's rate limit is counted by its admission script (orders/services/admission.py)
 
@@ -84,12 +88,13 @@ class OrdersApi(HotCacheApiView):
         responses={200: OrderPageSerializer, **ERRORS(401, 503), 404: ERRORS(404)[404]},
         description="The shopper's orders, newest first. 404 for a page past the last.",
     )
-    def get(self, request):
+    def list(self, request):
         paginator = PageNumberPagination()
         page = paginator.paginate_queryset(customer_orders(customer_id=request.user.id), request, view=self)
         return paginator.get_paginated_response(OrderOutputSerializer(page, many=True).data)
 
     @extend_schema(
+        operation_id="orders_create",
         request=None,
         parameters=[IDEMPOTENCY_KEY],
         responses={
@@ -100,7 +105,7 @@ class OrdersApi(HotCacheApiView):
         description="Check out the cart. 201: created; 200 with `Idempotent-Replayed: true`: "
         "this key's order, already created.",
     )
-    def post(self, request):
+    def create(self, request):
         key = idempotency_key_from(request)
         result = place_order(customer_id=request.user.id, idempotency_key=key, rate_limited=True)
         body = OrderOutputSerializer(result.order).data

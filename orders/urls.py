@@ -4,7 +4,7 @@ from orders.apis import OrderCancelApi, OrderDetailApi, OrdersApi
 from orders.payment_apis import PaymentWebhookApi
 
 urlpatterns = [
-    path("orders", OrdersApi.as_view(), name="orders"),
+    path("orders", OrdersApi.as_view({"get": "list", "post": "create"}), name="orders"),
     path("orders/<int:order_id>", OrderDetailApi.as_view(), name="order-detail"),
     path("orders/<int:order_id>/cancel", OrderCancelApi.as_view(), name="order-cancel"),
     path("payments/webhook", PaymentWebhookApi.as_view(), name="payment-webhook"),

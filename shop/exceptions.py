@@ -1,13 +1,14 @@
+from core.errors import ErrorCode
 from core.exceptions import DomainError
 
 
 class UsernameTaken(DomainError):
-    code = "username_taken"
+    code = ErrorCode.USERNAME_TAKEN
     status = 409
     message = "That username is already taken."
 
 
 class InvalidCredentials(DomainError):
-    code = "invalid_credentials"
+    code = ErrorCode.INVALID_CREDENTIALS
     status = 401
     message = "Unable to log in with the credentials provided."

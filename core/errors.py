@@ -1,0 +1,65 @@
+"""Every `code` the API can answer in its error envelope, in one place.
+
+``{"error": {"code": ..., "message": ..., "details": ...}}``: clients branch on
+`code`, so a value here is a wire contract. Add a member for a new error; never
+rename or reuse a value. The OpenAPI schema documents `code` as an enum of
+exactly these values (core/openapi.py), and tests/core/test_error_codes.py
+checks that every DomainError subclass uses one.
+
+Core holds the whole registry, the apps' codes included: it names them, it
+imports no app.
+"""
+
+from enum import StrEnum, unique
+
+
+@unique
+class ErrorCode(StrEnum):
+    # --- The platform: DRF's and Django's refusals, limits, outages -------------------
+    ERROR = "error"  # a DomainError or DRF APIException with no code of its own
+    INVALID = "invalid"  # a validation error: `details` holds the fields' messages
+    MALFORMED_REQUEST = "malformed_request"  # a body that is not parseable JSON (or nested too deep)
+    NOT_AUTHENTICATED = "not_authenticated"
+    AUTHENTICATION_FAILED = "authentication_failed"
+    PERMISSION_DENIED = "permission_denied"
+    CSRF_FAILED = "csrf_failed"
+    NOT_FOUND = "not_found"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
+    NOT_ACCEPTABLE = "not_acceptable"
+    UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
+    PAYLOAD_TOO_LARGE = "payload_too_large"
+    RATE_LIMITED = "rate_limited"
+    DATABASE_UNAVAILABLE = "database_unavailable"
+    CACHE_UNAVAILABLE = "cache_unavailable"
+    CATALOG_CHANGING = "catalog_changing"  # the hot caches went stale twice in one request
+    INTERNAL_ERROR = "internal_error"
+
+    # --- shop: accounts and tokens ----------------------------------------------------
+    USERNAME_TAKEN = "username_taken"
+    INVALID_CREDENTIALS = "invalid_credentials"
+
+    # --- cart -------------------------------------------------------------------------
+    CART_FULL = "cart_full"
+    CART_UNAVAILABLE = "cart_unavailable"
+    UNKNOWN_SKU = "unknown_sku"
+    INACTIVE_SKU = "inactive_sku"
+
+    # --- inventory: stock and the flash-sale gate -------------------------------------
+    OUT_OF_STOCK = "out_of_stock"
+    WRITE_OFF_BELOW_ZERO = "write_off_below_zero"
+    STOCK_LIMIT_EXCEEDED = "stock_limit_exceeded"
+    SOLD_OUT = "sold_out"
+    LIMIT_REACHED = "limit_reached"
+    GATE_UNAVAILABLE = "gate_unavailable"
+
+    # --- orders: checkout, orders, payments -------------------------------------------
+    IDEMPOTENCY_KEY_MISSING = "idempotency_key_missing"
+    IDEMPOTENCY_KEY_INVALID = "idempotency_key_invalid"
+    IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
+    CART_EMPTY = "cart_empty"
+    SKU_UNAVAILABLE = "sku_unavailable"
+    TOO_MANY_PENDING_ORDERS = "too_many_pending_orders"
+    ORDER_NOT_CANCELLABLE = "order_not_cancellable"
+    ORDER_NOT_REFUNDABLE = "order_not_refundable"
+    ORDER_NOT_SHIPPABLE = "order_not_shippable"
+    INVALID_SIGNATURE = "invalid_signature"
