@@ -6,7 +6,8 @@ from django_redis import get_redis_connection
 from rest_framework.test import APIClient
 
 from core.hotcache import hot_cache
-from tests.factories import UserFactory, api_token
+from tests.factories import UserFactory, api_token, product_with_stock
+from tests.helpers import place_pending_order, shopper_client, staff_client
 
 
 @pytest.fixture(autouse=True)
@@ -37,6 +38,18 @@ def generous_rate_limits(settings):
     settings.RATE_LIMITS = {"checkout": "100000/min", "cart_write": "100000/min", "auth": "100000/min"}
 
 
+@pytest.fixture(autouse=True)
+def consumer_handlers():
+    """The consumers' handler registry (outbox.consumers.HANDLERS) as the apps left it,
+    whatever a test registers: restored in place, since the runner reads that very dict."""
+    from outbox.consumers import HANDLERS
+
+    saved = {consumer: dict(handlers) for consumer, handlers in HANDLERS.items()}
+    yield HANDLERS
+    HANDLERS.clear()
+    HANDLERS.update(saved)
+
+
 @pytest.fixture
 def api_client():
     return APIClient()
@@ -53,6 +66,32 @@ def auth_client(user):
     client.credentials(HTTP_AUTHORIZATION=f"Token {api_token(user)}")
     client.user = user
     return client
+
+
+@pytest.fixture
+def shopper(db):
+    """An API client of a new shopper (client.user), for the checkout and order APIs."""
+    return shopper_client()
+
+
+@pytest.fixture
+def stock_manager(db):
+    """A staff client in the "Stock managers" group."""
+    return staff_client("Stock managers")
+
+
+@pytest.fixture
+def order_manager(db):
+    """A staff client in the "Order managers" group."""
+    return staff_client("Order managers")
+
+
+@pytest.fixture
+def placed_order(redis, db):
+    """A pending order of buyer@example.com: 2 x "A" at 1250 (the order
+    tests.helpers.order_paid_event and refund_requested_event describe)."""
+    product_with_stock(sku="A", price=1250, available=5)
+    return place_pending_order(redis, UserFactory(email="buyer@example.com"), {"A": 2})
 
 
 @pytest.fixture(scope="session")

@@ -1,19 +1,36 @@
-import factory
-from django.contrib.auth import get_user_model
+"""factory-boy factories: one row each, valid for its table's constraints.
 
+They write rows as they stand, not through the services: StockFactory's units are
+not in the ledger (product_with_stock receives them through it), FlashSaleFactory
+sets no gate counter (seed_flash_sale does), OrderFactory takes no stock and no
+pending-order slot (place_order does). Use them where a test needs the row, not
+what the service would have done around it."""
+
+from datetime import datetime, timedelta
+
+import factory
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractUser
+from django.utils import timezone
+
+from inventory.models import FlashSale, Stock
+from orders.models import Order, OrderItem, OrderStatus, Payment
 from shop.models import Product
 
+PASSWORD = "correct-horse-battery"
 
-class UserFactory(factory.django.DjangoModelFactory):
+
+class UserFactory(factory.django.DjangoModelFactory[AbstractUser]):
     class Meta:
         model = get_user_model()
 
     username = factory.Sequence(lambda n: f"shopper{n}")
     email = factory.LazyAttribute(lambda u: f"{u.username}@example.com")
-    password = factory.django.Password("correct-horse-battery")
+    password = factory.django.Password(PASSWORD)
 
 
-class ProductFactory(factory.django.DjangoModelFactory):
+class ProductFactory(factory.django.DjangoModelFactory[Product]):
     class Meta:
         model = Product
 
@@ -21,6 +38,77 @@ class ProductFactory(factory.django.DjangoModelFactory):
     name = factory.Sequence(lambda n: f"Product {n}")
     price = 1000
     is_active = True
+
+
+class StockFactory(factory.django.DjangoModelFactory[Stock]):
+    """A stock row outside the ledger: stock_audit shows its units as a difference."""
+
+    class Meta:
+        model = Stock
+
+    product = factory.SubFactory(ProductFactory)
+    available = 0
+    reserved = 0
+    shipped = 0
+
+
+class FlashSaleFactory(factory.django.DjangoModelFactory[FlashSale]):
+    """The flash-sale row only: no gate counter in Redis, so checkout of its SKU fails closed."""
+
+    class Meta:
+        model = FlashSale
+
+    product = factory.SubFactory(ProductFactory)
+    per_customer_limit = None
+
+
+def _deadline(order: Order) -> datetime:
+    return order.created_at + timedelta(seconds=settings.ORDER_PAYMENT_TIMEOUT_SECONDS)
+
+
+class OrderFactory(factory.django.DjangoModelFactory[Order]):
+    """An order row, PENDING_PAYMENT until its payment deadline unless told otherwise."""
+
+    class Meta:
+        model = Order
+
+    customer = factory.SubFactory(UserFactory)
+    idempotency_key = factory.Sequence(lambda n: f"order-key-{n}")
+    request_hash = "h"
+    status = OrderStatus.PENDING_PAYMENT
+    total_amount = 1000
+    currency = factory.LazyFunction(lambda: settings.SHOP_CURRENCY)
+    created_at = factory.LazyFunction(timezone.now)
+    expires_at = factory.LazyAttribute(_deadline)
+
+
+class OrderItemFactory(factory.django.DjangoModelFactory[OrderItem]):
+    """A line of an order at the product's current name and price."""
+
+    class Meta:
+        model = OrderItem
+
+    order = factory.SubFactory(OrderFactory)
+    product = factory.SubFactory(ProductFactory)
+    name = factory.LazyAttribute(lambda item: item.product.name)
+    quantity = 1
+    unit_price = factory.LazyAttribute(lambda item: item.product.price)
+
+
+class PaymentFactory(factory.django.DjangoModelFactory[Payment]):
+    """A succeeded payment of the whole order, applied to it (the order's status is left as it is)."""
+
+    class Meta:
+        model = Payment
+
+    provider_payment_id = factory.Sequence(lambda n: f"pay_{n}")
+    order = factory.SubFactory(OrderFactory)
+    amount = factory.LazyAttribute(lambda p: p.order.total_amount if p.order else 1000)
+    currency = factory.LazyAttribute(lambda p: p.order.currency if p.order else settings.SHOP_CURRENCY)
+    status = Payment.Status.SUCCEEDED
+    outcome = Payment.Outcome.APPLIED
+    received_at = factory.LazyFunction(timezone.now)
+    raw_body = "{}"
 
 
 def product_with_stock(*, available: int = 10, **kwargs) -> Product:
@@ -31,13 +119,11 @@ def product_with_stock(*, available: int = 10, **kwargs) -> Product:
     if available:
         receive_stock(sku=product.sku, quantity=available)
     else:
-        from inventory.models import Stock
-
-        Stock.objects.create(product=product)
+        StockFactory(product=product)
     return product
 
 
-def api_token(user) -> str:
+def api_token(user: AbstractUser) -> str:
     """A new API token of the user, as logging in gives one (the database keeps its digest)."""
     from knox.models import AuthToken
 

@@ -1,3 +1,5 @@
+"""cart/apis.py: the shopper's cart in Redis, priced from the hot caches, in one Redis call and no SQL once warm."""
+
 import threading
 
 import pytest
@@ -11,6 +13,7 @@ from cart.services import catalog_for
 from cart.storage import cart_key
 from core.hotcache import hot_cache
 from tests.factories import ProductFactory, UserFactory, api_token, product_with_stock
+from tests.helpers import redis_commands
 
 pytestmark = pytest.mark.django_db
 
@@ -227,19 +230,6 @@ def test_cart_put_and_delete_make_no_sql_query_once_warm(auth_client, django_ass
         assert auth_client.delete(f"/api/cart/items/{product.sku}").status_code == 204
 
 
-def redis_commands(redis, monkeypatch) -> list[str]:
-    """Record every command sent from now on; outside a pipeline, one is one round-trip."""
-    sent = []
-    real_execute = type(redis).execute_command
-
-    def execute(self, *args, **kwargs):
-        sent.append(args[0])
-        return real_execute(self, *args, **kwargs)
-
-    monkeypatch.setattr(type(redis), "execute_command", execute)
-    return sent
-
-
 def test_cart_get_makes_one_query_and_one_redis_call(auth_client, django_assert_num_queries, redis, monkeypatch):
     products = [product_with_stock() for _ in range(5)]
     for product in products:
@@ -305,35 +295,6 @@ def test_cart_line_cap_holds_under_150_concurrent_adds(redis):
     assert sorted(set(statuses)) == [200, 409]
     assert statuses.count(200) == 100
     assert statuses.count(409) == 50
-
-
-def test_token_seen_by_one_process_costs_another_no_sql(auth_client, django_assert_num_queries):
-    product = product_with_stock()
-    put(auth_client, product.sku, 1)  # this "process" loaded the token into Redis
-    hot_cache.tokens.clear()  # another worker: its own memory is cold, Redis is shared
-    with django_assert_num_queries(0):
-        assert put(auth_client, product.sku, 2).status_code == 200
-
-
-def test_deleted_token_is_dropped_from_redis_too(auth_client, django_capture_on_commit_callbacks):
-    product = product_with_stock()
-    put(auth_client, product.sku, 1)
-    with django_capture_on_commit_callbacks(execute=True):
-        AuthToken.objects.get(user=auth_client.user).delete()
-    hot_cache.tokens.clear()
-    assert put(auth_client, product.sku, 2).status_code == 401
-
-
-@pytest.mark.django_db(transaction=True)
-def test_issued_token_is_written_through_to_redis(redis, django_assert_num_queries):
-    client = APIClient()
-    token = client.post(
-        "/api/auth/register", {"username": "fresh", "password": "analytical-engine-1843"}, format="json"
-    ).json()["token"]
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
-    hot_cache.tokens.clear()  # a worker that never saw this shopper
-    with django_assert_num_queries(0):
-        assert client.get("/api/cart").status_code == 200
 
 
 def test_made_up_skus_are_counted_against_the_write_limit_before_any_query(auth_client, settings):

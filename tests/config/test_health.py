@@ -1,4 +1,8 @@
+"""config/health.py: /healthz, and /readyz naming what is down, from one probe at a time."""
+
 import pytest
+
+from config import health
 
 
 def test_healthz_answers_without_services(client):
@@ -46,3 +50,21 @@ def test_api_docs_and_schema_render(client, db):
     schema = client.get("/api/schema/")
     assert schema.status_code == 200
     assert b"/api/auth/register" in schema.content
+
+
+def test_readyz_names_what_is_down_without_its_error_text(client, db, settings):
+    settings.KAFKA_BOOTSTRAP_SERVERS = "127.0.0.1:1"
+    body = client.get("/readyz").json()
+    assert body["down"] == ["kafka"]
+    assert body["services"]["kafka"] == {"status": "down", "reason": "KafkaException"}
+
+
+def test_readyz_answers_a_flood_from_one_probe(client, db, monkeypatch):
+    calls = []
+    monkeypatch.setattr(health, "CHECKS", {"postgres": lambda timeout: calls.append(timeout)})
+    for _ in range(50):
+        assert client.get("/readyz").status_code == 200
+    assert len(calls) == 1
+    health.forget_last_probe()
+    client.get("/readyz")
+    assert len(calls) == 2

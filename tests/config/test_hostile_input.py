@@ -13,9 +13,16 @@ from inventory.models import Stock, StockMovement
 from orders.models import Order, OrderStatus, Payment
 from orders.signatures import sign
 from shop.models import MAX_PRICE, Product
-from tests.admin.test_admin import adjust, staff_client
 from tests.factories import UserFactory, product_with_stock
-from tests.orders.conftest import checkout, fill_cart, place_pending_order, shopper_client
+from tests.helpers import (
+    adjust,
+    checkout,
+    fill_cart,
+    place_pending_order,
+    shopper_client,
+    staff_client,
+    stop_redis_for_this_process,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -213,18 +220,6 @@ def test_the_largest_order_the_limits_allow_fits_its_total(redis):
 
 
 # --- Redis down --------------------------------------------------------------------------
-
-
-def stop_redis_for_this_process(settings) -> None:
-    """Every Redis client of this process now dials a port where nothing listens."""
-    from core.hotcache import hot_cache
-
-    dead = "redis://127.0.0.1:1/0"
-    settings.CACHES = {
-        name: {**config, "LOCATION": dead, "OPTIONS": {**config["OPTIONS"], "SOCKET_CONNECT_TIMEOUT": 0.2}}
-        for name, config in settings.CACHES.items()
-    }
-    hot_cache.clear()
 
 
 def test_redis_down_on_an_api_request_reading_the_generation_is_503(settings):

@@ -10,17 +10,14 @@ from django.utils import timezone
 
 from orders.models import Order, OrderStatus
 from orders.transitions import TRANSITIONS, may_move, move_orders, sources
-from tests.factories import UserFactory
+from tests.factories import OrderFactory
 
 pytestmark = pytest.mark.django_db
 
 
 def order_in(status: OrderStatus, key: str) -> Order:
     now = timezone.now()
-    return Order.objects.create(
-        customer=UserFactory(), idempotency_key=key, request_hash="h", status=status, total_amount=100,
-        currency="EUR", created_at=now, expires_at=now,
-    )
+    return OrderFactory(idempotency_key=key, status=status, total_amount=100, created_at=now, expires_at=now)
 
 
 @pytest.mark.parametrize("before,after", list(itertools.permutations(OrderStatus, 2)))

@@ -22,9 +22,8 @@ from outbox.consumers import EventConsumer, failed_service
 from outbox.models import OutboxEvent
 from outbox.topics import dead_letter_topic, ensure_topics
 from tests.factories import UserFactory, product_with_stock
-from tests.orders.conftest import place_pending_order, post_webhook
-from tests.outbox.conftest import read_topic
-from tests.outbox.test_outage import free_port, start_broker, wait_until
+from tests.helpers import place_pending_order, post_webhook, wait_until
+from tests.outbox.conftest import free_port, read_topic, start_broker
 
 PG_CLUSTER = ["15", "main"]
 

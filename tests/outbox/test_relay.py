@@ -198,16 +198,6 @@ def test_purge_deletes_only_old_published_events(kafka_topic):
     assert set(OutboxEvent.objects.values_list("id", flat=True)) == {recent.id, unpublished.id}
 
 
-def test_kafka_topics_command_creates_what_is_missing(settings, run_id, capsys):
-    from django.core.management import call_command
-
-    settings.KAFKA_ORDERS_TOPIC = f"test.{run_id}.topics"
-    call_command("kafka_topics")
-    call_command("kafka_topics")
-    out = capsys.readouterr().out
-    assert f"{settings.KAFKA_ORDERS_TOPIC}: created" in out and f"{settings.KAFKA_ORDERS_TOPIC}.dlq: exists" in out
-
-
 def test_every_unpublished_event_is_queued_for_the_relay_whoever_writes_it(kafka_topic):
     from django.utils import timezone
 

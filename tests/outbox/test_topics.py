@@ -59,3 +59,11 @@ def test_readyz_has_no_warning_when_the_topics_are_right(fresh_topic, client, db
     ensure_topics()
     body = client.get("/readyz").json()
     assert body["warnings"] == [] and body["status"] == "ready"
+
+
+def test_kafka_topics_command_creates_what_is_missing(settings, run_id, capsys):
+    settings.KAFKA_ORDERS_TOPIC = f"test.{run_id}.topics"
+    call_command("kafka_topics")
+    call_command("kafka_topics")
+    out = capsys.readouterr().out
+    assert f"{settings.KAFKA_ORDERS_TOPIC}: created" in out and f"{settings.KAFKA_ORDERS_TOPIC}.dlq: exists" in out

@@ -1,3 +1,6 @@
+"""inventory/services/stock.py: stock received, written off and set through the ledger,
+and the audit that finds what changed outside it."""
+
 import pytest
 
 from inventory.exceptions import WriteOffBelowZero

@@ -1,15 +1,13 @@
+"""orders/apis.py: checkout (POST /api/orders) with its idempotency key, and a
+shopper's own orders."""
+
 import pytest
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 
 from inventory.models import Stock
-from inventory.services.flash_sales import gated_skus
 from orders.models import Order, OrderStatus
-from orders.services import place_order
 from outbox.models import OutboxEvent
-from shop.selectors import cached_products
 from tests.factories import product_with_stock
-from tests.orders.conftest import checkout, fill_cart, shopper_client
+from tests.helpers import checkout, fill_cart, shopper_client
 
 pytestmark = pytest.mark.django_db
 
@@ -184,24 +182,3 @@ def test_order_list_is_the_shoppers_own_newest_first(shopper, redis):
     assert body["count"] == 3
     assert [order["id"] for order in body["results"]] == ids[::-1]
     assert body["results"][0]["status"] == OrderStatus.PENDING_PAYMENT
-
-
-def test_checkout_statement_count_is_k_plus_6(shopper, redis):
-    """k-line cart in a warm process (prices from the hot catalog cache, as the cart
-    showed them): BEGIN, UPDATE the pending-order slot, INSERT order, INSERT items,
-    INSERT event, k UPDATEs (last, to hold hot rows for the shortest time),
-    COMMIT = k + 6. Inside the test's own transaction, BEGIN/COMMIT show as
-    SAVEPOINT/RELEASE. The token lookup belongs to authentication."""
-    for sku in ("A", "B", "C"):
-        product_with_stock(sku=sku, available=5)
-    fill_cart(redis, shopper.user.id, {"A": 1, "B": 1, "C": 1})
-    gated_skus()  # a warm process knows its flash sales
-    cached_products(skus=["A", "B", "C"])  # and the products its carts show
-
-    with CaptureQueriesContext(connection) as captured:
-        result = place_order(customer_id=shopper.user.id, idempotency_key="count-me")
-
-    assert not result.replayed
-    verbs = [query["sql"].split()[0].upper() for query in captured.captured_queries]
-    assert verbs == ["SAVEPOINT", "UPDATE", "INSERT", "INSERT", "INSERT", "UPDATE", "UPDATE", "UPDATE", "RELEASE"]
-    assert len(verbs) == 3 + 6

@@ -1,3 +1,6 @@
+"""core/exceptions.py and core/views.py: every error answers the JSON envelope, and a
+500 leaks nothing of what went wrong (tests/core/urls_boom.py raises on purpose)."""
+
 import pytest
 from django.test import Client
 
@@ -21,7 +24,7 @@ def test_unknown_url_is_json_404(api_client, db):
     assert response.json()["error"]["code"] == "not_found"
 
 
-@pytest.mark.urls("tests.config.urls_boom")
+@pytest.mark.urls("tests.core.urls_boom")
 def test_forced_500_in_api_view_leaks_nothing(api_client, db, caplog):
     response = api_client.get("/boom")
     assert response.status_code == 500
@@ -32,7 +35,7 @@ def test_forced_500_in_api_view_leaks_nothing(api_client, db, caplog):
     assert "secret internals" in caplog.text  # but the server log has it
 
 
-@pytest.mark.urls("tests.config.urls_boom")
+@pytest.mark.urls("tests.core.urls_boom")
 def test_forced_500_outside_drf_is_json_too(db, settings):
     settings.DEBUG = False
     client = Client(raise_request_exception=False)

@@ -1,3 +1,6 @@
+"""inventory/catalog.py and `manage.py load_catalog`: a CSV catalog imported whole or not
+at all, its stock moved through the ledger by the difference."""
+
 import pytest
 from django.core.management import CommandError, call_command
 

@@ -1,3 +1,6 @@
+"""config/demo.py and `manage.py seed_demo`: demo logins and catalog, never the well-known
+passwords outside DEBUG."""
+
 import pytest
 from django.contrib.auth import authenticate, get_user_model
 from django.core.management import CommandError, call_command

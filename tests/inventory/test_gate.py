@@ -1,44 +1,20 @@
+"""inventory/gate.py: the Redis gate in front of a flash sale's checkouts: all or
+nothing per cart, units given back when the database refuses or an order ends, fail
+closed without its Redis, and no SQL for a refused shopper."""
+
 import pytest
-from django.core.management import call_command
 from django.db import connection
 
 from core.authentication import CachedTokenAuthentication
 from inventory import gate
-from inventory.models import FlashSale, Stock
-from inventory.services.flash_sales import gated_skus, seed_flash_sale
+from inventory.models import Stock
+from inventory.services.flash_sales import gated_skus
 from orders.models import Order
 from tests.factories import UserFactory, product_with_stock
-from tests.orders.conftest import checkout, fill_cart, run_in_threads, shopper_client
+from tests.helpers import checkout, fill_cart, redis_commands, run_in_threads, shopper_client
+from tests.inventory.conftest import counter, seed
 
 pytestmark = pytest.mark.django_db
-
-
-def seed(sku="HOT", stock=5, limit=None):
-    """seed_flash_sale sets the gate counter after commit: run the callbacks."""
-    from django.test import TestCase
-
-    with TestCase.captureOnCommitCallbacks(execute=True):
-        seed_flash_sale(sku=sku, stock=stock, price=999, name="Console", per_customer_limit=limit)
-
-
-def counter(sku="HOT"):
-    return int(gate.connection().get(gate.remaining_key(sku)))
-
-
-def test_seed_flash_sale_sets_database_and_gate(capsys, django_capture_on_commit_callbacks):
-    with django_capture_on_commit_callbacks(execute=True):
-        call_command("seed_flash_sale", "HOT", "--stock", "7", "--price", "49999", "--per-customer-limit", "2")
-    stock = Stock.objects.get(product_id="HOT")
-    assert (stock.available, stock.reserved) == (7, 0)
-    assert counter() == 7
-    assert FlashSale.objects.get().per_customer_limit == 2
-    assert "7 units" in capsys.readouterr().out
-    with django_capture_on_commit_callbacks(execute=True):
-        call_command("seed_flash_sale", "HOT", "--stock", "3")  # re-seed: exactly 3, through the ledger
-    assert Stock.objects.get(product_id="HOT").available == 3 and counter() == 3
-    from inventory.services import stock_audit
-
-    assert stock_audit(skus=["HOT"])[0]["difference"] == 0
 
 
 def test_refused_checkout_makes_zero_sql_queries(redis, django_assert_num_queries):
@@ -109,62 +85,6 @@ def test_gate_redis_down_fails_closed_for_gated_skus_only(redis, settings):
     assert checkout(shopper, key="plain").status_code == 201
 
 
-def test_lost_counter_fails_closed_until_synced(redis, capsys):
-    seed(stock=5)
-    gate.connection().delete(gate.remaining_key("HOT"))  # Redis restarted without persistence
-    shopper = shopper_client()
-    fill_cart(redis, shopper.user.id, {"HOT": 1})
-    assert checkout(shopper, key="k1").status_code == 503
-    call_command("flash_sale_sync", "HOT")
-    assert counter() == 5
-    assert checkout(shopper, key="k2").status_code == 201
-    call_command("flash_sale_status")
-    out = capsys.readouterr().out
-    assert "HOT" in out and "gate counter set to 5" in out
-
-
-def test_end_flash_sale_removes_the_gate(redis, django_capture_on_commit_callbacks):
-    seed(stock=5)
-    with django_capture_on_commit_callbacks(execute=True):
-        call_command("end_flash_sale", "HOT")
-    assert not FlashSale.objects.exists()
-    assert gate.connection().get(gate.remaining_key("HOT")) is None
-    assert gated_skus() == {}
-    shopper = shopper_client()
-    fill_cart(redis, shopper.user.id, {"HOT": 1})
-    assert checkout(shopper).status_code == 201  # straight to the database
-
-
-def test_checkout_rate_limit_is_429_with_retry_after(redis, settings):
-    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "checkout": "2/min"}
-    shopper = shopper_client()
-    statuses = [checkout(shopper, key=f"k{i}").status_code for i in range(2)]
-    assert statuses == [422, 422]  # empty cart, but counted
-    response = checkout(shopper, key="k3")
-    assert response.status_code == 429
-    assert response.json()["error"]["code"] == "rate_limited"
-    assert 1 <= int(response.headers["Retry-After"]) <= 60
-    assert shopper_client().post("/api/orders", HTTP_IDEMPOTENCY_KEY="x").status_code == 422  # per shopper
-
-
-def test_auth_rate_limit_is_per_ip(api_client, settings):
-    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "auth": "3/min"}
-    for _ in range(3):
-        assert api_client.post("/api/auth/token", {"username": "x", "password": "y"}).status_code == 401
-    response = api_client.post("/api/auth/token", {"username": "x", "password": "y"})
-    assert response.status_code == 429 and "Retry-After" in response.headers
-    other_ip = api_client.post("/api/auth/token", {"username": "x", "password": "y"}, REMOTE_ADDR="10.9.9.9")
-    assert other_ip.status_code == 401
-
-
-def test_cart_write_rate_limit(auth_client, settings):
-    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "cart_write": "1/min"}
-    product_with_stock(sku="A")
-    assert auth_client.put("/api/cart/items/A", {"quantity": 1}, format="json").status_code == 200
-    assert auth_client.put("/api/cart/items/A", {"quantity": 2}, format="json").status_code == 429
-    assert auth_client.get("/api/cart").status_code == 200  # reads are not limited
-
-
 def _warm(clients):
     """Token and flash-sale caches warm, so that threads race in Redis, and only
     admitted checkouts open a database connection (PostgreSQL allows 100)."""
@@ -227,8 +147,6 @@ def test_cancelled_order_gives_its_units_back_to_the_gate(redis, django_capture_
 
 def test_refused_checkout_makes_one_redis_call(redis, monkeypatch):
     """Cart read, rate limit and gate: one script (orders/services/admission.py)."""
-    from tests.cart.test_apis import redis_commands
-
     seed(stock=0)
     shopper = shopper_client()
     fill_cart(redis, shopper.user.id, {"HOT": 1})

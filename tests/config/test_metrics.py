@@ -1,16 +1,13 @@
-import json
-import logging
+"""config/metrics.py (GET /metrics) and core/metrics.py: who may read them, every
+app's counters and the live gauges read at scrape time."""
 
 import pytest
-from django.core.management import call_command
 from django.db import transaction
 from prometheus_client import REGISTRY
 
-from core.requestid import RequestIdFilter
-from outbox.models import OutboxEvent
 from outbox.services import record_event
 from tests.factories import product_with_stock
-from tests.orders.conftest import checkout, fill_cart, shopper_client
+from tests.helpers import checkout, fill_cart
 
 pytestmark = pytest.mark.django_db
 
@@ -22,11 +19,6 @@ METRICS_TOKEN = "metrics-token-for-the-tests-0123456789"
 def metrics_readable(settings, monkeypatch):
     settings.METRICS_TOKEN = METRICS_TOKEN
     monkeypatch.setattr("config.metrics.LIVE_CACHE_SECONDS", 0)  # every scrape reads afresh
-
-
-@pytest.fixture
-def shopper(db):
-    return shopper_client()
 
 
 def sample(name, **labels):
@@ -89,51 +81,17 @@ def test_backlog_gauge_grows_while_nothing_relays(client):
     assert gauge(text, "shop_outbox_oldest_age_seconds") >= 0
 
 
-def test_request_id_is_returned_logged_once_and_carried_into_the_outbox(shopper, redis, caplog):
-    product_with_stock(sku="A", available=5)
-    fill_cart(redis, shopper.user.id, {"A": 1})
-    with caplog.at_level(logging.INFO, logger="shop.access"):
-        response = shopper.post("/api/orders", HTTP_IDEMPOTENCY_KEY="rid", HTTP_X_REQUEST_ID="trace-123")
-    assert response.status_code == 201
-    assert response["X-Request-ID"] == "trace-123"
-    access = [r for r in caplog.records if r.name == "shop.access"]
-    assert len(access) == 1
-    assert (access[0].status, access[0].route, access[0].method) == (201, "api/orders", "POST")
-    [event] = OutboxEvent.objects.filter(event_type="OrderCreated")
-    assert event.request_id == "trace-123"
-
-
-def test_request_id_is_made_up_when_missing_or_unsafe(client):
-    generated = client.get("/healthz")["X-Request-ID"]
-    assert len(generated) == 32
-    unsafe = client.get("/healthz", HTTP_X_REQUEST_ID="bad id\nwith newline")["X-Request-ID"]
-    assert unsafe != "bad id\nwith newline" and len(unsafe) == 32
-
-
-def test_log_lines_are_json_with_the_request_id():
-    from django.conf import settings
-    from pythonjsonlogger.json import JsonFormatter
-
-    config = settings.LOGGING["formatters"]["json"]
-    formatter = JsonFormatter(config["fmt"], rename_fields=config["rename_fields"])
-    record = logging.LogRecord("shop.access", logging.INFO, __file__, 1, "GET /healthz 200", None, None)
-    record.status = 200
-    from core.requestid import request_id_var
-
-    token = request_id_var.set("abc")
-    try:
-        RequestIdFilter().filter(record)
-    finally:
-        request_id_var.reset(token)
-    line = json.loads(formatter.format(record))
-    assert line["request_id"] == "abc" and line["level"] == "INFO" and line["status"] == 200
-
-
-def test_shop_status_prints_one_screen(capsys, settings):
-    settings.KAFKA_BOOTSTRAP_SERVERS = "127.0.0.1:1"  # Kafka down: the rest still shows
-    with transaction.atomic():
-        record_event(aggregate_type="order", aggregate_id=1, event_type="X", data={})
-    call_command("shop_status")
-    out = capsys.readouterr().out
-    assert "outbox waiting for Kafka: 1" in out
-    assert "unavailable" in out
+@pytest.mark.parametrize(
+    "debug,token,sent,status",
+    [
+        (False, "", None, 404),  # production without a token: nobody
+        (True, "", None, 200),  # development: open
+        (False, "s3cret-metrics-token", None, 404),
+        (False, "s3cret-metrics-token", "Bearer wrong", 404),
+        (False, "s3cret-metrics-token", "Bearer s3cret-metrics-token", 200),
+    ],
+)
+def test_who_may_read_metrics(client, settings, debug, token, sent, status):
+    settings.DEBUG, settings.METRICS_TOKEN = debug, token
+    headers = {"HTTP_AUTHORIZATION": sent} if sent else {}
+    assert client.get("/metrics", **headers).status_code == status

@@ -1,0 +1,195 @@
+"""Plain functions the tests of several apps share: fixtures live in tests/conftest.py,
+factories in tests/factories.py, and what only one app's tests use stays in that
+app's folder."""
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.test import Client
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from tests.factories import UserFactory, api_token
+
+# --- shoppers, carts and checkout ------------------------------------------------------------
+
+
+def shopper_client(user=None) -> APIClient:
+    """An API client holding a token of `user` (a new shopper when None); the user is client.user."""
+    user = user or UserFactory()
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {api_token(user)}")
+    client.user = user
+    return client
+
+
+def client_with(token: str) -> APIClient:
+    """An API client sending `token` (a real one or not)."""
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    return client
+
+
+def fill_cart(redis, customer_id: int, lines: dict[str, int]) -> None:
+    """The shopper's cart holds exactly `lines` (written straight to Redis)."""
+    from cart.storage import cart_key
+
+    redis.delete(cart_key(customer_id))
+    if lines:
+        redis.hset(cart_key(customer_id), mapping=lines)
+
+
+def checkout(client, key: str | None = "key-1"):
+    """POST /api/orders with the Idempotency-Key header (none when key is None)."""
+    return client.post("/api/orders", HTTP_IDEMPOTENCY_KEY=key) if key is not None else client.post("/api/orders")
+
+
+def place_pending_order(redis, customer, lines: dict[str, int], key: str | None = None):
+    """A real order through place_order, as checkout makes it."""
+    from orders.services import place_order
+
+    fill_cart(redis, customer.id, lines)
+    return place_order(customer_id=customer.id, idempotency_key=key or f"k-{customer.id}-{sorted(lines)}").order
+
+
+def expire_now(*orders) -> None:
+    """The orders' payment deadline has just passed."""
+    from orders.models import Order
+
+    Order.objects.filter(id__in=[o.id for o in orders]).update(expires_at=timezone.now() - timedelta(seconds=1))
+
+
+def post_webhook(client, *, payment_id, order_id, amount, currency="EUR", status="succeeded", secret=None, t=None):
+    """The payment provider's webhook, signed with the shop's secret (or `secret`)."""
+    from orders.signatures import sign
+
+    body = json.dumps(
+        {"payment_id": payment_id, "order_id": order_id, "amount": amount, "currency": currency, "status": status}
+    ).encode()
+    signature = sign(body=body, secret=secret or settings.PAYMENT_WEBHOOK_SECRET, timestamp=t)
+    return client.post(
+        "/api/payments/webhook", body, content_type="application/json", HTTP_PAYMENT_SIGNATURE=signature
+    )
+
+
+def failed_api_login(client, **headers):
+    """POST /api/auth/token with credentials nobody has: a 401, or a 429 once the address is limited."""
+    return client.post(
+        "/api/auth/token", {"username": "nobody", "password": "x"}, content_type="application/json", **headers
+    )
+
+
+# --- staff in the admin -----------------------------------------------------------------------
+
+
+def staff_client(group: str | None = None, superuser: bool = False) -> Client:
+    """A logged-in staff member, in `group` (a staff group of the data migrations) if given."""
+    from django.contrib.auth.models import Group
+
+    user = UserFactory(is_staff=True, is_superuser=superuser)
+    if group:
+        user.groups.add(Group.objects.get(name=group))
+    client = Client()
+    client.force_login(user)
+    client.user = user
+    return client
+
+
+def adjust(client, sku: str, operation: str, quantity: int, note: str = ""):
+    """The stock admin's change form, submitted: receive, write_off or set."""
+    return client.post(
+        f"/admin/inventory/stock/{sku}/change/",
+        {"operation": operation, "quantity": quantity, "note": note, "_save": "Save"},
+    )
+
+
+# --- consumer events ----------------------------------------------------------------------------
+
+
+def consumer_event(event_type: str, **data):
+    """An event as a consumer receives it (outbox.consumers.Event), about data['order_id']."""
+    from outbox.consumers import Event
+
+    return Event(uuid.uuid4(), event_type, "2026-12-02T12:00:00+00:00", "order", str(data.get("order_id")), data)
+
+
+def order_paid_event(order):
+    """OrderPaid for `order`, as the `placed_order` fixture places it: 2 x "A" at 1250."""
+    items = [{"sku": "A", "name": "Product", "quantity": 2, "unit_price": 1250}]
+    return consumer_event("OrderPaid", order_id=order.id, customer_id=order.customer_id, total=2500, currency="EUR",
+                          items=items)  # fmt: skip
+
+
+def refund_requested_event(order):
+    """RefundRequested of the whole 2500 of that order."""
+    return consumer_event("RefundRequested", order_id=order.id, customer_id=order.customer_id, amount=2500,
+                          currency="EUR", payment_id="p", reason="staff", refund_id=1)  # fmt: skip
+
+
+# --- infrastructure -----------------------------------------------------------------------------
+
+
+def run_in_threads(targets: Sequence[Callable[[], Any]]) -> list:
+    """Start every callable at the same moment, each thread with its own DB connection."""
+    barrier = threading.Barrier(len(targets))
+    results = [None] * len(targets)
+    errors = []
+
+    def run(i, target):
+        try:
+            barrier.wait()
+            results[i] = target()
+        except Exception as exc:  # surfaced by the assertion below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(i, t)) for i, t in enumerate(targets)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    return results
+
+
+def wait_until(condition: Callable[[], bool], timeout: float) -> bool:
+    """Whether `condition` held within `timeout` seconds (polled every quarter second)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.25)
+    return condition()
+
+
+def redis_commands(redis, monkeypatch) -> list[str]:
+    """Record every command sent from now on; outside a pipeline, one is one round-trip."""
+    sent = []
+    real_execute = type(redis).execute_command
+
+    def execute(self, *args, **kwargs):
+        sent.append(args[0])
+        return real_execute(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(redis), "execute_command", execute)
+    return sent
+
+
+def stop_redis_for_this_process(settings) -> None:
+    """Every Redis client of this process now dials a port where nothing listens."""
+    from core.hotcache import hot_cache
+
+    dead = "redis://127.0.0.1:1/0"
+    settings.CACHES = {
+        name: {**config, "LOCATION": dead, "OPTIONS": {**config["OPTIONS"], "SOCKET_CONNECT_TIMEOUT": 0.2}}
+        for name, config in settings.CACHES.items()
+    }
+    hot_cache.clear()

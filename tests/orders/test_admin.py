@@ -1,0 +1,53 @@
+"""orders/admin.py: the order admin's actions, detail page and search."""
+
+import pytest
+from django.test import Client
+
+from inventory.models import Stock
+from orders.models import Order, Refund
+from outbox.models import OutboxEvent
+from tests.factories import UserFactory, product_with_stock
+from tests.helpers import place_pending_order, post_webhook
+
+pytestmark = pytest.mark.django_db
+
+
+def test_order_actions_report_per_order_and_skip_wrong_states(order_manager, redis):
+    product_with_stock(sku="A", price=100, available=10)
+    pending = place_pending_order(redis, UserFactory(), {"A": 1})
+    paid = place_pending_order(redis, UserFactory(), {"A": 2})
+    to_ship = place_pending_order(redis, UserFactory(), {"A": 3})
+    post_webhook(Client(), payment_id="p-paid", order_id=paid.id, amount=200)
+    post_webhook(Client(), payment_id="p-ship", order_id=to_ship.id, amount=300)
+
+    def act(action, *orders):
+        response = order_manager.post(
+            "/admin/orders/order/", {"action": action, "_selected_action": [o.id for o in orders]}, follow=True
+        )
+        return [str(m) for m in response.context["messages"]]
+
+    messages = act("cancel_pending", pending, paid)
+    assert f"Order {pending.id}: cancelled, stock returned." in messages
+    assert f"Order {paid.id}: skipped, it is PAID." in messages
+    assert act("refund_paid", paid) == [f"Order {paid.id}: refund requested, stock returned."]
+    assert Refund.objects.get(order=paid).reason == "staff"
+    assert act("mark_shipped", to_ship) == [f"Order {to_ship.id}: shipped."]
+    statuses = dict(Order.objects.values_list("id", "status"))
+    assert statuses == {pending.id: "CANCELLED", paid.id: "REFUNDED", to_ship.id: "SHIPPED"}
+    stock = Stock.objects.get(product_id="A")
+    assert (stock.available, stock.reserved, stock.shipped) == (7, 0, 3)
+    assert OutboxEvent.objects.filter(event_type="OrderShipped").count() == 1
+    detail = order_manager.get(f"/admin/orders/order/{to_ship.id}/change/")
+    body = detail.content.decode()
+    assert "OrderCreated" in body and "OrderPaid" in body and "p-ship" in body and "SHIPPED" in body
+    assert 'name="status"' not in body and 'name="total_amount"' not in body  # read-only
+
+
+def test_order_search_by_username_and_sku(order_manager, redis):
+    product_with_stock(sku="FINDME", available=5)
+    product_with_stock(sku="OTHER", available=5)
+    order = place_pending_order(redis, UserFactory(username="ada"), {"FINDME": 1})
+    place_pending_order(redis, UserFactory(username="bob"), {"OTHER": 1})
+    for query in ("ada", "FINDME", str(order.id)):
+        response = order_manager.get(f"/admin/orders/order/?q={query}")
+        assert response.context["cl"].result_count == 1, query
