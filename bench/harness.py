@@ -1,0 +1,488 @@
+"""What the benches share (bench/README.md): Django set-up, the processes they start and stop, bench
+data made in bulk, the one clean-up of bench orders, the wrk load generator and small figures."""
+
+import atexit
+import contextlib
+import ctypes
+import http.client
+import json
+import math
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import namedtuple
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import psycopg
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import make_password
+from django.db import connection, transaction
+from django.utils import timezone
+from django_redis import get_redis_connection
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = ROOT / ".venv" / "bin"
+LUA = Path(__file__).with_name("wrk.lua")
+HOST = "127.0.0.1"
+PASSWORD = "bench-password-not-secret"  # bench shoppers on the development database only
+# DEBUG off needs secrets of its own, made afresh for each run (a committed one would be refused).
+PRODUCTION_LIKE_ENV = {
+    "DEBUG": "0",
+    "SECRET_KEY": secrets.token_urlsafe(64),
+    "PAYMENT_WEBHOOK_SECRET": secrets.token_urlsafe(40),
+    "SECURE_SSL_REDIRECT": "0",
+    "LOG_LEVEL": "WARNING",
+    "MAX_PENDING_ORDERS_PER_CUSTOMER": "1000000000",  # bench shoppers hold many unpaid orders
+}
+DEVELOPMENT_ENV = {"DEBUG": "1", "MAX_PENDING_ORDERS_PER_CUSTOMER": "1000000000"}
+
+
+def setup() -> None:
+    """Django on config.settings, production-like (values already in the environment win), on the
+    development database and Redis; SIGTERM and SIGHUP unwind through the benches' clean-ups."""
+    for key, value in PRODUCTION_LIKE_ENV.items():
+        os.environ.setdefault(key, value)
+    os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
+    os.environ.pop("PYTEST_VERSION", None)  # settings.TESTING would select the test Redis databases
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, lambda signum, frame: sys.exit(128 + signum))
+    import django
+
+    django.setup()
+
+
+def pg_connect(**kwargs):
+    params = {k: v for k, v in connection.get_connection_params().items() if k not in ("cursor_factory", "context")}
+    return psycopg.connect(**params, **kwargs)
+
+
+def lock_or_exit(key: int, bench: str):
+    """One run of a bench at a time on a database: a session advisory lock on an autocommit connection."""
+    conn = pg_connect(autocommit=True)
+    if not conn.execute("SELECT pg_try_advisory_lock(%s)", [key]).fetchone()[0]:
+        raise SystemExit(f"another `python -m bench.{bench}` is running on this database")
+    return conn
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def process_cpu_seconds(pid: int) -> float:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+class Child:
+    """A subprocess, stopped however the bench exits: by stop() (SIGTERM, then SIGKILL; its process group
+    with `group`), at exit, and by the kernel (PR_SET_PDEATHSIG). Its log is kept unless it exits cleanly."""
+
+    def __init__(self, name: str, command: list[str], env: dict | None = None, *, pipe_stdout=False, group=False):
+        self.name, self.command, self.pipe_stdout, self.group = name, command, pipe_stdout, group
+        self.env = {**os.environ, **(env or {})}
+        self.env.pop("PYTEST_VERSION", None)
+        self.log = tempfile.NamedTemporaryFile(prefix=f"bench-{name}-", suffix=".txt", delete=False)
+        self.proc: subprocess.Popen | None = None
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            self.command, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL, text=True,
+            stdout=subprocess.PIPE if self.pipe_stdout else self.log,
+            stderr=self.log if self.pipe_stdout else subprocess.STDOUT,
+            start_new_session=self.group, preexec_fn=_die_with_parent,
+        )  # fmt: skip
+        atexit.register(self.stop)
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def pids(self) -> list[int]:
+        if self.proc is None:
+            return []
+        with contextlib.suppress(OSError):
+            children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+            return [self.proc.pid, *map(int, children)]
+        return [self.proc.pid]
+
+    def cpu_seconds(self) -> float:
+        return sum(process_cpu_seconds(pid) for pid in self.pids())
+
+    def tail(self, lines: int = 30) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(Path(self.log.name).read_text(errors="replace").splitlines()[-lines:])
+        return ""
+
+    def _kill(self, proc, signum) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signum) if self.group else proc.send_signal(signum)
+
+    def stop(self, timeout: float = 20.0, keep_log: bool = False) -> int | None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            self._kill(proc, signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._kill(proc, signal.SIGKILL)
+                proc.wait()
+        if self.group:
+            self._kill(proc, signal.SIGKILL)  # whatever of the group is left (a Celery pool child)
+        with contextlib.suppress(OSError):
+            self.log.close()
+            if not keep_log and proc.returncode in (0, -signal.SIGTERM):
+                os.unlink(self.log.name)
+        return proc.returncode
+
+
+class Gunicorn(Child):
+    """`gunicorn APP` on a free 127.0.0.1 port (config.wsgi by default); `with Gunicorn(...) as server:`."""
+
+    def __init__(self, *, workers=2, threads=4, env=None, extra_args: Sequence[str] = (), app="config.wsgi"):
+        with socket.socket() as sock:
+            sock.bind((HOST, 0))
+            self.port = sock.getsockname()[1]
+        self.base_url = f"http://{HOST}:{self.port}"
+        command = [str(VENV_BIN / "gunicorn"), app, "--bind", f"{HOST}:{self.port}", "--workers", str(workers),
+                   "--threads", str(threads), "--graceful-timeout", "10",
+                   "--no-control-socket", *extra_args]  # fmt: skip - the default socket may be a dev server's
+        super().__init__("gunicorn", command, env)
+
+    def start(self, boot_timeout: float = 60.0):
+        super().start()
+        deadline, last = time.monotonic() + boot_timeout, "no answer"
+        while time.monotonic() < deadline:
+            if not self.alive():
+                break
+            with contextlib.suppress(OSError, http.client.HTTPException):
+                status, body = http_call(self.base_url, "GET", "/healthz", timeout=2)
+                if status == 200:
+                    return self
+                last = f"{status} {body[:300]!r}"
+            time.sleep(0.1)
+        tail, log = self.tail(), self.log.name
+        self.stop(keep_log=True)
+        raise RuntimeError(f"gunicorn gave no 200 on /healthz (last: {last}; log {log}):\n{tail}")
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def http_call(base_url: str, method: str, path: str, headers=None, body=b"", timeout=10.0) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection(base_url.removeprefix("http://"), timeout=timeout)
+    try:
+        conn.request(method, path, body=body or None, headers=headers or {})
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+Shopper = namedtuple("Shopper", "user_id username token")
+
+def ensure_users(count: int, *, prefix: str, password: str | None = None) -> list[int]:
+    """Users {prefix}00001... in bulk, one password hash (None: unusable), each with the pending-order
+    counter the account signal gives; their ids."""
+    from orders.models import PendingOrderCount
+
+    user_model = get_user_model()
+    names = [f"{prefix}{i:05d}" for i in range(1, count + 1)]
+    with transaction.atomic():
+        existing = set(user_model.objects.filter(username__in=names).values_list("username", flat=True))
+        if missing := [name for name in names if name not in existing]:
+            hashed = make_password(password)
+            user_model.objects.bulk_create([user_model(username=n, password=hashed, is_active=True) for n in missing],
+                                           batch_size=2000, ignore_conflicts=True)  # fmt: skip
+        inactive = user_model.objects.filter(username__in=names, is_active=False)
+        for user in inactive:  # save(): signals bump the hot-cache generation
+            user.is_active = True
+            user.save(update_fields=["is_active"])
+        ids = dict(user_model.objects.filter(username__in=names).values_list("username", "id"))
+        PendingOrderCount.objects.bulk_create([PendingOrderCount(customer_id=i, pending=0) for i in ids.values()],
+                                              ignore_conflicts=True)  # fmt: skip
+    return [ids[name] for name in names]
+
+
+def user_ids(prefix: str) -> list[int]:
+    return list(get_user_model().objects.filter(username__startswith=prefix).values_list("id", flat=True))
+
+
+def ensure_shoppers(count: int, *, prefix: str) -> list[Shopper]:
+    """`count` shoppers with fresh API tokens (the database keeps only digests), in bulk, written
+    through to Redis as the token API does."""
+    from knox.crypto import hash_token
+    from knox.models import AuthToken
+
+    from core.authentication import remember_tokens
+
+    ids = ensure_users(count, prefix=prefix, password=PASSWORD)
+    with transaction.atomic():
+        # No signals: these tokens are in no process's cache (a bench starts its own servers).
+        AuthToken.objects.filter(user_id__in=ids)._raw_delete(AuthToken.objects.db)
+        tokens = [secrets.token_hex(32) for _ in ids]
+        expiry = timezone.now() + timedelta(days=1)
+        AuthToken.objects.bulk_create([AuthToken(digest=hash_token(t), token_key=t[:15], user_id=u, expiry=expiry)
+                                       for u, t in zip(ids, tokens, strict=True)], batch_size=1000)  # fmt: skip
+        remember_tokens(AuthToken.objects.filter(user_id__in=ids).select_related("user"))
+    return [Shopper(uid, f"{prefix}{i:05d}", t) for i, (uid, t) in enumerate(zip(ids, tokens, strict=True), start=1)]
+
+
+def ensure_products(skus: list[str], min_available: int) -> None:
+    """Products with at least `min_available` units available, received with a ledger entry. Bulk."""
+    from core.hotcache import bump_generation
+    from inventory.models import Stock, StockMovement
+    from shop.models import Product
+
+    with transaction.atomic():
+        existing = dict(Product.objects.filter(sku__in=skus).values_list("sku", "is_active"))
+        missing = [sku for sku in skus if sku not in existing]
+        inactive = [sku for sku, active in existing.items() if not active]
+        Product.objects.bulk_create([Product(sku=sku, name=f"Bench product {sku}", price=1000 + i)
+                                     for i, sku in enumerate(missing)], ignore_conflicts=True)  # fmt: skip
+        Product.objects.filter(sku__in=inactive).update(is_active=True)
+        if missing or inactive:  # bulk writes send no signals: drop the hot caches ourselves
+            transaction.on_commit(bump_generation)
+        Stock.objects.bulk_create([Stock(product_id=sku) for sku in skus], ignore_conflicts=True)
+        available = dict(Stock.objects.filter(product_id__in=skus).values_list("product_id", "available"))
+        top_up = {sku: min_available - available[sku] for sku in skus if available[sku] < min_available}
+        if top_up:
+            StockMovement.objects.bulk_create([StockMovement(product_id=sku, delta=delta, note="bench",
+                                                             reason=StockMovement.Reason.RECEIVED)
+                                               for sku, delta in top_up.items()])  # fmt: skip
+            with connection.cursor() as cursor:
+                cursor.execute("UPDATE inventory AS s SET available = s.available + d.delta "
+                               "FROM unnest(%s::text[], %s::int[]) AS d(sku, delta) WHERE s.sku = d.sku",
+                               [list(top_up), list(top_up.values())])  # fmt: skip
+
+
+def _delete_keys(redis, keys: list) -> None:
+    for start in range(0, len(keys), 5000):
+        if keys[start : start + 5000]:
+            redis.delete(*keys[start : start + 5000])
+
+
+def checkout_window(customer_id: int) -> str:
+    from core.ratelimit import window_key
+
+    return window_key("checkout", f"user:{customer_id}")
+
+
+def fill_carts(carts: list[tuple[int, dict[str, int]]]) -> None:
+    """Exactly these carts in Redis, checkout rate limits reset."""
+    from cart.storage import cart_key
+
+    redis = get_redis_connection("default")
+    for start in range(0, len(carts), 2000):
+        pipe = redis.pipeline(transaction=False)
+        for customer_id, lines in carts[start : start + 2000]:
+            pipe.delete(cart_key(customer_id), checkout_window(customer_id))
+            pipe.hset(cart_key(customer_id), mapping=lines)
+            pipe.expire(cart_key(customer_id), settings.CART_TTL_SECONDS)
+        pipe.execute()
+
+
+def delete_orders(customer_ids: list[int]) -> dict[str, int]:
+    """The one clean-up of bench orders: their open orders' reservations given back, their outbox
+    events, refunds, payments, notifications, items and the orders deleted, the customers' pending
+    slots freed; then their carts, checkout rate-limit windows and replay markers. Idempotent."""
+    from cart.storage import cart_key
+    from inventory import gate
+    from orders.models import Notification, OrderItem, OrderStatus, Payment, Refund
+
+    holding = [str(OrderStatus.PENDING_PAYMENT), str(OrderStatus.PAID)]  # a cancelled order gave it back
+    connection.close_if_unusable_or_obsolete()  # a failed run may leave a broken connection behind
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT id, customer_id, idempotency_key FROM orders WHERE customer_id = ANY(%s)",
+                       [customer_ids])  # fmt: skip
+        orders = cursor.fetchall()
+        ids = [row[0] for row in orders]
+        cursor.execute("""
+            UPDATE inventory AS s SET available = s.available + r.q, reserved = s.reserved - r.q
+            FROM (SELECT i.sku, SUM(i.quantity) AS q FROM order_items i JOIN orders o ON o.id = i.order_id
+                  WHERE o.id = ANY(%s) AND o.status = ANY(%s) GROUP BY i.sku) AS r
+            WHERE s.sku = r.sku""", [ids, holding])  # fmt: skip
+        restored = cursor.rowcount
+        cursor.execute("DELETE FROM outbox_events WHERE aggregate_type = 'order' AND aggregate_id = ANY(%s)",
+                       [[str(i) for i in ids]])  # fmt: skip
+        events = cursor.rowcount
+        for model in (Refund, Payment, Notification, OrderItem):
+            cursor.execute(f"DELETE FROM {model._meta.db_table} WHERE order_id = ANY(%s)", [ids])
+        cursor.execute("DELETE FROM orders WHERE id = ANY(%s)", [ids])
+        cursor.execute("UPDATE order_pending_counts SET pending = 0 WHERE customer_id = ANY(%s)", [customer_ids])
+    _delete_keys(get_redis_connection("default"), [k for c in customer_ids for k in (cart_key(c), checkout_window(c))])
+    _delete_keys(gate.connection(), markers := [gate.replay_key(c, key) for _, c, key in orders])
+    return {"orders": len(ids), "events": events, "skus_restored": restored, "markers": len(markers)}
+
+
+def delete_products(prefix: str) -> dict[str, int]:
+    from core.hotcache import bump_generation
+
+    counts = {}
+    with transaction.atomic(), connection.cursor() as cursor:
+        for table in ("inventory_stockmovement", "inventory", "shop_product"):
+            cursor.execute(f"DELETE FROM {table} WHERE sku LIKE %s", [prefix.replace("_", "\\_") + "%"])
+            counts[table] = cursor.rowcount
+        if counts["shop_product"]:
+            transaction.on_commit(bump_generation)  # raw deletes send no signals
+    return counts
+
+
+def cache_generation() -> int:
+    from core.hotcache import GENERATION_KEY
+
+    return int(get_redis_connection("default").get(GENERATION_KEY) or 0)
+
+
+def lua_string(value: str) -> str:
+    return '"' + "".join(c if c.isalnum() or c in " -_./:{}[],'" else f"\\{ord(c):03d}" for c in value) + '"'
+
+
+Spec = namedtuple("Spec", "method path headers body", defaults=({}, b""))  # one HTTP request
+
+
+def raw_request(spec: Spec, host: str) -> str:
+    headers = {"Host": host, **spec.headers, **({"Content-Length": str(len(spec.body))} if spec.body else {})}
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    return f"{spec.method} {spec.path} HTTP/1.1\r\n{head}\r\n{spec.body.decode('latin-1')}"
+
+
+@dataclass
+class Run:
+    """records (with record=True): (status, latency ms, error code, SQL counts or None)."""
+
+    client: str
+    concurrency: int
+    sent: int
+    answered: int
+    seconds: float
+    errors: int  # connect/read/write/timeout errors
+    bad_status: int  # responses >= 400
+    p50_ms: float
+    p99_ms: float
+    cpu_seconds: float  # the server's (gunicorn master and workers) during the run
+    records: list = field(default_factory=list, repr=False)
+
+    @property
+    def rps(self) -> float:
+        return self.answered / self.seconds if self.seconds else 0.0
+
+    @property
+    def cpu_ms(self) -> float:
+        return self.cpu_seconds * 1000 / self.answered if self.answered else 0.0
+
+    def by(self, predicate) -> list:
+        return [r for r in self.records if predicate(r)]
+
+
+def run_wrk(server: Gunicorn, *, specs: Sequence[Spec] = (), numbered: tuple = (), count: int | None = None,
+            duration: float | None = None, concurrency=16, threads=1, record=False, progress=None) -> Run:  # fmt: skip
+    """wrk, closed loop: `concurrency` keep-alive connections over `threads` threads, each sending its
+    next request when the previous answer arrived; `count` requests (capped in time) or `duration`
+    seconds; cycling through `specs`, or numbered requests (prefix, tokens, who) as bench/wrk.lua
+    says. `progress.update(n)` is called as answers come (count runs)."""
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk not found: apt-get install -y wrk (make bench-tools)")
+    threads = max(1, min(threads, concurrency, count or concurrency))
+    host = server.base_url.removeprefix("http://")
+    prefix, tokens, who = numbered or ("", [], [])
+    workdir = tempfile.mkdtemp(prefix="bench-wrk-")
+    try:
+        out = f"{workdir}/out-" if record else ""
+        script = Path(workdir, "bench.lua")
+        prelude = {"HOST": lua_string(host), "COUNT": count or 0, "OUT": lua_string(out), "PREFIX": lua_string(prefix),
+                   "REQUESTS": "{" + ",".join(lua_string(raw_request(s, host)) for s in specs) + "}",
+                   "TOKENS": "{" + ",".join(map(lua_string, tokens)) + "}",
+                   "WHO": "{" + ",".join(str(i + 1) for i in who) + "}"}
+        script.write_text("".join(f"local {k} = {v}\n" for k, v in prelude.items()) + LUA.read_text())
+        cap = duration if count is None else max(120, math.ceil(count / 100), duration or 0)
+        cmd = ["wrk", "--latency", "-t", str(threads), "-c", str(max(concurrency, threads)), "-d",
+               f"{max(1, math.ceil(cap))}s", "--timeout", "10s", "-s", str(script), server.base_url + "/",
+               "--", str(threads)]  # fmt: skip
+        cpu0, began = server.cpu_seconds(), time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        output, finished = [], 0
+        for line in proc.stdout:
+            if line.startswith("P "):
+                if progress is not None:
+                    progress.update(int(line.split()[1]))
+                continue
+            output.append(line)
+            finished += line.startswith("BENCH_THREAD_DONE")
+            if finished == threads and line.startswith("BENCH_THREAD_DONE"):
+                proc.send_signal(signal.SIGINT)  # wrk stops sleeping and reports
+        proc.wait(timeout=60)
+        wall, cpu = time.perf_counter() - began, server.cpu_seconds() - cpu0
+        match = re.search(r"^BENCH_JSON (.*)$", "".join(output), re.MULTILINE)
+        if match is None:
+            raise RuntimeError(f"wrk failed ({proc.returncode}):\n{''.join(output)}")
+        data = json.loads(match.group(1))
+        records = []
+        for path in Path(workdir).glob("out-*"):
+            for status, micros, code, sql in (x.split(" ") for x in path.read_text().splitlines() if x.count(" ") == 3):
+                counts = None if sql == "-" else tuple(map(int, sql.split(",")))  # a thread's last line may be cut
+                records.append((int(status), int(micros) / 1000, code, counts))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    answered = len(records) if record else data["requests"]
+    if count is None:
+        seconds = data["duration_us"] / 1e6
+    else:  # from the first request to the last answer, unless a thread did not finish
+        seconds = data["elapsed_us"] / 1e6 if data["elapsed_us"] and answered >= count else wall
+    ms = sorted(r[1] for r in records)
+    latency = [pct(ms, 50), pct(ms, 99)] if ms else [data["p50_us"] / 1000, data["p99_us"] / 1000]
+    errors = data["connect"] + data["read"] + data["write"] + data["timeout"]
+    return Run(f"wrk -t{threads}", max(concurrency, threads), count or answered, answered, seconds, errors,
+               data["status"], *latency, cpu, records)  # fmt: skip
+
+
+def pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def cpu_times() -> tuple[int, int]:
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return sum(fields), fields[3] + fields[4]
+
+
+def warn_if_busy(threshold: float = 0.2) -> None:
+    total0, idle0 = cpu_times()
+    time.sleep(1.0)
+    total1, idle1 = cpu_times()
+    busy = 1 - (idle1 - idle0) / max(1, total1 - total0)
+    if busy > threshold:
+        print(f"warning: the CPUs were {busy:.0%} busy before the bench started (os.cpu_count() = {os.cpu_count()}):"
+              " other processes compete with the server and the client, figures will be low and noisy",
+              file=sys.stderr)  # fmt: skip
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for n, row in enumerate(cells):
+        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))))
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
