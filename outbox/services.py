@@ -22,8 +22,17 @@ class NewEvent:
     data: dict
 
 
-_COLUMNS = "event_id, aggregate_type, aggregate_id, event_type, payload, created_at, attempts, last_error, request_id"
-_ROW = "(%s, %s, %s, %s, %s::jsonb, %s, 0, '', %s)"
+_INSERT = (
+    f"INSERT INTO {OutboxEvent._meta.db_table} "
+    "(event_id, aggregate_type, aggregate_id, event_type, payload, created_at, attempts, last_error, request_id) "
+)
+_INSERT_ONE = _INSERT + "VALUES (%s, %s, %s, %s, %s::jsonb, %s, 0, '', %s) RETURNING id"
+_INSERT_MANY = (
+    _INSERT
+    + "SELECT e.id, e.type, e.aggregate, e.event, e.payload::jsonb, %s, 0, '', %s "
+    "FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[], %s::text[]) "
+    "WITH ORDINALITY AS e(id, type, aggregate, event, payload, n) ORDER BY e.n RETURNING id"
+)
 
 
 def record_events(events: Sequence[NewEvent]) -> list[int]:
@@ -31,29 +40,25 @@ def record_events(events: Sequence[NewEvent]) -> list[int]:
     they announce (both commit together or neither does); returns their ids in
     order. The one writer of outbox rows: a single INSERT, whatever the number
     of events, and no model instances (it runs on every checkout, and once per
-    expiry batch for a thousand orders)."""
+    expiry batch for hundreds of orders)."""
     if not connection.in_atomic_block:
         raise RuntimeError("events must be written inside the transaction of the change they announce")
     if not events:
         return []
-    now, request_id = timezone.now(), current_request_id()
-    params: list = []
-    for event in events:
-        params += [
-            uuid.uuid4(),
-            event.aggregate_type,
-            str(event.aggregate_id),
-            event.event_type,
-            json.dumps(event.data, cls=DjangoJSONEncoder),
-            now,
-            request_id,
-        ]
+    columns = (
+        [uuid.uuid4() for _ in events],
+        [event.aggregate_type for event in events],
+        [str(event.aggregate_id) for event in events],
+        [event.event_type for event in events],
+        [json.dumps(event.data, cls=DjangoJSONEncoder) for event in events],
+    )
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {OutboxEvent._meta.db_table} ({_COLUMNS}) VALUES {', '.join([_ROW] * len(events))} "
-            "RETURNING id",
-            params,
-        )
+        if len(events) == 1:
+            cursor.execute(_INSERT_ONE, [column[0] for column in columns] + [timezone.now(), current_request_id()])
+        else:
+            # One array per column: binding 7 scalars per row took 21 ms of a
+            # 58 ms expiry batch of 500 orders; arrays take 12 (bench/expiry.py).
+            cursor.execute(_INSERT_MANY, [timezone.now(), current_request_id(), *columns])
         return [row[0] for row in cursor.fetchall()]
 
 
