@@ -231,6 +231,12 @@ KAFKA_REPLICATION_FACTOR = env_int("KAFKA_REPLICATION_FACTOR", 1)
 KAFKA_CONSUMER_GROUP_PREFIX = env("KAFKA_CONSUMER_GROUP_PREFIX", "shop.")
 # librdkafka gives up on a message after this; the relay then recreates its producer.
 KAFKA_MESSAGE_TIMEOUT_MS = env_int("KAFKA_MESSAGE_TIMEOUT_MS", 30_000)
+# Queue-mode flash sales: admitted checkouts go to this topic, write_queued_orders writes them.
+KAFKA_CHECKOUT_TOPIC = env("KAFKA_CHECKOUT_TOPIC", "shop.checkout-requests")
+# How long a queue-mode checkout waits for Kafka's acknowledgement before answering 503.
+QUEUE_ADMIT_TIMEOUT_MS = env_int("QUEUE_ADMIT_TIMEOUT_MS", 3_000)
+QUEUE_BATCH_SIZE = env_int("QUEUE_BATCH_SIZE", 500)
+QUEUE_BATCH_WAIT_MS = env_int("QUEUE_BATCH_WAIT_MS", 20)
 
 # --- Outbox relay and consumers ---------------------------------------------
 OUTBOX_BATCH_SIZE = env_int("OUTBOX_BATCH_SIZE", 500)

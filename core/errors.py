@@ -57,6 +57,7 @@ class ErrorCode(StrEnum):
     IDEMPOTENCY_KEY_INVALID = "idempotency_key_invalid"
     IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
     CART_EMPTY = "cart_empty"
+    QUEUE_UNAVAILABLE = "queue_unavailable"
     SKU_UNAVAILABLE = "sku_unavailable"
     TOO_MANY_PENDING_ORDERS = "too_many_pending_orders"
     ORDER_NOT_CANCELLABLE = "order_not_cancellable"

@@ -52,7 +52,7 @@ class HotCache:
         self.generation: str | None = None
         self.tokens: dict[str, tuple] = {}  # token key -> ((user, token), monotonic expiry)
         self.products: dict[str, CachedProduct | None] = {}  # None: no such SKU
-        self.flash_sales: dict[str, int] | None = None  # gated SKU -> per-customer limit (0: none)
+        self.flash_sales: dict | None = None  # inventory's flash sales (inventory/services/flash_sales.py)
 
     def ensure_generation(self) -> str:
         """The generation to fill the caches under; read before any database read

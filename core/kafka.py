@@ -119,7 +119,11 @@ def dead_letter_topic(topic: str) -> str:
 def shop_topics() -> list[str]:
     """The topics the shop writes: each created explicitly with KAFKA_TOPIC_PARTITIONS
     partitions (a producer left to auto-create one would get the broker's default)."""
-    return [settings.KAFKA_ORDERS_TOPIC, dead_letter_topic(settings.KAFKA_ORDERS_TOPIC)]
+    return [
+        settings.KAFKA_ORDERS_TOPIC,
+        dead_letter_topic(settings.KAFKA_ORDERS_TOPIC),
+        settings.KAFKA_CHECKOUT_TOPIC,
+    ]
 
 
 def topic_warnings(metadata: ClusterMetadata, topics: list[str]) -> list[str]:

@@ -92,12 +92,22 @@ class Shipment(models.Model):
 
 class FlashSale(models.Model):
     """A SKU whose checkouts first pass the Redis gate (inventory/gate.py).
-    PostgreSQL keeps the stock; Redis only turns away what cannot be served."""
+    PostgreSQL keeps the stock; Redis only turns away what cannot be served.
+
+    In `direct` mode an admitted checkout writes its order at once, as any
+    other; in `queue` mode it is handed to Kafka and written in batches by
+    `write_queued_orders` (for a sale the database cannot take one order at a
+    time: docs/operations.md)."""
+
+    class Mode(models.TextChoices):
+        DIRECT = "direct", "Direct"
+        QUEUE = "queue", "Queue"
 
     product = models.OneToOneField(
         "shop.Product", primary_key=True, on_delete=models.CASCADE, db_column="sku", related_name="flash_sale"
     )
     per_customer_limit = models.PositiveIntegerField(null=True, blank=True)
+    mode = models.CharField(max_length=6, choices=Mode.choices, default=Mode.DIRECT)
     started_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -105,7 +115,8 @@ class FlashSale(models.Model):
             models.CheckConstraint(
                 condition=models.Q(per_customer_limit__isnull=True) | models.Q(per_customer_limit__gt=0),
                 name="flash_sale_limit_positive",
-            )
+            ),
+            models.CheckConstraint(condition=models.Q(mode__in=["direct", "queue"]), name="flash_sale_mode_valid"),
         ]
 
     def __str__(self) -> str:

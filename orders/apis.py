@@ -5,6 +5,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema
 from rest_framework import serializers
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
+from rest_framework.reverse import reverse
 from rest_framework.views import APIView
 from rest_framework.viewsets import ViewSetMixin
 
@@ -14,6 +15,7 @@ from core.openapi import ERRORS
 from orders.exceptions import IdempotencyKeyInvalid, IdempotencyKeyMissing
 from orders.selectors import customer_orders
 from orders.services import cancel_customer_order, get_customer_order, place_order
+from orders.services.queue import QUEUED
 
 _KEY = re.compile(r"^[\x21-\x7e]{1,64}$")
 
@@ -42,12 +44,16 @@ class OrderOutputSerializer(serializers.Serializer):
         line_total = serializers.IntegerField()
 
     id = serializers.IntegerField()
-    status = serializers.CharField()
+    status = serializers.CharField(
+        help_text="QUEUED (queue-mode flash sale, not written yet), PENDING_PAYMENT, PAID, SHIPPED, "
+        "CANCELLED, REFUNDED or REJECTED (a queued order the stock could not cover: see rejection_reason)"
+    )
+    rejection_reason = serializers.CharField(allow_blank=True)
     items = ItemSerializer(many=True)
     total = serializers.IntegerField(source="total_amount")
     currency = serializers.CharField()
-    created_at = serializers.DateTimeField()
-    expires_at = serializers.DateTimeField()
+    created_at = serializers.DateTimeField(allow_null=True)
+    expires_at = serializers.DateTimeField(allow_null=True)
     paid_at = serializers.DateTimeField(allow_null=True)
     cancelled_at = serializers.DateTimeField(allow_null=True)
 
@@ -100,18 +106,22 @@ class OrdersApi(ViewSetMixin, HotCacheApiView):
         responses={
             201: OrderOutputSerializer,
             200: OrderOutputSerializer,
+            202: OrderOutputSerializer,
             **ERRORS(400, 401, 409, 422, 429, 503),
         },
         description="Check out the cart. 201: created; 200 with `Idempotent-Replayed: true`: "
-        "this key's order, already created.",
+        "this key's order, already created. 202 (a flash sale in queue mode): the order is queued "
+        "(status `QUEUED`) and will be written or visibly rejected; poll the `Location`.",
     )
     def create(self, request):
         key = idempotency_key_from(request)
         result = place_order(customer_id=request.user.id, idempotency_key=key, rate_limited=True)
         body = OrderOutputSerializer(result.order).data
-        if result.replayed:
-            return Response(body, status=200, headers={"Idempotent-Replayed": "true"})
-        return Response(body, status=201)
+        headers = {"Idempotent-Replayed": "true"} if result.replayed else {}
+        if result.order.status == QUEUED:
+            headers["Location"] = reverse("order-detail", kwargs={"order_id": result.order.id})
+            return Response(body, status=202, headers=headers)
+        return Response(body, status=200 if result.replayed else 201, headers=headers)
 
 
 class OrderDetailApi(APIView):

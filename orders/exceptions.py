@@ -66,3 +66,9 @@ class TooManyPendingOrders(DomainError):
     code = ErrorCode.TOO_MANY_PENDING_ORDERS
     status = 409
     message = "You have too many orders awaiting payment: pay or cancel one first."
+
+
+class QueueUnavailable(DomainError):
+    code = ErrorCode.QUEUE_UNAVAILABLE
+    status = 503
+    message = "The flash-sale queue is unavailable; nothing was ordered. Retry shortly."

@@ -9,6 +9,9 @@ class OrderStatus(models.TextChoices):
     SHIPPED = "SHIPPED", "Shipped"
     CANCELLED = "CANCELLED", "Cancelled"
     REFUNDED = "REFUNDED", "Refunded"
+    # A queue-mode checkout the database could not take (the gate drifted, the
+    # product went inactive): written so that the shopper sees why.
+    REJECTED = "REJECTED", "Rejected"
 
 
 class OrderQuerySet(models.QuerySet):
@@ -29,6 +32,7 @@ class Order(models.Model):
     created_at = models.DateTimeField()
     paid_at = models.DateTimeField(null=True, blank=True)
     cancelled_at = models.DateTimeField(null=True, blank=True)
+    rejection_reason = models.CharField(max_length=40, blank=True, default="", db_default="")  # REJECTED: why
 
     objects = OrderQuerySet.as_manager()
 
@@ -40,6 +44,10 @@ class Order(models.Model):
             models.CheckConstraint(condition=Q(status__in=OrderStatus.values), name="order_status_valid"),
             models.CheckConstraint(condition=Q(total_amount__gte=0), name="order_total_not_negative"),
             models.CheckConstraint(condition=~Q(idempotency_key=""), name="order_idempotency_key_not_empty"),
+            models.CheckConstraint(
+                condition=Q(status=OrderStatus.REJECTED) | Q(rejection_reason=""),
+                name="order_rejection_reason_only_rejected",
+            ),
         ]
         indexes = [
             models.Index(

@@ -15,6 +15,7 @@ def customer_orders(*, customer_id: int) -> QuerySet[Order]:
 @dataclass(frozen=True)
 class FlashSaleStatus:
     sku: str
+    mode: str
     per_customer_limit: int | None
     gate_remaining: int | None
     available: int
@@ -40,6 +41,7 @@ def flash_sale_status(*, sku: str | None = None) -> list[FlashSaleStatus]:
         result.append(
             FlashSaleStatus(
                 sku=sale.product_id,
+                mode=sale.mode,
                 per_customer_limit=sale.per_customer_limit,
                 gate_remaining=counters[sale.product_id]["remaining"],
                 available=stock.available if stock else 0,

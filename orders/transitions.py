@@ -12,6 +12,9 @@ first UPDATE changes the row, the second finds its status gone.
           +--cancelled/expired--+--refunded--> REFUNDED
           v
       CANCELLED
+
+An order is written PENDING_PAYMENT, or REJECTED by the queue's writer when the
+stock could not cover it; a rejected order moves nowhere.
 """
 
 from collections.abc import Iterable
@@ -29,6 +32,8 @@ TRANSITIONS: frozenset[tuple[OrderStatus, OrderStatus]] = frozenset(
         (OrderStatus.PAID, OrderStatus.REFUNDED),
     }
 )
+
+INITIAL: frozenset[OrderStatus] = frozenset({OrderStatus.PENDING_PAYMENT, OrderStatus.REJECTED})
 
 # The moment of the move, kept on the order where the model has a field for it.
 STAMPS: dict[OrderStatus, str] = {OrderStatus.PAID: "paid_at", OrderStatus.CANCELLED: "cancelled_at"}

@@ -12,6 +12,7 @@ print(
     Health      {base}/healthz  {base}/readyz
     Metrics     {base}/metrics
   Processes: web (gunicorn), worker + beat (Celery), relay (outbox -> Kafka),
-  warehouse / email / loyalty (Kafka consumers). `manage.py shop_status` shows the state.
+  warehouse / email / loyalty (Kafka consumers), writer (queue-mode flash sales).
+  `DEBUG=1 .venv/bin/python manage.py shop_status` shows the state.
 """
 )

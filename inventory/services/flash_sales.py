@@ -9,15 +9,39 @@ from inventory.services.stock import set_available_stock
 from shop.models import Product
 
 
-def gated_skus() -> dict[str, int]:
-    """Gated SKU -> per-customer limit (0: none), from process memory once warm
-    (kept honest by the cache generation, like the rest of the hot cache)."""
+def _sales() -> dict[str, tuple[int, str]]:
+    """Gated SKU -> (per-customer limit, 0: none; mode), from process memory once
+    warm (kept honest by the cache generation, like the rest of the hot cache)."""
     if hot_cache.flash_sales is None:
         hot_cache.ensure_generation()
-        hot_cache.flash_sales = {
-            sku: limit or 0 for sku, limit in FlashSale.objects.values_list("product_id", "per_customer_limit")
-        }
+        rows = FlashSale.objects.values_list("product_id", "per_customer_limit", "mode")
+        hot_cache.flash_sales = {sku: (limit or 0, mode) for sku, limit, mode in rows}
     return hot_cache.flash_sales
+
+
+def gated_skus() -> dict[str, int]:
+    """Gated SKU -> per-customer limit (0: none)."""
+    return {sku: limit for sku, (limit, _) in _sales().items()}
+
+
+def queued_skus() -> set[str]:
+    """The gated SKUs whose admitted checkouts go through the queue."""
+    return {sku for sku, (_, mode) in _sales().items() if mode == FlashSale.Mode.QUEUE}
+
+
+@transaction.atomic
+def set_flash_sale_mode(*, sku: str, mode: str) -> FlashSale:
+    """Switch a running sale between direct and queue mode. Checkouts admitted
+    before the switch finish the way they started; the queue's writer goes on
+    draining what is already in Kafka."""
+    if mode not in FlashSale.Mode.values:
+        raise ValueError(f"mode must be one of {', '.join(FlashSale.Mode.values)}")
+    sale = FlashSale.objects.filter(product_id=sku).first()
+    if sale is None:
+        raise NotFound(f"{sku} is not in a flash sale", sku=sku)
+    sale.mode = mode
+    sale.save(update_fields=["mode"])  # post_save moves the cache generation: every process sees the switch
+    return sale
 
 
 @transaction.atomic
@@ -28,6 +52,7 @@ def seed_flash_sale(
     price: int | None = None,
     name: str | None = None,
     per_customer_limit: int | None = None,
+    mode: str = FlashSale.Mode.DIRECT,
     user: AbstractBaseUser | None = None,
 ) -> FlashSale:
     """Create or update the product, bring its available stock to exactly
@@ -41,7 +66,11 @@ def seed_flash_sale(
         changes = {k: v for k, v in {"price": price, "name": name, "is_active": True}.items() if v is not None}
         Product.objects.filter(sku=sku).update(**changes)  # FlashSale's post_save moves the cache generation
     set_available_stock(sku=sku, available=stock, user=user, note="flash sale seed")
-    sale, _ = FlashSale.objects.update_or_create(product=product, defaults={"per_customer_limit": per_customer_limit})
+    if mode not in FlashSale.Mode.values:
+        raise ValueError(f"mode must be one of {', '.join(FlashSale.Mode.values)}")
+    sale, _ = FlashSale.objects.update_or_create(
+        product=product, defaults={"per_customer_limit": per_customer_limit, "mode": mode}
+    )
     transaction.on_commit(lambda: gate.set_counter(sku=sku, remaining=stock, reset_customers=True))
     return sale
 

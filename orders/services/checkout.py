@@ -16,6 +16,7 @@ from core.exceptions import RateLimited
 from inventory import gate
 from inventory.exceptions import OutOfStock
 from inventory.services import reserve_stock
+from inventory.services.flash_sales import queued_skus
 from orders.exceptions import (
     CartEmpty,
     IdempotencyKeyReused,
@@ -23,9 +24,10 @@ from orders.exceptions import (
     ProductUnavailable,
     TooManyPendingOrders,
 )
-from orders.metrics import CHECKOUT_REFUSALS, IDEMPOTENT_REPLAYS, ORDERS_CREATED
+from orders.metrics import CHECKOUT_REFUSALS, IDEMPOTENT_REPLAYS, ORDERS_CREATED, QUEUE_ADMITTED
 from orders.models import Order, OrderItem, OrderStatus, PendingOrderCount
 from orders.services.admission import admit_cart
+from orders.services.queue import QUEUED, QueuedLine, queue_checkout, queued_or_written_order
 from outbox.services import record_event
 from shop.selectors import cached_products
 
@@ -36,6 +38,7 @@ logger = logging.getLogger(__name__)
 class PlacedOrder:
     order: Order
     replayed: bool
+    queued: bool = False  # handed to the flash-sale queue: written later by write_queued_orders
 
 
 @dataclass(frozen=True)
@@ -137,7 +140,14 @@ def place_order(*, customer_id: int, idempotency_key: str, rate_limited: bool = 
         return _replay(existing, request_hash=None)
 
     try:
-        result = _create_order(customer_id=customer_id, idempotency_key=idempotency_key, lines=lines, gated=gated)
+        queue = queued_skus()
+        if queue and not queue.isdisjoint(lines):
+            result = _queue_order(
+                customer_id=customer_id, idempotency_key=idempotency_key, lines=lines,
+                gated=gated if admitted else {}, queue=queue,
+            )
+        else:
+            result = _create_order(customer_id=customer_id, idempotency_key=idempotency_key, lines=lines, gated=gated)
     except BaseException as error:
         if admitted:
             _release_best_effort(customer_id, gated)
@@ -148,9 +158,33 @@ def place_order(*, customer_id: int, idempotency_key: str, rate_limited: bool = 
         IDEMPOTENT_REPLAYS.inc()
         if admitted:
             _release_best_effort(customer_id, gated)
+    elif result.queued:
+        QUEUE_ADMITTED.inc()
     else:
         ORDERS_CREATED.inc()
     return result
+
+
+def _queue_order(
+    *, customer_id: int, idempotency_key: str, lines: dict[str, int], gated: dict[str, int], queue: set[str]
+) -> PlacedOrder:
+    """A cart with a queue-mode flash-sale SKU: priced as any, then handed to
+    Kafka (orders/services/queue.py); the order is written by the queue's writer."""
+    priced = _price_cart(lines)
+    request_hash = _request_hash(priced, settings.SHOP_CURRENCY)
+    if not gated:  # the gate found this key's order already written
+        existing = _existing_order(customer_id=customer_id, idempotency_key=idempotency_key)
+        if existing is not None:
+            return _replay(existing, request_hash=request_hash)
+    order, replayed = queue_checkout(
+        customer_id=customer_id,
+        idempotency_key=idempotency_key,
+        lines=[QueuedLine(li.sku, li.name, li.quantity, li.unit_price) for li in priced],
+        request_hash=request_hash,
+        gated=gated,
+        partition_key=min(queue.intersection(lines)),
+    )
+    return PlacedOrder(order=order, replayed=replayed, queued=order.status == QUEUED)
 
 
 def _create_order(
@@ -232,8 +266,9 @@ def _release_best_effort(customer_id: int, lines: dict[str, int]) -> None:
 
 
 def get_customer_order(*, customer_id: int, order_id: int) -> Order:
-    """Someone else's order and a missing one look the same: 404."""
-    order = Order.objects.filter(id=order_id, customer_id=customer_id).prefetch_related("items").first()
+    """The order as written, or as queued (a queue-mode flash sale). Someone
+    else's order and a missing one look the same: 404."""
+    order = queued_or_written_order(customer_id=customer_id, order_id=order_id)
     if order is None:
         raise OrderNotFound()
     return order

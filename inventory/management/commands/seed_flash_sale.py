@@ -12,20 +12,24 @@ class Command(BaseCommand):
         parser.add_argument("--price", type=int, help="minor units (required for a new product)")
         parser.add_argument("--name")
         parser.add_argument("--per-customer-limit", type=int)
+        parser.add_argument(
+            "--mode", choices=["direct", "queue"], default="direct",
+            help="queue: admitted checkouts go through Kafka to write_queued_orders (default direct)",
+        )
 
-    def handle(self, *args, sku, stock, price, name, per_customer_limit, **options):
+    def handle(self, *args, sku, stock, price, name, per_customer_limit, mode, **options):
         if stock < 0:
             raise CommandError("--stock must be 0 or more")
         if per_customer_limit is not None and per_customer_limit < 1:
             raise CommandError("--per-customer-limit must be 1 or more")
         try:
             sale = seed_flash_sale(
-                sku=sku, stock=stock, price=price, name=name, per_customer_limit=per_customer_limit
+                sku=sku, stock=stock, price=price, name=name, per_customer_limit=per_customer_limit, mode=mode
             )
         except ValueError as error:
             raise CommandError(str(error)) from None
         limit = sale.per_customer_limit or "none"
         self.stdout.write(
             f"{sku}: flash sale open with {stock} units (database available = gate counter = {stock}), "
-            f"per-customer limit {limit}"
+            f"per-customer limit {limit}, {sale.mode} mode"
         )

@@ -14,11 +14,14 @@ class Command(BaseCommand):
         if not rows:
             self.stdout.write("no flash sale" + (f" for {sku}" if sku else "s"))
             return
-        header = f"{'sku':<24}{'gate':>10}{'available':>11}{'reserved':>10}{'ordered':>9}{'refused':>9}{'limit':>7}"
+        header = (
+            f"{'sku':<24}{'mode':>7}{'gate':>10}{'available':>11}{'reserved':>10}"
+            f"{'ordered':>9}{'refused':>9}{'limit':>7}"
+        )
         self.stdout.write(header)
         for row in rows:
             gate = "LOST" if row.gate_remaining is None else row.gate_remaining
             self.stdout.write(
-                f"{row.sku:<24}{gate:>10}{row.available:>11}{row.reserved:>10}"
+                f"{row.sku:<24}{row.mode:>7}{gate:>10}{row.available:>11}{row.reserved:>10}"
                 f"{row.units_ordered:>9}{row.refused:>9}{row.per_customer_limit or '-':>7}"
             )

@@ -1,0 +1,20 @@
+from django.core.management.base import BaseCommand
+
+from core.metrics import serve_own_metrics
+from orders.queue_writer import QueueWriter
+from outbox.shutdown import stop_on_sigterm
+
+
+class Command(BaseCommand):
+    help = "Write queue-mode flash-sale checkouts from Kafka in batches, until SIGTERM (which finishes the batch)."
+
+    def handle(self, *args, **options):
+        stop = stop_on_sigterm()
+        serve_own_metrics()
+        writer = QueueWriter()
+        self.stdout.write(f"order writer: reading {writer.topic} (Ctrl-C to stop)")
+        writer.run(should_stop=stop.is_set)
+        self.stdout.write(
+            f"order writer: stopped after {writer.batches} batches, {writer.written} orders written, "
+            f"{writer.rejected} rejected"
+        )

@@ -1,0 +1,107 @@
+"""The queue's writer: reads admitted checkouts from KAFKA_CHECKOUT_TOPIC and
+writes them in batches (orders/services/queue.py write_batch), then commits the
+offsets. Several may run: the topic's partitions share the work.
+
+The offsets are committed only after the batch's transaction: a crash in
+between delivers the batch again, and write_batch finds those orders written.
+A database, Redis or network outage keeps the batch and retries it (capped
+backoff); a message that is not a checkout request is logged and skipped."""
+
+import logging
+import time
+from collections.abc import Callable
+
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from django.conf import settings
+from django.db import close_old_connections
+
+from core.kafka import client_config, recovery_statistics
+from orders.services.queue import QueuedRequest, write_batch
+from outbox.consumers import failed_service
+
+logger = logging.getLogger(__name__)
+
+WRITER_GROUP = "order-writer"
+
+
+class QueueWriter:
+    def __init__(self) -> None:
+        self.topic = settings.KAFKA_CHECKOUT_TOPIC
+        self.consumer = Consumer(
+            client_config(
+                **{
+                    "group.id": f"{settings.KAFKA_CONSUMER_GROUP_PREFIX}{WRITER_GROUP}",
+                    "enable.auto.commit": False,
+                    "auto.offset.reset": "earliest",
+                    "allow.auto.create.topics": False,
+                    # A first assignment waits half the session timeout: keep it short.
+                    "session.timeout.ms": 6000,
+                    "heartbeat.interval.ms": 2000,
+                    # A batch waits QUEUE_BATCH_WAIT_MS at most, so must the broker's fetch.
+                    "fetch.wait.max.ms": settings.QUEUE_BATCH_WAIT_MS,
+                    **recovery_statistics(),
+                }
+            )
+        )
+        self.consumer.subscribe([self.topic])
+        self.written = self.rejected = self.batches = 0
+
+    def run(self, *, should_stop: Callable[[], bool]) -> None:
+        backoff = 0.0
+        try:
+            while not should_stop():
+                try:
+                    self.run_once()
+                    backoff = 0.0
+                except Exception as error:
+                    service = failed_service(error)
+                    if service is None:
+                        raise
+                    backoff = min(max(backoff * 2, 0.1), settings.CONSUMER_MAX_BACKOFF_SECONDS)
+                    logger.warning("order writer: %s unavailable (%r); retrying in %.1f s", service, error, backoff)
+                    close_old_connections()
+                    time.sleep(backoff)
+        finally:
+            self.consumer.close()
+
+    def run_once(self) -> int:
+        """Write what arrived within QUEUE_BATCH_WAIT_MS (at most QUEUE_BATCH_SIZE);
+        returns how many requests were in the batch."""
+        messages = self.consumer.consume(
+            num_messages=settings.QUEUE_BATCH_SIZE, timeout=settings.QUEUE_BATCH_WAIT_MS / 1000
+        )
+        messages = [message for message in messages if not message.error()]
+        if not messages:
+            return 0
+        requests = []
+        for message in messages:
+            try:
+                requests.append(QueuedRequest.from_json(message.value()))
+            except (ValueError, TypeError, KeyError) as error:
+                logger.error("order writer: skipping a message that is not a checkout request: %r", error)
+        try:
+            result = write_batch(requests) if requests else None
+        except Exception:
+            self._rewind(messages)
+            raise
+        self._commit(messages)
+        self.batches += 1
+        if result:
+            self.written += len(result.written)
+            self.rejected += len(result.rejected)
+        return len(messages)
+
+    def _commit(self, messages: list[Message]) -> None:
+        after = {(m.topic(), m.partition()): m.offset() + 1 for m in messages}
+        offsets = [TopicPartition(topic, partition, offset) for (topic, partition), offset in after.items()]
+        try:
+            self.consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as error:  # redelivered later and found written
+            logger.warning("order writer: offsets not committed: %r", error)
+
+    def _rewind(self, messages: list[Message]) -> None:
+        first: dict[tuple[str, int], int] = {}
+        for message in messages:
+            first.setdefault((message.topic(), message.partition()), message.offset())
+        for (topic, partition), offset in first.items():
+            self.consumer.seek(TopicPartition(topic, partition, offset))

@@ -1,0 +1,348 @@
+"""Queue-mode checkout, for a flash sale the database cannot take one order at a
+time: an admitted checkout is handed to Kafka (the 202 waits for the broker's
+acknowledgement) and `write_queued_orders` writes the queue in batches, one
+transaction per batch (group commit).
+
+Redis holds what the API needs before an order is written, for a day:
+
+  queue:ids                          order ids taken from the orders' own
+                                     sequence, a hundred at a time
+  queue:key:{customer}:{key}         the order id given to this Idempotency-Key
+  queue:order:{id}                   the queued request, until it is written
+"""
+
+import json
+import logging
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+
+from confluent_kafka import KafkaException, Producer
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+from django_redis import get_redis_connection
+from redis.exceptions import RedisError
+
+from cart.services import clear_cart
+from core.kafka import client_config
+from inventory import gate
+from inventory.models import Stock
+from inventory.services import lock_stock
+from orders.exceptions import IdempotencyKeyReused, QueueUnavailable
+from orders.metrics import ORDERS_CREATED, QUEUE_BATCH_SECONDS, QUEUE_BATCH_SIZE, QUEUE_ORDERS_REJECTED
+from orders.models import Order, OrderItem, OrderStatus, PendingOrderCount
+from outbox.services import NewEvent, record_events
+from shop.models import Product
+
+logger = logging.getLogger(__name__)
+
+QUEUED = "QUEUED"  # the status the API shows before the writer has written the order
+ID_BLOCK = 100
+KEPT_SECONDS = 24 * 3600
+IDS_KEY = "queue:ids"
+
+
+def key_key(customer_id: int, idempotency_key: str) -> str:
+    return f"queue:key:{customer_id}:{idempotency_key}"
+
+
+def order_key(order_id: int) -> str:
+    return f"queue:order:{order_id}"
+
+
+@dataclass(frozen=True)
+class QueuedLine:
+    sku: str
+    name: str
+    quantity: int
+    unit_price: int
+
+
+@dataclass(frozen=True)
+class QueuedRequest:
+    order_id: int
+    customer_id: int
+    idempotency_key: str
+    request_hash: str
+    currency: str
+    lines: list[QueuedLine]
+    gated: dict[str, int] = field(default_factory=dict)  # units the gate let through
+
+    @property
+    def total(self) -> int:
+        return sum(line.quantity * line.unit_price for line in self.lines)
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> "QueuedRequest":
+        data = json.loads(raw)
+        data["lines"] = [QueuedLine(**line) for line in data["lines"]]
+        return cls(**data)
+
+    def as_order(self, *, status: str = QUEUED) -> Order:
+        """The order as the API shows it before it is written."""
+        order = Order(
+            id=self.order_id, customer_id=self.customer_id, idempotency_key=self.idempotency_key,
+            request_hash=self.request_hash, status=status, total_amount=self.total, currency=self.currency,
+        )
+        order._prefetched_objects_cache = {"items": self.items(order)}
+        return order
+
+    def items(self, order: Order) -> list[OrderItem]:
+        return [
+            OrderItem(order=order, product_id=li.sku, name=li.name, quantity=li.quantity, unit_price=li.unit_price)
+            for li in self.lines
+        ]
+
+
+def _redis():
+    return get_redis_connection("default")
+
+
+def allocate_order_id() -> int:
+    """An id from the orders' own sequence, so that queued and direct orders never
+    collide: one statement fetches a hundred, Redis hands them out."""
+    conn = _redis()
+    raw = conn.lpop(IDS_KEY)
+    if raw is not None:
+        return int(raw)
+    # nextval() of the table's sequence: the ORM has no word for it.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
+            [Order._meta.db_table, ID_BLOCK],
+        )
+        ids = [row[0] for row in cursor.fetchall()]
+    conn.rpush(IDS_KEY, *ids[1:])
+    return ids[0]
+
+
+_producer: Producer | None = None
+_producer_lock = threading.Lock()
+
+
+def _queue_producer() -> Producer:
+    global _producer
+    with _producer_lock:
+        if _producer is None:
+            _producer = Producer(
+                client_config(
+                    **{
+                        "acks": "all",
+                        "enable.idempotence": True,
+                        "linger.ms": 0,
+                        "message.timeout.ms": settings.QUEUE_ADMIT_TIMEOUT_MS,
+                        "allow.auto.create.topics": False,
+                    }
+                )
+            )
+        return _producer
+
+
+def _send(request: QueuedRequest, *, partition_key: str) -> None:
+    """Produce the request and wait for the broker's acknowledgement (acks=all).
+    librdkafka reports every message within message.timeout.ms, delivered or
+    not, so an answer always comes: only a delivered request is a 202."""
+    producer = _queue_producer()
+    delivered = threading.Event()
+    outcome: list = []
+
+    def report(error, message) -> None:
+        outcome.append(error)
+        delivered.set()
+
+    try:
+        producer.produce(
+            settings.KAFKA_CHECKOUT_TOPIC, key=partition_key, value=request.to_json(), on_delivery=report
+        )
+    except (BufferError, KafkaException) as error:
+        raise QueueUnavailable() from error
+    deadline = time.monotonic() + settings.QUEUE_ADMIT_TIMEOUT_MS / 1000 + 2
+    while not delivered.is_set() and time.monotonic() < deadline:
+        producer.poll(0.005)  # serves every thread's reports: each sets its own event
+    if not delivered.is_set() or outcome[0] is not None:
+        raise QueueUnavailable()
+
+
+def queue_checkout(
+    *, customer_id: int, idempotency_key: str, lines: list[QueuedLine], request_hash: str,
+    gated: dict[str, int], partition_key: str,
+) -> tuple[Order, bool]:
+    """Hand an admitted checkout to the queue: (the order as the API shows it,
+    replayed). Raises QueueUnavailable (the caller gives the gate units back)."""
+    conn = _redis()
+    try:
+        known = conn.get(key_key(customer_id, idempotency_key))
+        if known is not None:
+            return _replay(int(known), customer_id, request_hash), True
+        order_id = allocate_order_id()
+        request = QueuedRequest(
+            order_id, customer_id, idempotency_key, request_hash, settings.SHOP_CURRENCY, lines, gated
+        )
+        if not conn.set(key_key(customer_id, idempotency_key), order_id, nx=True, ex=KEPT_SECONDS):
+            known = conn.get(key_key(customer_id, idempotency_key))  # a twin request won the key
+            return _replay(int(known), customer_id, request_hash), True
+        conn.set(order_key(order_id), request.to_json(), ex=KEPT_SECONDS)
+    except RedisError as error:
+        raise QueueUnavailable() from error
+    try:
+        # Keyed by the sale's SKU: a hot SKU's requests are written in arrival order by one writer.
+        _send(request, partition_key=partition_key)
+    except QueueUnavailable:
+        conn.delete(key_key(customer_id, idempotency_key), order_key(order_id))
+        raise
+    return request.as_order(), False
+
+
+def _replay(order_id: int, customer_id: int, request_hash: str) -> Order:
+    order = queued_or_written_order(customer_id=customer_id, order_id=order_id)
+    if order is None:
+        raise QueueUnavailable()  # the key's order is neither queued nor written: Redis lost it
+    if order.request_hash != request_hash:
+        raise IdempotencyKeyReused(order_id=order_id)
+    return order
+
+
+def queued_or_written_order(*, customer_id: int, order_id: int) -> Order | None:
+    """The customer's order as written, else as queued; None when neither."""
+    order = Order.objects.filter(id=order_id, customer_id=customer_id).prefetch_related("items").first()
+    if order is not None:
+        return order
+    raw = _redis().get(order_key(order_id))
+    if raw is None:
+        return None
+    request = QueuedRequest.from_json(raw)
+    return request.as_order() if request.customer_id == customer_id else None
+
+
+@dataclass
+class BatchResult:
+    written: list[int] = field(default_factory=list)
+    rejected: dict[int, str] = field(default_factory=dict)  # order id -> reason
+    already: list[int] = field(default_factory=list)  # redelivered: written before
+
+
+def write_batch(requests: list[QueuedRequest]) -> BatchResult:
+    """Write a batch of queued checkouts in one transaction: the stock of each
+    SKU reserved with one conditional UPDATE for the batch's sum, the orders,
+    their items and their events with one INSERT each. Requests the stock cannot
+    cover (the gate drifted) or whose product went inactive are written as
+    REJECTED, in arrival order. A redelivered request finds its order and
+    changes nothing."""
+    started = time.perf_counter()
+    result = BatchResult()
+    now = timezone.now()
+    with transaction.atomic():
+        fresh = _not_yet_written(requests, result)
+        skus = sorted({line.sku for request in fresh for line in request.lines})
+        active = set(Product.objects.filter(sku__in=skus, is_active=True).values_list("sku", flat=True))
+        left = lock_stock(skus)  # SKU order, as every stock writer
+        accepted: list[QueuedRequest] = []
+        for request in fresh:
+            if any(line.sku not in active for line in request.lines):
+                result.rejected[request.order_id] = "sku_unavailable"
+            elif any(left.get(line.sku, 0) < line.quantity for line in request.lines):
+                result.rejected[request.order_id] = "out_of_stock"
+            else:
+                for line in request.lines:
+                    left[line.sku] -= line.quantity
+                accepted.append(request)
+        _reserve(accepted)
+        _insert(fresh, accepted, result, now)
+        result.written = [request.order_id for request in accepted]
+        transaction.on_commit(lambda: _after_commit(fresh, result))
+    QUEUE_BATCH_SIZE.observe(len(requests))
+    QUEUE_BATCH_SECONDS.observe(time.perf_counter() - started)
+    return result
+
+
+def _not_yet_written(requests: list[QueuedRequest], result: BatchResult) -> list[QueuedRequest]:
+    seen: dict[int, QueuedRequest] = {}
+    for request in requests:
+        seen.setdefault(request.order_id, request)
+    written = set(Order.objects.filter(id__in=list(seen)).values_list("id", flat=True))
+    result.already = sorted(written)
+    return [request for order_id, request in seen.items() if order_id not in written]
+
+
+def _reserve(accepted: list[QueuedRequest]) -> None:
+    """The stock rule, once per SKU for the batch: the rows are locked and the
+    demand was checked, so each conditional UPDATE takes its units."""
+    demand: dict[str, int] = {}
+    for request in accepted:
+        for line in request.lines:
+            demand[line.sku] = demand.get(line.sku, 0) + line.quantity
+    for sku in sorted(demand):
+        units = demand[sku]
+        taken = Stock.objects.filter(product_id=sku, available__gte=units).update(
+            available=F("available") - units, reserved=F("reserved") + units
+        )
+        if not taken:  # cannot happen under the lock; never write orders the stock does not cover
+            raise RuntimeError(f"stock of {sku} moved under its lock")
+
+
+def _insert(fresh: list[QueuedRequest], accepted: list[QueuedRequest], result: BatchResult, now) -> None:
+    expires_at = now + timedelta(seconds=settings.ORDER_PAYMENT_TIMEOUT_SECONDS)
+    orders, items, events = [], [], []
+    for request in fresh:
+        reason = result.rejected.get(request.order_id, "")
+        order = Order(
+            id=request.order_id, customer_id=request.customer_id, idempotency_key=request.idempotency_key,
+            request_hash=request.request_hash, total_amount=request.total, currency=request.currency,
+            created_at=now, expires_at=expires_at, rejection_reason=reason,
+            status=OrderStatus.REJECTED if reason else OrderStatus.PENDING_PAYMENT,
+        )
+        orders.append(order)
+        items += request.items(order)
+        lines = [asdict(line) for line in request.lines]
+        data = {"order_id": order.id, "customer_id": order.customer_id, "items": lines, "total": order.total_amount,
+                "currency": order.currency}
+        if reason:
+            events.append(NewEvent("order", order.id, "OrderRejected", {**data, "reason": reason}))
+        else:
+            events.append(NewEvent("order", order.id, "OrderCreated", {**data, "expires_at": expires_at.isoformat()}))
+    Order.objects.bulk_create(orders)
+    OrderItem.objects.bulk_create(items)
+    record_events(events)
+    _take_pending_slots([request.customer_id for request in accepted])
+
+
+def _take_pending_slots(customer_ids: list[int]) -> None:
+    """Queued orders count as pending like any other (the limit itself is the
+    flash sale's per-customer limit, checked by the gate)."""
+    counts: dict[int, int] = {}
+    for customer_id in customer_ids:
+        counts[customer_id] = counts.get(customer_id, 0) + 1
+    by_count: dict[int, list[int]] = {}
+    for customer_id, count in counts.items():
+        by_count.setdefault(count, []).append(customer_id)
+    for count, customers in sorted(by_count.items()):
+        PendingOrderCount.objects.filter(customer_id__in=customers).update(pending=F("pending") + count)
+
+
+def _after_commit(fresh: list[QueuedRequest], result: BatchResult) -> None:
+    """Best effort, once the orders are written: carts cleared and replay markers
+    set for the written ones, gate units back for the rejected ones."""
+    ORDERS_CREATED.inc(len(result.written))
+    QUEUE_ORDERS_REJECTED.inc(len(result.rejected))
+    conn = _redis()
+    for request in fresh:
+        try:
+            if request.order_id in result.rejected:
+                if request.gated:
+                    gate.release(customer_id=request.customer_id, lines=request.gated)
+            else:
+                clear_cart(customer_id=request.customer_id)
+                if request.gated:
+                    gate.mark_order_exists(
+                        customer_id=request.customer_id, idempotency_key=request.idempotency_key,
+                        order_id=request.order_id,
+                    )
+            conn.delete(order_key(request.order_id))
+        except Exception:
+            logger.exception("after-write clean-up failed for queued order %s", request.order_id)
