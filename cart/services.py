@@ -110,4 +110,9 @@ def remove_cart_item(*, customer_id: int, sku: str) -> None:
 
 
 def clear_cart(*, customer_id: int) -> None:
-    storage.delete_cart(customer_id=customer_id)
+    storage.delete_carts(customer_ids=[customer_id])
+
+
+def clear_carts(*, customer_ids: list[int]) -> None:
+    """Several shoppers' carts in one round-trip (a batch of queued orders written)."""
+    storage.delete_carts(customer_ids=customer_ids)

@@ -94,5 +94,6 @@ def read_lines(*, customer_id: int, generation: str, rate_scope: str | None = No
     return _run(_READ, [cart_key(customer_id), GENERATION_KEY, limit.key], [generation, limit.limit, limit.ms])
 
 
-def delete_cart(*, customer_id: int) -> None:
-    _connection().delete(cart_key(customer_id))
+def delete_carts(*, customer_ids: list[int]) -> None:
+    if customer_ids:
+        _connection().delete(*[cart_key(customer_id) for customer_id in customer_ids])

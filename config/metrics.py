@@ -17,6 +17,7 @@ from core.metrics import CONTENT_TYPE_LATEST, generate_latest, metrics_allowed, 
 from core.views import not_found
 from inventory import gate
 from inventory.models import FlashSale
+from orders.services.queue import queue_depths
 from outbox.services import backlog
 
 LIVE_CACHE_SECONDS = 5.0
@@ -41,6 +42,9 @@ class LiveStateCollector:
         gate_remaining = GaugeMetricFamily(
             "shop_gate_remaining", "Units the flash-sale gate still admits", labels=["sku"]
         )
+        queued = GaugeMetricFamily(
+            "shop_queue_depth", "Queue-mode checkouts admitted and not yet written", labels=["sku"]
+        )
         try:
             count, oldest_at = backlog()
             waiting.add_metric([], count)
@@ -49,11 +53,15 @@ class LiveStateCollector:
             for sku, counter in gate.counters(skus=skus).items():
                 if counter["remaining"] is not None:
                     gate_remaining.add_metric([sku], counter["remaining"])
+            for sku, depth in queue_depths().items():
+                if sku in skus:  # bounded by the sales that exist
+                    queued.add_metric([sku], depth)
         except Exception:  # a scrape must answer even with PostgreSQL or Redis down
             pass
         yield waiting
         yield oldest
         yield gate_remaining
+        yield queued
 
 
 def metrics_view(request):

@@ -107,7 +107,16 @@ def release(*, customer_id: int, lines: dict[str, int]) -> None:
 
 
 def mark_order_exists(*, customer_id: int, idempotency_key: str, order_id: int) -> None:
-    connection().set(replay_key(customer_id, idempotency_key), order_id, ex=REPLAY_MARKER_TTL_SECONDS)
+    mark_orders_exist([(customer_id, idempotency_key, order_id)])
+
+
+def mark_orders_exist(orders: list[tuple[int, str, int]]) -> None:
+    """(customer, idempotency key, order id) of written orders: their replays pass
+    the gate without taking units. One round-trip for a batch."""
+    with connection().pipeline(transaction=False) as pipe:
+        for customer_id, idempotency_key, order_id in orders:
+            pipe.set(replay_key(customer_id, idempotency_key), order_id, ex=REPLAY_MARKER_TTL_SECONDS)
+        pipe.execute()
 
 
 def set_counter(*, sku: str, remaining: int, reset_customers: bool) -> None:

@@ -8,12 +8,13 @@ from core.kafka import client_config
 from outbox.consumers import HANDLERS
 
 
-def consumer_positions(*, timeout: float = 5.0) -> dict[str, dict]:
-    """Committed offsets of each consumer group against the partitions' ends.
+def consumer_positions(*, extra: dict[str, str] | None = None, timeout: float = 5.0) -> dict[str, dict]:
+    """Committed offsets of each event consumer's group (and of `extra` groups,
+    name -> topic) against the partitions' ends.
     (The dev broker reports end offsets loosely; real Kafka is exact.)"""
-    topic = settings.KAFKA_ORDERS_TOPIC
+    groups = {name: settings.KAFKA_ORDERS_TOPIC for name in sorted(HANDLERS)} | (extra or {})
     positions = {}
-    for name in sorted(HANDLERS):
+    for name, topic in groups.items():
         group = f"{settings.KAFKA_CONSUMER_GROUP_PREFIX}{name}"
         consumer = Consumer(client_config(**{"group.id": group, "enable.auto.commit": False}))
         try:

@@ -9,6 +9,7 @@ Redis holds what the API needs before an order is written, for a day:
                                      sequence, a hundred at a time
   queue:key:{customer}:{key}         the order id given to this Idempotency-Key
   queue:order:{id}                   the queued request, until it is written
+  queue:depth                        hash SKU -> requests admitted, not yet written
 """
 
 import json
@@ -26,7 +27,7 @@ from django.utils import timezone
 from django_redis import get_redis_connection
 from redis.exceptions import RedisError
 
-from cart.services import clear_cart
+from cart.services import clear_carts
 from core.kafka import client_config
 from inventory import gate
 from inventory.models import Stock
@@ -43,6 +44,7 @@ QUEUED = "QUEUED"  # the status the API shows before the writer has written the 
 ID_BLOCK = 100
 KEPT_SECONDS = 24 * 3600
 IDS_KEY = "queue:ids"
+DEPTH_KEY = "queue:depth"
 
 
 def key_key(customer_id: int, idempotency_key: str) -> str:
@@ -70,6 +72,7 @@ class QueuedRequest:
     currency: str
     lines: list[QueuedLine]
     gated: dict[str, int] = field(default_factory=dict)  # units the gate let through
+    queue_sku: str = ""  # the sale's SKU: the Kafka key, and whose queue depth it counts in
 
     @property
     def total(self) -> int:
@@ -182,19 +185,25 @@ def queue_checkout(
             return _replay(int(known), customer_id, request_hash), True
         order_id = allocate_order_id()
         request = QueuedRequest(
-            order_id, customer_id, idempotency_key, request_hash, settings.SHOP_CURRENCY, lines, gated
+            order_id, customer_id, idempotency_key, request_hash, settings.SHOP_CURRENCY, lines, gated, partition_key
         )
         if not conn.set(key_key(customer_id, idempotency_key), order_id, nx=True, ex=KEPT_SECONDS):
             known = conn.get(key_key(customer_id, idempotency_key))  # a twin request won the key
             return _replay(int(known), customer_id, request_hash), True
-        conn.set(order_key(order_id), request.to_json(), ex=KEPT_SECONDS)
+        with conn.pipeline(transaction=False) as pipe:
+            pipe.set(order_key(order_id), request.to_json(), ex=KEPT_SECONDS)
+            pipe.hincrby(DEPTH_KEY, partition_key, 1)
+            pipe.execute()
     except RedisError as error:
         raise QueueUnavailable() from error
     try:
         # Keyed by the sale's SKU: a hot SKU's requests are written in arrival order by one writer.
         _send(request, partition_key=partition_key)
     except QueueUnavailable:
-        conn.delete(key_key(customer_id, idempotency_key), order_key(order_id))
+        with conn.pipeline(transaction=False) as pipe:
+            pipe.delete(key_key(customer_id, idempotency_key), order_key(order_id))
+            pipe.hincrby(DEPTH_KEY, partition_key, -1)
+            pipe.execute()
         raise
     return request.as_order(), False
 
@@ -206,6 +215,11 @@ def _replay(order_id: int, customer_id: int, request_hash: str) -> Order:
     if order.request_hash != request_hash:
         raise IdempotencyKeyReused(order_id=order_id)
     return order
+
+
+def queue_depths() -> dict[str, int]:
+    """Per queue-mode SKU, the requests admitted and not yet written."""
+    return {sku.decode(): max(int(count), 0) for sku, count in _redis().hgetall(DEPTH_KEY).items()}
 
 
 def queued_or_written_order(*, customer_id: int, order_id: int) -> Order | None:
@@ -326,23 +340,28 @@ def _take_pending_slots(customer_ids: list[int]) -> None:
 
 
 def _after_commit(fresh: list[QueuedRequest], result: BatchResult) -> None:
-    """Best effort, once the orders are written: carts cleared and replay markers
-    set for the written ones, gate units back for the rejected ones."""
+    """Best effort, once the orders are written, a round-trip or two for the whole
+    batch: carts cleared and replay markers set for the written orders, gate
+    units back for the rejected ones, the queued copies dropped."""
     ORDERS_CREATED.inc(len(result.written))
     QUEUE_ORDERS_REJECTED.inc(len(result.rejected))
-    conn = _redis()
-    for request in fresh:
-        try:
-            if request.order_id in result.rejected:
-                if request.gated:
-                    gate.release(customer_id=request.customer_id, lines=request.gated)
-            else:
-                clear_cart(customer_id=request.customer_id)
-                if request.gated:
-                    gate.mark_order_exists(
-                        customer_id=request.customer_id, idempotency_key=request.idempotency_key,
-                        order_id=request.order_id,
-                    )
-            conn.delete(order_key(request.order_id))
-        except Exception:
-            logger.exception("after-write clean-up failed for queued order %s", request.order_id)
+    written = [request for request in fresh if request.order_id not in result.rejected]
+    try:
+        clear_carts(customer_ids=[request.customer_id for request in written])
+        gate.mark_orders_exist(
+            [(request.customer_id, request.idempotency_key, request.order_id) for request in written if request.gated]
+        )
+        for request in fresh:
+            if request.order_id in result.rejected and request.gated:
+                gate.release(customer_id=request.customer_id, lines=request.gated)
+        written_per_sku: dict[str, int] = {}
+        for request in fresh:
+            sku = request.queue_sku or min(line.sku for line in request.lines)
+            written_per_sku[sku] = written_per_sku.get(sku, 0) + 1
+        with _redis().pipeline(transaction=False) as pipe:
+            pipe.delete(*[order_key(request.order_id) for request in fresh])
+            for sku, count in written_per_sku.items():
+                pipe.hincrby(DEPTH_KEY, sku, -count)
+            pipe.execute()
+    except Exception:
+        logger.exception("after-write clean-up failed for a batch of %s queued orders", len(fresh))

@@ -11,6 +11,7 @@ import time
 import pytest
 from confluent_kafka import Producer
 from django.conf import settings
+from django.core.management import call_command
 from django.db import connection
 
 from cart.storage import cart_key
@@ -22,7 +23,7 @@ from orders.models import Order, OrderStatus
 from orders.queue_writer import QueueWriter
 from orders.services import expire_unpaid_orders
 from orders.services import queue as queue_service
-from orders.services.queue import QueuedLine, QueuedRequest, allocate_order_id
+from orders.services.queue import QueuedLine, QueuedRequest, allocate_order_id, queue_depths
 from outbox.models import OutboxEvent
 from outbox.topics import ensure_topics
 from tests.factories import UserFactory, product_with_stock
@@ -87,6 +88,7 @@ def test_queued_checkout_is_202_then_queued_then_written(redis):
     assert not Order.objects.exists()  # nothing written yet: the API knows it from Redis
     assert client.get(response["Location"]).json()["status"] == "QUEUED"
     assert redis.hlen(cart_key(client.user.id)) == 1  # the cart is kept until the order is written
+    assert queue_depths() == {SKU: 1}
 
     drain(1)
 
@@ -98,6 +100,16 @@ def test_queued_checkout_is_202_then_queued_then_written(redis):
     assert redis.hlen(cart_key(client.user.id)) == 0
     [created] = OutboxEvent.objects.filter(event_type="OrderCreated")
     assert created.payload["order_id"] == body["id"]
+    assert queue_depths() == {SKU: 0}
+
+
+def test_shop_status_shows_the_queue_and_its_writer(redis, capsys):
+    queue_sale(10)
+    assert checkout(shopper_with_cart(redis), "q-status").status_code == 202
+    call_command("shop_status")
+    out = capsys.readouterr().out
+    assert "order-writer" in out
+    assert f"{SKU}" in out and "queue" in out and "queued (not yet written) 1" in out
 
 
 def test_the_same_key_is_the_same_order_while_queued_and_after(redis):

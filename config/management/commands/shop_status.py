@@ -4,7 +4,7 @@ from config.status import shop_status
 
 
 class Command(BaseCommand):
-    help = "One screen: pending orders, outbox backlog, consumer positions, flash-sale gates."
+    help = "One screen: pending orders, outbox backlog, consumer positions (the order writer too), flash sales."
 
     def handle(self, *args, **options):
         status = shop_status()
@@ -16,12 +16,16 @@ class Command(BaseCommand):
         w("consumers (committed offset / end of partition, summed):")
         for name, position in status["consumers"].items():
             if "error" in position:
-                w(f"  {name:<10} unavailable: {position['error']}")
+                w(f"  {name:<12} unavailable: {position['error']}")
             else:
-                w(f"  {name:<10} {position['committed']:>8} / {position['end']:<8} lag {position['lag']}")
+                w(f"  {name:<12} {position['committed']:>8} / {position['end']:<8} lag {position['lag']}")
         w("flash sales (gate counter, database available/reserved, refused):")
         for sale in status["flash_sales"]:
             gate = "LOST" if sale.gate_remaining is None else sale.gate_remaining
-            w(f"  {sale.sku:<20} gate {gate:<6} db {sale.available}/{sale.reserved}  refused {sale.refused}")
+            line = f"  {sale.sku:<20} {sale.mode:<6} gate {gate:<6} db {sale.available}/{sale.reserved}"
+            line += f"  refused {sale.refused}"
+            if sale.mode == "queue":
+                line += f"  queued (not yet written) {status['queued'].get(sale.sku, 0)}"
+            w(line)
         if not status["flash_sales"]:
             w("  none")
