@@ -1,8 +1,10 @@
+from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from core.metrics import serve_own_metrics
 from orders.queue_writer import QueueWriter
 from outbox.shutdown import stop_on_sigterm
+from outbox.topics import ensure_topics
 
 
 class Command(BaseCommand):
@@ -11,6 +13,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         stop = stop_on_sigterm()
         serve_own_metrics()
+        ensure_topics(topics=[settings.KAFKA_CHECKOUT_TOPIC])  # checkouts cannot be queued before it exists
         writer = QueueWriter()
         self.stdout.write(f"order writer: reading {writer.topic} (Ctrl-C to stop)")
         writer.run(should_stop=stop.is_set)
