@@ -15,5 +15,6 @@ QUEUE_BATCH_SECONDS = Histogram(
     "shop_queue_batch_seconds", "Time to write one batch of queued checkouts",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
+QUEUE_ORDERS_WRITTEN = Counter("shop_queue_orders_written_total", "Queued checkouts written as orders")
 QUEUE_ORDERS_REJECTED = Counter("shop_queue_orders_rejected_total", "Queued checkouts the database could not take")
 QUEUE_ADMITTED = Counter("shop_queue_admitted_total", "Checkouts handed to the queue (answered 202)")

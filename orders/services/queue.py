@@ -33,7 +33,13 @@ from inventory import gate
 from inventory.models import Stock
 from inventory.services import lock_stock
 from orders.exceptions import IdempotencyKeyReused, QueueUnavailable
-from orders.metrics import ORDERS_CREATED, QUEUE_BATCH_SECONDS, QUEUE_BATCH_SIZE, QUEUE_ORDERS_REJECTED
+from orders.metrics import (
+    ORDERS_CREATED,
+    QUEUE_BATCH_SECONDS,
+    QUEUE_BATCH_SIZE,
+    QUEUE_ORDERS_REJECTED,
+    QUEUE_ORDERS_WRITTEN,
+)
 from orders.models import Order, OrderItem, OrderStatus, PendingOrderCount
 from outbox.services import NewEvent, record_events
 from shop.models import Product
@@ -344,6 +350,7 @@ def _after_commit(fresh: list[QueuedRequest], result: BatchResult) -> None:
     batch: carts cleared and replay markers set for the written orders, gate
     units back for the rejected ones, the queued copies dropped."""
     ORDERS_CREATED.inc(len(result.written))
+    QUEUE_ORDERS_WRITTEN.inc(len(result.written))
     QUEUE_ORDERS_REJECTED.inc(len(result.rejected))
     written = [request for request in fresh if request.order_id not in result.rejected]
     try:

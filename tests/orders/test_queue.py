@@ -13,6 +13,7 @@ from confluent_kafka import Producer
 from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from cart.storage import cart_key
 from core.kafka import client_config
@@ -21,7 +22,7 @@ from inventory.models import Stock
 from inventory.services.flash_sales import seed_flash_sale, set_flash_sale_mode
 from orders.models import Order, OrderStatus
 from orders.queue_writer import QueueWriter
-from orders.services import expire_unpaid_orders
+from orders.services import expire_unpaid_orders, place_order
 from orders.services import queue as queue_service
 from orders.services.queue import QueuedLine, QueuedRequest, allocate_order_id, queue_depths
 from outbox.models import OutboxEvent
@@ -110,6 +111,19 @@ def test_shop_status_shows_the_queue_and_its_writer(redis, capsys):
     out = capsys.readouterr().out
     assert "order-writer" in out
     assert f"{SKU}" in out and "queue" in out and "queued (not yet written) 1" in out
+
+
+def test_an_admitted_queued_checkout_makes_no_sql_but_one_statement_per_hundred_ids(redis):
+    queue_sale(1000)
+    customers = [UserFactory() for _ in range(6)]
+    for customer in customers:
+        fill_cart(redis, customer.id, {SKU: 1})
+    place_order(customer_id=customers[0].id, idempotency_key="warm")  # warms the caches, takes a block of ids
+    with CaptureQueriesContext(connection) as captured:
+        for customer in customers[1:]:
+            assert place_order(customer_id=customer.id, idempotency_key="cold").queued
+    assert captured.captured_queries == []
+    assert redis.llen("queue:ids") == queue_service.ID_BLOCK - 1 - 5
 
 
 def test_the_same_key_is_the_same_order_while_queued_and_after(redis):

@@ -30,7 +30,7 @@ def start(args, tmp_path, kafka_topic):
     return process, log
 
 
-@pytest.mark.parametrize("args", [["relay_outbox"], ["consume_events", "loyalty"]])
+@pytest.mark.parametrize("args", [["relay_outbox"], ["consume_events", "loyalty"], ["write_queued_orders"]])
 def test_sigterm_stops_the_process_cleanly(args, tmp_path, kafka_topic):
     process, log = start(args, tmp_path, kafka_topic)
     try:
