@@ -113,6 +113,8 @@ def mark_order_exists(*, customer_id: int, idempotency_key: str, order_id: int) 
 def mark_orders_exist(orders: list[tuple[int, str, int]]) -> None:
     """(customer, idempotency key, order id) of written orders: their replays pass
     the gate without taking units. One round-trip for a batch."""
+    if not orders:
+        return
     with connection().pipeline(transaction=False) as pipe:
         for customer_id, idempotency_key, order_id in orders:
             pipe.set(replay_key(customer_id, idempotency_key), order_id, ex=REPLAY_MARKER_TTL_SECONDS)

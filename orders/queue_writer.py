@@ -44,7 +44,7 @@ class QueueWriter:
             )
         )
         self.consumer.subscribe([self.topic])
-        self.written = self.rejected = self.batches = 0
+        self.written = self.rejected = self.batches = self.skipped = 0
 
     def run(self, *, should_stop: Callable[[], bool]) -> None:
         backoff = 0.0
@@ -80,16 +80,41 @@ class QueueWriter:
             except (ValueError, TypeError, KeyError) as error:
                 logger.error("order writer: skipping a message that is not a checkout request: %r", error)
         try:
-            result = write_batch(requests) if requests else None
+            results = self._write(requests)
         except Exception:
             self._rewind(messages)
             raise
         self._commit(messages)
         self.batches += 1
-        if result:
+        for result in results:
             self.written += len(result.written)
             self.rejected += len(result.rejected)
         return len(messages)
+
+    def _write(self, requests: list[QueuedRequest]) -> list:
+        """The batch in one transaction; if it fails for a reason of its own (not
+        an outage), request by request, so that one bad request (its customer
+        deleted meanwhile) cannot hold the queue: that one is logged with all it
+        holds, for an operator, and skipped."""
+        if not requests:
+            return []
+        try:
+            return [write_batch(requests)]
+        except Exception as error:
+            if failed_service(error) is not None:
+                raise
+            logger.warning("order writer: batch of %s failed (%r); writing one by one", len(requests), error)
+        results = []
+        for request in requests:
+            try:
+                results.append(write_batch([request]))
+            except Exception as error:
+                if failed_service(error) is not None:
+                    raise
+                self.skipped += 1
+                logger.error("order writer: cannot write queued order %s (%r): %s", request.order_id, error,
+                             request.to_json().decode())
+        return results
 
     def _commit(self, messages: list[Message]) -> None:
         after = {(m.topic(), m.partition()): m.offset() + 1 for m in messages}

@@ -245,6 +245,7 @@ class BatchResult:
     written: list[int] = field(default_factory=list)
     rejected: dict[int, str] = field(default_factory=dict)  # order id -> reason
     already: list[int] = field(default_factory=list)  # redelivered: written before
+    duplicates: list[QueuedRequest] = field(default_factory=list)  # a key that has its order under another id
 
 
 def write_batch(requests: list[QueuedRequest]) -> BatchResult:
@@ -282,12 +283,29 @@ def write_batch(requests: list[QueuedRequest]) -> BatchResult:
 
 
 def _not_yet_written(requests: list[QueuedRequest], result: BatchResult) -> list[QueuedRequest]:
-    seen: dict[int, QueuedRequest] = {}
+    """The requests with no order yet: a redelivered request finds its order by
+    id; a key whose Redis record expired and came again finds it by (customer, key)."""
+    by_id: dict[int, QueuedRequest] = {}
     for request in requests:
-        seen.setdefault(request.order_id, request)
-    written = set(Order.objects.filter(id__in=list(seen)).values_list("id", flat=True))
-    result.already = sorted(written)
-    return [request for order_id, request in seen.items() if order_id not in written]
+        by_id.setdefault(request.order_id, request)
+    written_ids = set(Order.objects.filter(id__in=list(by_id)).values_list("id", flat=True))
+    candidates = [request for order_id, request in by_id.items() if order_id not in written_ids]
+    customers, keys_given = {r.customer_id for r in candidates}, {r.idempotency_key for r in candidates}
+    written_keys = set(
+        Order.objects.filter(customer_id__in=customers, idempotency_key__in=keys_given).values_list(
+            "customer_id", "idempotency_key"
+        )
+    )
+    fresh, keys = [], set()
+    for request in candidates:
+        key = (request.customer_id, request.idempotency_key)
+        if key in written_keys or key in keys:
+            result.duplicates.append(request)
+        else:
+            keys.add(key)
+            fresh.append(request)
+    result.already = sorted(written_ids)
+    return fresh
 
 
 def _reserve(accepted: list[QueuedRequest]) -> None:
@@ -348,27 +366,31 @@ def _take_pending_slots(customer_ids: list[int]) -> None:
 def _after_commit(fresh: list[QueuedRequest], result: BatchResult) -> None:
     """Best effort, once the orders are written, a round-trip or two for the whole
     batch: carts cleared and replay markers set for the written orders, gate
-    units back for the rejected ones, the queued copies dropped."""
+    units back for the rejected ones (and for duplicates of a written key), the
+    queued copies dropped."""
     ORDERS_CREATED.inc(len(result.written))
     QUEUE_ORDERS_WRITTEN.inc(len(result.written))
     QUEUE_ORDERS_REJECTED.inc(len(result.rejected))
     written = [request for request in fresh if request.order_id not in result.rejected]
+    handed_back = [request for request in fresh if request.order_id in result.rejected] + result.duplicates
+    done = fresh + result.duplicates
     try:
         clear_carts(customer_ids=[request.customer_id for request in written])
         gate.mark_orders_exist(
             [(request.customer_id, request.idempotency_key, request.order_id) for request in written if request.gated]
         )
-        for request in fresh:
-            if request.order_id in result.rejected and request.gated:
+        for request in handed_back:
+            if request.gated:
                 gate.release(customer_id=request.customer_id, lines=request.gated)
-        written_per_sku: dict[str, int] = {}
-        for request in fresh:
-            sku = request.queue_sku or min(line.sku for line in request.lines)
-            written_per_sku[sku] = written_per_sku.get(sku, 0) + 1
-        with _redis().pipeline(transaction=False) as pipe:
-            pipe.delete(*[order_key(request.order_id) for request in fresh])
-            for sku, count in written_per_sku.items():
-                pipe.hincrby(DEPTH_KEY, sku, -count)
-            pipe.execute()
+        if done:
+            per_sku: dict[str, int] = {}
+            for request in done:
+                sku = request.queue_sku or min(line.sku for line in request.lines)
+                per_sku[sku] = per_sku.get(sku, 0) + 1
+            with _redis().pipeline(transaction=False) as pipe:
+                pipe.delete(*[order_key(request.order_id) for request in done])
+                for sku, count in per_sku.items():
+                    pipe.hincrby(DEPTH_KEY, sku, -count)
+                pipe.execute()
     except Exception:
-        logger.exception("after-write clean-up failed for a batch of %s queued orders", len(fresh))
+        logger.exception("after-write clean-up failed for a batch of %s queued orders", len(done))

@@ -24,7 +24,7 @@ from orders.models import Order, OrderStatus
 from orders.queue_writer import QueueWriter
 from orders.services import expire_unpaid_orders, place_order
 from orders.services import queue as queue_service
-from orders.services.queue import QueuedLine, QueuedRequest, allocate_order_id, queue_depths
+from orders.services.queue import QueuedLine, QueuedRequest, allocate_order_id, queue_depths, write_batch
 from outbox.models import OutboxEvent
 from outbox.topics import ensure_topics
 from tests.factories import UserFactory, product_with_stock
@@ -62,10 +62,10 @@ def shopper_with_cart(redis, lines=None):
 
 
 def drain(expected_orders: int, *, timeout: float = 30.0) -> QueueWriter:
-    """Run a writer until `expected_orders` orders exist."""
+    """Run a writer until `expected_orders` orders exist and the queue is empty."""
     writer = QueueWriter()
     try:
-        assert wait_until(lambda: writer.run_once() >= 0 and Order.objects.count() >= expected_orders, timeout)
+        assert wait_until(lambda: writer.run_once() == 0 and Order.objects.count() >= expected_orders, timeout)
     finally:
         writer.consumer.close()
     return writer
@@ -211,6 +211,32 @@ def test_a_queued_order_is_paid_and_expires_like_any_other(redis, client):
     assert Order.objects.get(id=paid_id).status == OrderStatus.PAID
     assert Order.objects.get(id=expiring_id).status == OrderStatus.CANCELLED
     assert stock() == (9, 1)
+
+
+def test_a_key_already_written_under_another_id_and_a_bad_request_do_not_hold_the_queue(redis, queue_topic):
+    queue_sale(100)
+    alice, bob, gone = UserFactory(), UserFactory(), UserFactory()
+    first = write_batch([request_for(alice, "k-1")])
+    assert len(first.written) == 1
+    gone_request = request_for(gone, "k-gone")
+    gone.delete()  # the account is deleted while its checkout waits in the queue
+    producer = Producer(client_config(acks="all"))
+    for request in (request_for(alice, "k-1"), gone_request, request_for(bob, "k-2")):  # k-1 again: a new id
+        producer.produce(queue_topic, key=SKU, value=request.to_json())
+    assert producer.flush(10) == 0
+
+    writer = drain(2)
+
+    assert Order.objects.filter(customer=alice).count() == 1 and Order.objects.filter(customer=bob).count() == 1
+    assert writer.skipped == 1
+    assert stock() == (98, 2)
+
+
+def request_for(customer, key: str) -> QueuedRequest:
+    return QueuedRequest(
+        order_id=allocate_order_id(), customer_id=customer.id, idempotency_key=key, request_hash="h",
+        currency="EUR", lines=[QueuedLine(SKU, "Flash", 1, 500)], queue_sku=SKU,
+    )
 
 
 def produce_requests(topic: str, customers: list, per_customer: int) -> int:
