@@ -289,7 +289,7 @@ class ShipmentAdmin(ReadOnlyAdmin):
 class FlashSaleAdmin(ReadOnlyAdmin):
     """Read-only: sales are opened and closed with manage.py (they set the gate too)."""
 
-    list_display = ["product_id", "per_customer_limit", "started_at", "available"]
+    list_display = ["product_id", "mode", "per_customer_limit", "started_at", "available"]
     list_select_related = ["product__stock"]
 
     @admin.display(description="available")

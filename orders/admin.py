@@ -32,7 +32,7 @@ class OrderAdmin(admin.ModelAdmin):
     list_select_related = ["customer"]
     readonly_fields = [
         "customer", "idempotency_key", "request_hash", "status", "total_amount", "currency",
-        "created_at", "expires_at", "paid_at", "cancelled_at", "shipment_status", "events",
+        "created_at", "expires_at", "paid_at", "cancelled_at", "rejection_reason", "shipment_status", "events",
     ]
     inlines = [OrderItemInline, PaymentInline, RefundInline]
     actions = ["cancel_pending", "refund_paid", "mark_shipped"]
