@@ -14,8 +14,8 @@ from inventory.services.flash_sales import gated_skus
 from orders.exceptions import OrderNotCancellable, OrderNotFound, OrderNotRefundable, OrderNotShippable
 from orders.metrics import ORDERS_EXPIRED
 from orders.models import Order, OrderItem, OrderStatus, Payment, Refund
-from orders.services.checkout import release_pending_slots
 from orders.services.payments import request_refund
+from orders.services.slots import release_pending_slots
 from orders.transitions import move_orders, sources
 from outbox.services import NewEvent, record_event, record_events
 

@@ -6,8 +6,6 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
-from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from cart.services import clear_cart
@@ -25,9 +23,10 @@ from orders.exceptions import (
     TooManyPendingOrders,
 )
 from orders.metrics import CHECKOUT_REFUSALS, IDEMPOTENT_REPLAYS, ORDERS_CREATED, QUEUE_ADMITTED
-from orders.models import Order, OrderItem, OrderStatus, PendingOrderCount
+from orders.models import Order, OrderItem, OrderStatus
 from orders.services.admission import admit_cart
 from orders.services.queue import QUEUED, QueuedLine, queue_checkout, queued_or_written_order
+from orders.services.slots import release_pending_slots, take_pending_slot
 from outbox.services import record_event
 from shop.selectors import cached_products
 
@@ -63,37 +62,6 @@ def _price_cart(lines: dict[str, int]) -> list[_PricedLine]:
             raise ProductUnavailable(sku=sku)
         priced.append(_PricedLine(sku, product.name, lines[sku], product.price))
     return priced
-
-
-def take_pending_slot(*, customer_id: int) -> bool:
-    """One of the customer's MAX_PENDING_ORDERS_PER_CUSTOMER slots for an unpaid
-    order, or False when all are taken: one conditional UPDATE of the counter
-    every account gets when created (orders/signals.py). Its row lock also
-    orders the customer's concurrent checkouts."""
-    free = PendingOrderCount.objects.filter(
-        customer_id=customer_id, pending__lt=settings.MAX_PENDING_ORDERS_PER_CUSTOMER
-    )
-    if free.update(pending=F("pending") + 1):
-        return True
-    # An account made without signals (a bulk load) has no counter yet: give it one.
-    PendingOrderCount.objects.bulk_create(
-        [PendingOrderCount(customer_id=customer_id, pending=0)], ignore_conflicts=True
-    )
-    return bool(free.update(pending=F("pending") + 1))
-
-
-def release_pending_slots(*, customer_ids: list[int]) -> None:
-    """Orders left PENDING_PAYMENT (or were never made): their customers' slots
-    are free again, one UPDATE per distinct count. Never below zero: an order
-    written around checkout (a bulk load) never took one."""
-    freed: dict[int, int] = {}
-    for customer_id in customer_ids:
-        freed[customer_id] = freed.get(customer_id, 0) + 1
-    by_count: dict[int, list[int]] = {}
-    for customer_id, count in freed.items():
-        by_count.setdefault(count, []).append(customer_id)
-    for count, customers in sorted(by_count.items()):
-        PendingOrderCount.objects.filter(customer_id__in=customers).update(pending=Greatest(F("pending") - count, 0))
 
 
 def _request_hash(lines: list[_PricedLine], currency: str) -> str:

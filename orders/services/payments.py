@@ -6,7 +6,7 @@ from django.utils import timezone
 from core.db import insert_unless_exists
 from orders.metrics import PAYMENTS, REFUNDS_REQUESTED
 from orders.models import Order, OrderStatus, Payment, Refund
-from orders.services.checkout import release_pending_slots
+from orders.services.slots import release_pending_slots
 from orders.transitions import move_orders
 from outbox.services import record_event
 

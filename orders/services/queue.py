@@ -40,7 +40,8 @@ from orders.metrics import (
     QUEUE_ORDERS_REJECTED,
     QUEUE_ORDERS_WRITTEN,
 )
-from orders.models import Order, OrderItem, OrderStatus, PendingOrderCount
+from orders.models import Order, OrderItem, OrderStatus
+from orders.services.slots import count_pending_orders
 from outbox.services import NewEvent, record_events
 from shop.models import Product
 
@@ -347,20 +348,7 @@ def _insert(fresh: list[QueuedRequest], accepted: list[QueuedRequest], result: B
     Order.objects.bulk_create(orders)
     OrderItem.objects.bulk_create(items)
     record_events(events)
-    _take_pending_slots([request.customer_id for request in accepted])
-
-
-def _take_pending_slots(customer_ids: list[int]) -> None:
-    """Queued orders count as pending like any other (the limit itself is the
-    flash sale's per-customer limit, checked by the gate)."""
-    counts: dict[int, int] = {}
-    for customer_id in customer_ids:
-        counts[customer_id] = counts.get(customer_id, 0) + 1
-    by_count: dict[int, list[int]] = {}
-    for customer_id, count in counts.items():
-        by_count.setdefault(count, []).append(customer_id)
-    for count, customers in sorted(by_count.items()):
-        PendingOrderCount.objects.filter(customer_id__in=customers).update(pending=F("pending") + count)
+    count_pending_orders(customer_ids=[request.customer_id for request in accepted])
 
 
 def _after_commit(fresh: list[QueuedRequest], result: BatchResult) -> None:
