@@ -1,6 +1,7 @@
 """The flash-sale drill (issue 7; bench/README.md): a sale over HTTP, then a phase of refusals only.
 
     python -m bench.flash_sale                  # 50,000 attempts, 5,000 shoppers, 1,000 units
+    python -m bench.flash_sale --mode queue     # the sale in queue mode, write_queued_orders running (issue 17)
     python -m bench.flash_sale --attempts 5000 --shoppers 500 --stock 100 --refused-requests 2000 --no-pg-stat
 
 Exit status 1 when a check is missed (the list at the end)."""
@@ -14,12 +15,14 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
 
 from django.conf import settings
 from django.db import connection
+from django_redis import get_redis_connection
 from tqdm import tqdm
 
 from bench import harness as h
@@ -28,8 +31,10 @@ SKU = "FLASH-DRILL"
 PREFIX = "flash-"  # drill shoppers: flash-00001...
 PG_FLUSH_SECONDS = 11.0  # PostgreSQL 15 backends flush idle statistics every 10 s at the latest
 RATIO_GOAL = 0.5
+WRITE_LAG_GOAL = 2.0  # queue mode: seconds from the last admission (202) to the last order written
 METRICS_TOKEN = uuid.uuid4().hex  # /metrics of the drill's gunicorn (DEBUG off) wants one
-METRICS = ("shop_orders_created_total", "shop_checkout_refusals_total", "shop_idempotent_replays_total")
+METRICS = ("shop_orders_created_total", "shop_checkout_refusals_total", "shop_idempotent_replays_total",
+           "shop_queue_admitted_total", "shop_queue_orders_rejected_total")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -52,6 +57,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-pg-stat", action="store_true", help="skip the pg_stat_database cross-check")
     p.add_argument("--no-cleanup", action="store_true", help="leave the drill's orders, sale and carts in place")
     p.add_argument("--seed", type=int, default=7, help="random seed of the shoppers' order")
+    p.add_argument("--mode", choices=("direct", "queue"), default="direct",
+                   help="the sale's mode (queue: a checkout topic of the run's own and write_queued_orders)")
     args = p.parse_args(argv)
     if args.shoppers < 1 or args.attempts < args.shoppers or args.stock < 1 or args.concurrency < 1:
         p.error("need --shoppers >= 1, --attempts >= --shoppers, --stock >= 1, --concurrency >= 1")
@@ -99,14 +106,29 @@ def sale_state(customer_ids: list[int]) -> dict:
     from inventory.models import Stock
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT o.customer_id, count(*) FROM orders o JOIN order_items i ON i.order_id = o.id "
-                       "WHERE o.customer_id = ANY(%s) AND i.sku = %s GROUP BY o.customer_id", [customer_ids, SKU])
+        cursor.execute("SELECT o.customer_id, count(*) FROM orders o JOIN order_items i ON i.order_id = o.id WHERE "
+                       "o.customer_id = ANY(%s) AND i.sku = %s AND o.status <> 'REJECTED' GROUP BY o.customer_id",
+                       [customer_ids, SKU])  # fmt: skip
         per_customer = dict(cursor.fetchall())
     stock = Stock.objects.filter(product_id=SKU).values("available", "reserved").first() or {}
     counter = gate.counters(skus=[SKU])[SKU]
     return {"orders": sum(per_customer.values()), "winners": set(per_customer), "available": stock.get("available"),
             "max_per_customer": max(per_customer.values(), default=0), "reserved": stock.get("reserved"),
             "counter": counter["remaining"], "gate_refused": counter["refused"]}  # fmt: skip
+
+
+def watch_queue(stop: threading.Event, seen: dict) -> None:
+    """Queue mode: when the SKU's queue depth (admitted, not yet written; lowered after the writer's commit)
+    last fell to 0, as time.monotonic(), polled every 5 ms."""
+    from orders.services.queue import DEPTH_KEY
+
+    redis, busy = get_redis_connection("default"), False
+    while not stop.is_set():
+        depth = int(redis.hget(DEPTH_KEY, SKU) or 0)
+        if busy and depth <= 0:
+            seen["drained"] = time.monotonic()
+        busy = depth > 0
+        time.sleep(0.005)
 
 
 def pg_xacts() -> int:
@@ -164,25 +186,29 @@ def fetch_metrics(server) -> dict[tuple[str, str], float]:
                                                                    body.decode(), re.MULTILINE)}  # fmt: skip
 
 
-def main(argv=None) -> int:
+def main(argv=None, results: dict | None = None) -> int:
+    """The drill; `results` (if given) receives its figures (bench.queue compares the two modes)."""
     args = parse_args(argv)
     t_start = time.perf_counter()
     h.setup()
     from core.ratelimit import parse_rate
     from inventory.models import FlashSale
     from inventory.services.flash_sales import end_flash_sale, seed_flash_sale
+    from orders.services.queue import DEPTH_KEY
 
     rate_count, _ = parse_rate(args.rate_limit)
     run_id = uuid.uuid4().hex[:8]
     rng = random.Random(args.seed)
-    db = connection.settings_dict
-    print(f"flash-sale drill {run_id}: database {db['NAME']}@{db['HOST']}:{db['PORT']}, "
+    db, queue, redis = connection.settings_dict, args.mode == "queue", get_redis_connection("default")
+    topic_env = h.queue_topic(f"bench.flash.{run_id}") if queue else {}
+    print(f"flash-sale drill {run_id}, {args.mode} mode: database {db['NAME']}@{db['HOST']}:{db['PORT']}, "
           f"Redis {settings.CACHES['default']['LOCATION']} (gate {settings.CACHES['gate']['LOCATION']})")  # fmt: skip
 
     t0 = time.perf_counter()
     if (leftovers := h.delete_orders(h.user_ids(PREFIX)))["orders"]:
         print(f"removed leftovers of an earlier run: {leftovers['orders']} orders, {leftovers['events']} events")
-    seed_flash_sale(sku=SKU, stock=args.stock, price=args.price, name="Flash drill item")  # counter set on commit
+    redis.hdel(DEPTH_KEY, SKU)
+    seed_flash_sale(sku=SKU, stock=args.stock, price=args.price, name="Flash drill item", mode=args.mode)
     shoppers = h.ensure_shoppers(args.shoppers, prefix=PREFIX)
     customer_ids = [s.user_id for s in shoppers]
     h.fill_carts([(cid, {SKU: 1}) for cid in customer_ids])
@@ -196,10 +222,11 @@ def main(argv=None) -> int:
 
     metrics_dir = tempfile.mkdtemp(prefix="bench-flash-metrics-")
     env = {**h.PRODUCTION_LIKE_ENV, "RATE_LIMIT_CHECKOUT": args.rate_limit, "PROMETHEUS_MULTIPROC_DIR": metrics_dir,
-           "METRICS_TOKEN": METRICS_TOKEN}
+           "METRICS_TOKEN": METRICS_TOKEN, **topic_env}
     h.warn_if_busy()
     phases: dict[str, h.Run] = {}
-    pg = None
+    pg, seen, stop = None, {}, threading.Event()
+    writer = h.queue_writer(env) if queue else None
     celery = h.Child("celery", [str(h.VENV_BIN / "celery"), "-A", "config", "worker", "--concurrency", "1",
                                 "--loglevel", "WARNING", "--hostname", f"flash-drill-{run_id}@%h"], env, group=True)
 
@@ -216,6 +243,14 @@ def main(argv=None) -> int:
 
     try:
         celery.start()
+        if writer:  # its consumer group joined: it has skipped a message that is not a checkout request
+            writer.start()
+            h.produce(settings.KAFKA_CHECKOUT_TOPIC, [(b"warm-up", b"warm-up")])
+            deadline = time.monotonic() + 60
+            while "not a checkout request" not in writer.tail():
+                if time.monotonic() > deadline or not writer.alive():
+                    raise RuntimeError(f"write_queued_orders not reading within 60 s:\n{writer.tail()}")
+                time.sleep(0.1)
         app = "config.wsgi" if args.no_sql_probe else "bench.flash_sale:sql_probe"
         with h.Gunicorn(workers=args.workers, threads=args.threads, env=env, app=app) as server:
             print(f"gunicorn {server.base_url}: {args.workers} workers x {args.threads} threads, DEBUG off, "
@@ -230,7 +265,13 @@ def main(argv=None) -> int:
             run("warm-up /healthz", 2000, "w")  # connections and /healthz only
             phases["healthz0"] = run("GET /healthz (before the sale)", args.healthz_requests, "h0")
             tokens, who = plan(shoppers, args.attempts, args.wave or len(shoppers), rng)
+            watcher = threading.Thread(target=watch_queue, args=(stop, seen), daemon=True)
+            watcher.start() if queue else None
             phases["sale"] = run("sale", args.attempts, "sale", tokens, who)
+            deadline = time.monotonic() + 60
+            while queue and int(redis.hget(DEPTH_KEY, SKU) or 0) > 0 and time.monotonic() < deadline:
+                time.sleep(0.01)  # the winners are known once their orders are written
+            stop.set()
 
             state = sale_state(customer_ids)
             losers = [s for s in shoppers if s.user_id not in state["winners"]]
@@ -252,7 +293,12 @@ def main(argv=None) -> int:
             metrics_after = fetch_metrics(server)
             celery_alive = celery.alive()
     finally:
+        stop.set()
         celery.stop()
+        if writer:
+            writer.stop()
+            print(f"topic {settings.KAFKA_CHECKOUT_TOPIC} {h.delete_topics([settings.KAFKA_CHECKOUT_TOPIC])}")
+            redis.hdel(DEPTH_KEY, SKU)
         shutil.rmtree(metrics_dir, ignore_errors=True)
         if not args.no_cleanup:
             done = h.delete_orders(h.user_ids(PREFIX))
@@ -260,16 +306,22 @@ def main(argv=None) -> int:
                 end_flash_sale(sku=SKU)
 
     sale, refused = phases["sale"], phases["refused"]
-    created, r409, r429 = (sale.by(lambda r, s=s: r[0] == s) for s in (201, 409, 429))
+    ok = 202 if queue else 201  # the status of an admitted checkout
+    admitted, r409, r429 = (sale.by(lambda r, s=s: r[0] == s) for s in (ok, 409, 429))
     r5xx = sale.by(lambda r: r[0] >= 500)
-    others = sale.by(lambda r: r[0] not in (201, 409, 429) and r[0] < 500)
+    others = sale.by(lambda r: r[0] not in (ok, 409, 429) and r[0] < 500)
     print(f"\nTHE SALE: {sale.answered:,} of {sale.sent:,} checkout attempts answered in {sale.seconds:.1f} s = "
           f"{sale.rps:,.0f} requests/s ({sale.client} -c{sale.concurrency}); {sale.errors} socket errors/timeouts; "
           f"gunicorn CPU {sale.cpu_ms:.2f} ms/request")  # fmt: skip
     print_statuses(sale)
-    print(f"  201 created {len(created):,}; 409 refused {len(r409):,}; 429 rate-limited {len(r429):,}; "
-          f"5xx {len(r5xx):,}; other {len(others):,} ({dict(Counter((r[0], r[2]) for r in others))})")  # fmt: skip
-    print(f"  latency of refused (409): {lat(r409)}; of admitted (201): {lat(created)}; of 429: {lat(r429)}")
+    print(f"  {ok} {'queued' if queue else 'created'} {len(admitted):,}; 409 refused {len(r409):,}; "
+          f"429 rate-limited {len(r429):,}; 5xx {len(r5xx):,}; other {len(others):,} "
+          f"({dict(Counter((r[0], r[2]) for r in others))})")  # fmt: skip
+    print(f"  latency of refused (409): {lat(r409)}; of admitted ({ok}): {lat(admitted)}; of 429: {lat(r429)}")
+    began = min(r[4] - r[1] / 1000 for r in sale.records)  # when the first request was sent
+    first = [r for r in admitted if r[4] - r[1] / 1000 < began + 1]
+    print(f"  admitted ({ok}) sent in the sale's first second: {len(first):,}, {lat(first)}; later: "
+          f"{len(admitted) - len(first):,}, {lat([r for r in admitted if r not in first])}")
     print(f"  SQL of refused (409) requests: {sql(r409)[0]}")
     print(f"  SQL of 429 requests: {sql(r429)[0]}")
     print(f"  (token lookups: each worker caches a token 60 s, so at most {len(shoppers):,} shoppers x "
@@ -278,13 +330,18 @@ def main(argv=None) -> int:
     refused_5xx, stock_after = refused.by(lambda r: r[0] >= 500), f"{state['available']}/{state['reserved']}"
     checks = [
         ("orders created (DB) == stock", state["orders"] == args.stock, f"{state['orders']:,} orders for {SKU} in "
-         f"the DB (201 responses: {len(created):,}; at most {state['max_per_customer']} per shopper)"),
+         f"the DB ({ok} responses: {len(admitted):,}; at most {state['max_per_customer']} per shopper)"),
         ("5xx == 0", not r5xx and not refused_5xx, f"{len(r5xx)} in the sale, {len(refused_5xx)} in the refused phase"),
         ("429s occur but do not dominate", 0 < len(r429) < sale.answered / 2, f"{len(r429):,} of {sale.answered:,}"),
         (f"DB available/reserved == 0/{args.stock}", stock_after == f"0/{args.stock}", stock_after),
         ("Redis gate counter == 0", state["counter"] == 0,
          f"{state['counter']} (gate refusals counted in Redis: {state['gate_refused']:,})"),
     ]  # fmt: skip
+    last_admission = max((r[4] for r in admitted), default=None)
+    if queue:
+        lag = seen["drained"] - last_admission if "drained" in seen and admitted else float("inf")
+        checks.append((f"last order written <= {WRITE_LAG_GOAL:g} s after the last admission", lag <= WRITE_LAG_GOAL,
+                       f"{lag:.2f} s (queue depth back to 0, polled every 5 ms; the last {ok} answered)"))
 
     print(f"\nREFUSED PHASE (after the sale, rate-limit windows reset, {len(losers):,} shoppers without an order, "
           f"{per_loser} checkouts each at most): {refused.answered:,} answered in {refused.seconds:.1f} s = "
@@ -328,6 +385,11 @@ def main(argv=None) -> int:
     if not celery_alive:
         print(f"warning: the Celery worker had exited before the end (log {celery.log.name})", file=sys.stderr)
 
+    if results is not None:
+        results.update(stock=args.stock, orders=state["orders"], r5xx=len(r5xx) + len(refused_5xx), db=stock_after,
+                       counter=state["counter"], sql=None if sale_total is None else sale_total + (ref_total or 0),
+                       p50=h.pct([r[1] for r in admitted], 50), p99=h.pct([r[1] for r in admitted], 99),
+                       lag=lag if queue else None, missed=[label.strip() for label, good, _ in checks if not good])
     print("\nCHECKS")
     for label, good, detail in checks:
         print(f"  [{'ok' if good else 'MISSED'}] {label}: {detail}")

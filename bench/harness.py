@@ -203,8 +203,9 @@ Shopper = namedtuple("Shopper", "user_id username token")
 
 def ensure_users(count: int, *, prefix: str, password: str | None = None) -> list[int]:
     """Users {prefix}00001... in bulk, one password hash (None: unusable), each with the pending-order
-    counter the account signal gives; their ids."""
+    counter the account signal gives and a saved shipping address (checkouts send no body); their ids."""
     from orders.models import PendingOrderCount
+    from shop.models import Address
 
     user_model = get_user_model()
     names = [f"{prefix}{i:05d}" for i in range(1, count + 1)]
@@ -221,7 +222,13 @@ def ensure_users(count: int, *, prefix: str, password: str | None = None) -> lis
         ids = dict(user_model.objects.filter(username__in=names).values_list("username", "id"))
         PendingOrderCount.objects.bulk_create([PendingOrderCount(customer_id=i, pending=0) for i in ids.values()],
                                               ignore_conflicts=True)  # fmt: skip
+        Address.objects.bulk_create([Address(customer_id=i, **BENCH_ADDRESS) for i in ids.values()],
+                                    batch_size=2000, ignore_conflicts=True)  # fmt: skip
     return [ids[name] for name in names]
+
+
+BENCH_ADDRESS = {"name": "Bench shopper", "line1": "Calle Mayor 1", "line2": "", "city": "Madrid",
+                 "postal_code": "28013", "country": "ES", "phone": "+34 600 000 000"}  # fmt: skip
 
 
 def user_ids(prefix: str) -> list[int]:
@@ -305,10 +312,12 @@ def fill_carts(carts: list[tuple[int, dict[str, int]]]) -> None:
 def delete_orders(customer_ids: list[int]) -> dict[str, int]:
     """The one clean-up of bench orders: their open orders' reservations given back, their outbox
     events, refunds, payments, notifications, items and the orders deleted, the customers' pending
-    slots freed; then their carts, checkout rate-limit windows and replay markers. Idempotent."""
+    slots freed; then their carts, checkout rate-limit windows, replay markers and queued checkouts
+    (queue:key:{customer}:*, queue:order:{id}; written or not). Idempotent."""
     from cart.storage import cart_key
     from inventory import gate
     from orders.models import Notification, OrderItem, OrderStatus, Payment, Refund
+    from orders.services import queue
 
     holding = [str(OrderStatus.PENDING_PAYMENT), str(OrderStatus.PAID)]  # a cancelled order gave it back
     connection.close_if_unusable_or_obsolete()  # a failed run may leave a broken connection behind
@@ -330,8 +339,11 @@ def delete_orders(customer_ids: list[int]) -> dict[str, int]:
             cursor.execute(f"DELETE FROM {model._meta.db_table} WHERE order_id = ANY(%s)", [ids])
         cursor.execute("DELETE FROM orders WHERE id = ANY(%s)", [ids])
         cursor.execute("UPDATE order_pending_counts SET pending = 0 WHERE customer_id = ANY(%s)", [customer_ids])
-    _delete_keys(get_redis_connection("default"), [k for c in customer_ids for k in (cart_key(c), checkout_window(c))])
+    redis, customers = get_redis_connection("default"), set(customer_ids)
+    _delete_keys(redis, [k for c in customer_ids for k in (cart_key(c), checkout_window(c))])
     _delete_keys(gate.connection(), markers := [gate.replay_key(c, key) for _, c, key in orders])
+    queued = [k for k in redis.scan_iter("queue:key:*", count=10_000) if int(k.split(b":")[2]) in customers]
+    _delete_keys(redis, queued + [queue.order_key(int(i)) for i in (redis.mget(queued) if queued else []) if i])
     return {"orders": len(ids), "events": events, "skus_restored": restored, "markers": len(markers)}
 
 
@@ -346,6 +358,54 @@ def delete_products(prefix: str) -> dict[str, int]:
         if counts["shop_product"]:
             transaction.on_commit(bump_generation)  # raw deletes send no signals
     return counts
+
+
+def delete_topics(topics: list[str]) -> str:
+    from core.kafka import admin_client
+
+    admin = admin_client()  # kept alive until the futures are done
+    try:
+        for future in admin.delete_topics(topics, operation_timeout=10, request_timeout=10).values():
+            future.result(timeout=10)
+        return "deleted"
+    except Exception as exc:  # the broker may not support it; the topics are the bench's own
+        return f"not deleted ({type(exc).__name__}: {str(exc)[:120]})"
+
+
+def queue_topic(name: str) -> dict[str, str]:
+    """A checkout topic of the run's own for queue-mode flash sales, and a consumer group prefix, in this
+    process's settings; returns the environment that gives them to gunicorn and write_queued_orders."""
+    from outbox.topics import ensure_topics
+
+    settings.KAFKA_CHECKOUT_TOPIC, settings.KAFKA_CONSUMER_GROUP_PREFIX = name, f"{name}."
+    ensure_topics(topics=[name])
+    return {"KAFKA_CHECKOUT_TOPIC": name, "KAFKA_CONSUMER_GROUP_PREFIX": f"{name}."}
+
+
+def queue_writer(env: dict) -> Child:
+    return Child("writer", [str(VENV_BIN / "python"), "manage.py", "write_queued_orders"], env)
+
+
+def produce(topic: str, messages, producer=None, *, each=False) -> int:
+    """(key, value[, headers]) messages through `producer` (default: a new one of the relay's, acks=all), all
+    delivered when it returns (with `each`: a send-and-wait per message); returns the delivery errors."""
+    from outbox.relay import new_producer
+
+    producer, errors = producer or new_producer(), []
+    for key, value, *headers in messages:
+        while True:
+            try:
+                producer.produce(topic, value, key, headers=headers[0] if headers else None,
+                                 on_delivery=lambda e, m: e and errors.append(e))  # fmt: skip
+                break
+            except BufferError:  # librdkafka's queue is full: serve deliveries and retry
+                producer.poll(0.05)
+        if each and producer.flush(30):
+            raise RuntimeError("send-and-wait: a message was not delivered within 30 s")
+        producer.poll(0)
+    if producer.flush(60):
+        raise RuntimeError(f"messages to {topic} not delivered within 60 s")
+    return len(errors)
 
 
 def cache_generation() -> int:
@@ -369,7 +429,8 @@ def raw_request(spec: Spec, host: str) -> str:
 
 @dataclass
 class Run:
-    """records (with record=True): (status, latency ms, error code, SQL counts or None)."""
+    """records (with record=True): (status, latency ms, error code, SQL counts or None, time.monotonic() of
+    the answer)."""
 
     client: str
     concurrency: int
@@ -439,9 +500,10 @@ def run_wrk(server: Gunicorn, *, specs: Sequence[Spec] = (), numbered: tuple = (
         data = json.loads(match.group(1))
         records = []
         for path in Path(workdir).glob("out-*"):
-            for status, micros, code, sql in (x.split(" ") for x in path.read_text().splitlines() if x.count(" ") == 3):
-                counts = None if sql == "-" else tuple(map(int, sql.split(",")))  # a thread's last line may be cut
-                records.append((int(status), int(micros) / 1000, code, counts))
+            for status, micros, code, sql, at in (x.split(" ") for x in path.read_text().splitlines()
+                                                  if x.count(" ") == 4):  # a thread's last line may be cut
+                counts = None if sql == "-" else tuple(map(int, sql.split(",")))
+                records.append((int(status), int(micros) / 1000, code, counts, int(at) / 1e6))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     answered = len(records) if record else data["requests"]
@@ -463,17 +525,17 @@ def pct(values: list[float], p: float) -> float:
     return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
-def cpu_times() -> tuple[int, int]:
+def cpu_times(since: tuple[int, int] | None = None):
+    """The machine's (total, idle) CPU ticks; with `since`, the share of the CPUs busy since those."""
     fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    return sum(fields), fields[3] + fields[4]
+    total, idle = sum(fields), fields[3] + fields[4]
+    return (total, idle) if since is None else 1 - (idle - since[1]) / max(1, total - since[0])
 
 
 def warn_if_busy(threshold: float = 0.2) -> None:
-    total0, idle0 = cpu_times()
+    before = cpu_times()
     time.sleep(1.0)
-    total1, idle1 = cpu_times()
-    busy = 1 - (idle1 - idle0) / max(1, total1 - total0)
-    if busy > threshold:
+    if (busy := cpu_times(since=before)) > threshold:
         print(f"warning: the CPUs were {busy:.0%} busy before the bench started (os.cpu_count() = {os.cpu_count()}):"
               " other processes compete with the server and the client, figures will be low and noisy",
               file=sys.stderr)  # fmt: skip

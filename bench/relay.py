@@ -82,18 +82,6 @@ def cleanup(consumer_names: list[str] = ()) -> dict[str, int]:
             "skus_restored": done["skus_restored"], "processed_events": processed}  # fmt: skip
 
 
-def delete_topics(topics: list[str]) -> str:
-    from core.kafka import admin_client
-
-    admin = admin_client()  # kept alive until the futures are done
-    try:
-        for future in admin.delete_topics(topics, operation_timeout=10, request_timeout=10).values():
-            future.result(timeout=10)
-        return "deleted"
-    except Exception as exc:  # the broker may not support it; the topics are the bench's own
-        return f"not deleted ({type(exc).__name__}: {str(exc)[:120]})"
-
-
 def envelope(event) -> tuple[bytes, bytes, list]:
     """The relay's message (key, value, headers), encoded in Python."""
     value = json.dumps({"event_id": str(event.event_id), "event_type": event.event_type,
@@ -158,24 +146,11 @@ def time_producer(topic: str, messages: list, *, each: bool = False, encode: boo
     end; `encode`: OutboxEvents encoded here) or, with `each`, a send-and-wait per message."""
     from outbox.relay import new_producer
 
-    errors = []
     producer = new_producer()
     warm_up(producer, topic)
     began = time.perf_counter()
-    for item in messages:
-        key, value, headers = envelope(item) if encode else item
-        while True:
-            try:
-                producer.produce(topic, value, key, headers=headers, on_delivery=lambda e, m: e and errors.append(e))
-                break
-            except BufferError:  # local queue full: serve deliveries and retry
-                producer.poll(0.05)
-        if each and producer.flush(30):
-            raise RuntimeError("send-and-wait: a message was not delivered within 30 s")
-        producer.poll(0)
-    if producer.flush(60):
-        raise RuntimeError("a message was not delivered within 60 s")
-    return time.perf_counter() - began, len(errors)
+    errors = h.produce(topic, (envelope(m) for m in messages) if encode else messages, producer, each=each)
+    return time.perf_counter() - began, errors
 
 
 def time_case_study(topic: str, count: int) -> tuple[float, int]:
@@ -547,7 +522,7 @@ def part2(args, topic: str, run_id: str) -> dict:
         deadline = time.monotonic() + 30
         while any(o not in seen for o in commit_at) and time.monotonic() < deadline:
             time.sleep(0.05)
-        cpu_after, busy_after = cpu(), h.cpu_times()
+        cpu_after, machine = cpu(), h.cpu_times(since=busy_before)
         wall = max([v[3] for o, v in seen.items() if o in commit_at] + [time.time()]) - t0_wall
         alive = {child.name: child.alive() for child in (relay, consumer)}
 
@@ -577,7 +552,6 @@ def part2(args, topic: str, run_id: str) -> dict:
             span = max(seen[o][3] for o in mine) - min(seen[o][1] for o in mine)
             print(f"  consumer: {len(mine):,} events applied in {span:.1f} s = {len(mine) / max(span, 1e-9):.0f} "
                   f"events/s (the input was {achieved:.0f}/s; lower means it could not keep up)")  # fmt: skip
-        machine = 1 - (busy_after[1] - busy_before[1]) / ((busy_after[0] - busy_before[0]) or 1)
         used = ", ".join(f"{k} {v - cpu_before[k]:.1f}" for k, v in cpu_after.items())
         print(f"  CPU seconds over {wall:.1f} s: {used}; machine {machine:.0%} busy ({os.cpu_count()} CPUs)")
         p99 = h.pct(lags["commit -> consumer's effect committed"], 99) if mine else float("inf")
@@ -630,7 +604,7 @@ def main(argv=None) -> int:
             results["lag"] = part2(args, lag_topic, run_id)
     finally:
         done = cleanup([r["consumer_name"] for r in results.values() if "consumer_name" in r])
-        print(f"\ncleanup: {done}; topics {', '.join(topics)} {delete_topics(topics)}")
+        print(f"\ncleanup: {done}; topics {', '.join(topics)} {h.delete_topics(topics)}")
         lock.close()
     if not results:
         print("nothing measured (--skip-throughput and --skip-lag): clean-up only")

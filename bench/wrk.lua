@@ -1,9 +1,10 @@
 -- The wrk script of bench.harness.run_wrk(), which puts a prelude before it: HOST; COUNT, the requests
 -- to send (0: as many as wrk's -d allows), each thread stopping after its share (wrk itself only knows
 -- durations); OUT, a file prefix (or ""): each answer whose X-Request-ID names a request is written to
--- OUT<thread> as status, latency in us, error code, X-Bench-SQL; and the requests: REQUESTS, raw requests
--- to cycle through, or else request k numbered PREFIX .. k (its X-Request-ID, and Idempotency-Key): GET
--- /healthz, or POST /api/orders by TOKENS[WHO[k]] when there are TOKENS. Thread t of T sends t+1, t+1+T, ...
+-- OUT<thread> as status, latency in us, error code, X-Bench-SQL, the answer's CLOCK_MONOTONIC in us; and the
+-- requests: REQUESTS, raw requests to cycle through, or else request k numbered PREFIX .. k (its X-Request-ID,
+-- and Idempotency-Key): GET /healthz, or POST /api/orders by TOKENS[WHO[k]] when there are TOKENS. Thread t
+-- of T sends t+1, t+1+T, ...
 local ffi = require("ffi")
 ffi.cdef[[ typedef struct { long tv_sec; long tv_nsec; } bench_ts; int clock_gettime(int, bench_ts *); ]]
 local ts = ffi.new("bench_ts")
@@ -49,7 +50,8 @@ local function on_response(status, headers, body)
     sent[rid] = nil
     local code = "-"
     if status >= 400 then code = string.match(body or "", '"code"%s*:%s*"([^"]*)"') or "?" end
-    out:write(status, " ", string.format("%.0f", t - t0), " ", code, " ", headers["X-Bench-SQL"] or "-", "\n")
+    out:write(status, " ", string.format("%.0f", t - t0), " ", code, " ", headers["X-Bench-SQL"] or "-", " ",
+              string.format("%.0f", t), "\n")
   end
   answered = answered + 1
   if answered % 250 == 0 then
