@@ -2,13 +2,23 @@ from django.conf import settings
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
+from rest_framework.exceptions import NotAuthenticated
+from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 
-from cart.services import get_cart, remove_cart_item, set_cart_item
+from cart.services import (
+    get_cart,
+    get_guest_cart,
+    remove_cart_item,
+    remove_guest_cart_item,
+    set_cart_item,
+    set_guest_cart_item,
+)
 from core.authentication import CachedTokenAuthentication
 from core.fields import StrictIntegerField
 from core.hotcache import HotCacheApiView
 from core.openapi import BODY_ERRORS, ERRORS
+from core.ratelimit import client_address
 from shop.models import SKU_PATTERN
 
 
@@ -85,16 +95,47 @@ def validated_quantity(data) -> int:
         raise serializers.ValidationError({"quantity": error.detail}) from None
 
 
-class CartApi(HotCacheApiView):
-    authentication_classes = [CachedTokenAuthentication]
+CART_TOKEN = OpenApiParameter(
+    "Cart-Token",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    description="A guest's cart, without `Authorization`: the token the first `PUT /api/cart/items/{sku}` "
+    "answered in its `Cart-Token` header (a login or register with it merges the cart into the shopper's). "
+    "Ignored when a shopper's token is sent.",
+)
+NEW_CART_TOKEN = OpenApiParameter(
+    "Cart-Token",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    response=[200],
+    description="A new guest cart's token (its first write only)",
+)
 
-    @extend_schema(responses={200: CartOutputSerializer, **ERRORS(401, 503)})
+
+def guest_token(request, *, required: bool = True) -> str | None:
+    """The guest's Cart-Token (NotAuthenticated without it, when `required`)."""
+    token = request.headers.get("Cart-Token")
+    if token is None and required:
+        raise NotAuthenticated("Send a shopper's token (Authorization) or a guest's Cart-Token.")
+    return token
+
+
+class CartApi(HotCacheApiView):
+    """A shopper's cart (`Authorization`), or a guest's (`Cart-Token`)."""
+
+    authentication_classes = [CachedTokenAuthentication]
+    permission_classes = [AllowAny]  # a guest is identified by the Cart-Token instead
+
+    @extend_schema(parameters=[CART_TOKEN], responses={200: CartOutputSerializer, **ERRORS(401, 404, 503)})
     def get(self, request):
-        return Response(cart_json(get_cart(customer_id=request.user.id)))
+        if request.user.is_authenticated:
+            return Response(cart_json(get_cart(customer_id=request.user.id)))
+        return Response(cart_json(get_guest_cart(token=guest_token(request))))
 
 
 class CartItemApi(HotCacheApiView):
     authentication_classes = [CachedTokenAuthentication]
+    permission_classes = [AllowAny]  # a guest: the Cart-Token, or none to start a cart
     throttle_classes = []  # the write script itself counts the shopper's rate limit (cart/storage.py)
 
     class InputSerializer(serializers.Serializer):  # the documented body; see validated_quantity
@@ -105,16 +146,24 @@ class CartItemApi(HotCacheApiView):
 
     @extend_schema(
         request=InputSerializer,
-        parameters=[SKU],
+        parameters=[SKU, CART_TOKEN, NEW_CART_TOKEN],
         responses={200: CartOutputSerializer, **ERRORS(*BODY_ERRORS, 401, 404, 409, 422, 429, 503)},
-        description="Set the absolute quantity of one line (idempotent); 0 removes it.",
+        description="Set the absolute quantity of one line (idempotent); 0 removes it. Without "
+        "`Authorization` nor `Cart-Token`, a guest cart is started: its token comes back in the "
+        "`Cart-Token` header.",
     )
     def put(self, request, sku: str):
         quantity = validated_quantity(request.data)
-        cart = set_cart_item(customer_id=request.user.id, sku=sku, quantity=quantity)
-        return Response(cart_json(cart))
+        if request.user.is_authenticated:
+            return Response(cart_json(set_cart_item(customer_id=request.user.id, sku=sku, quantity=quantity)))
+        given = guest_token(request, required=False)
+        cart, token = set_guest_cart_item(token=given, sku=sku, quantity=quantity, address=client_address(request))
+        return Response(cart_json(cart), headers={} if given else {"Cart-Token": token})
 
-    @extend_schema(parameters=[SKU], responses={204: None, **ERRORS(401, 404, 429, 503)})
+    @extend_schema(parameters=[SKU, CART_TOKEN], responses={204: None, **ERRORS(401, 404, 429, 503)})
     def delete(self, request, sku: str):
-        remove_cart_item(customer_id=request.user.id, sku=sku)
+        if request.user.is_authenticated:
+            remove_cart_item(customer_id=request.user.id, sku=sku)
+        else:
+            remove_guest_cart_item(token=guest_token(request), sku=sku, address=client_address(request))
         return Response(status=204)

@@ -24,3 +24,9 @@ class InactiveProduct(DomainError):
     code = ErrorCode.INACTIVE_SKU
     status = 422
     message = "This product is not on sale."
+
+
+class CartTokenUnknown(DomainError):
+    code = ErrorCode.CART_TOKEN_UNKNOWN
+    status = 404
+    message = "No guest cart has this Cart-Token (it expired, or was merged at login): start a new one."

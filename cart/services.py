@@ -1,10 +1,13 @@
+import hashlib
+import re
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from django.conf import settings
 
 from cart import storage
-from cart.exceptions import InactiveProduct, UnknownProduct
+from cart.exceptions import CartTokenUnknown, InactiveProduct, UnknownProduct
 from core.hotcache import CachedProduct, hot_cache
 from inventory.selectors import fresh_available_hints, remember_available
 from shop.models import Product
@@ -103,6 +106,54 @@ def set_cart_item(*, customer_id: int, sku: str, quantity: int) -> PricedCart:
         counted=counted,
     )
     return _price(lines, *catalog_for(list(lines)))
+
+
+_GUEST_TOKEN = re.compile(r"[A-Za-z0-9_-]{43}")  # secrets.token_urlsafe(32): 256 random bits
+
+
+def _guest_digest(token: str) -> str:
+    if not _GUEST_TOKEN.fullmatch(token):
+        raise CartTokenUnknown()  # not one we could have handed out: no Redis call
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def get_guest_cart(*, token: str) -> PricedCart:
+    lines = storage.guest_read_lines(digest=_guest_digest(token), generation=hot_cache.ensure_generation())
+    return _price(lines, *catalog_for(list(lines)))
+
+
+def set_guest_cart_item(*, token: str | None, sku: str, quantity: int, address: str) -> tuple[PricedCart, str]:
+    """set_cart_item for a guest: without a token, a new guest cart and its token
+    (returned with the cart: the only moment the token exists). Limited per token
+    and per client address."""
+    counted = hot_cache.products.get(sku) is None  # as set_cart_item: count before a query
+    if counted:
+        storage.count_write(address=address)
+    product = cached_products(skus=[sku])[sku]
+    if product is None:
+        raise UnknownProduct(sku=sku)
+    if quantity and not product.is_active:
+        raise InactiveProduct(sku=sku)
+    create = token is None
+    if create:
+        token = secrets.token_urlsafe(32)
+    lines = storage.guest_write_line(
+        digest=_guest_digest(token), sku=sku, quantity=quantity, generation=hot_cache.ensure_generation(),
+        address=address, create=create, counted=counted,
+    )  # fmt: skip
+    return _price(lines, *catalog_for(list(lines))), token
+
+
+def remove_guest_cart_item(*, token: str, sku: str, address: str) -> None:
+    storage.guest_write_line(
+        digest=_guest_digest(token), sku=sku, quantity=0, generation=hot_cache.ensure_generation(),
+        address=address, create=False,
+    )  # fmt: skip
+
+
+def merge_guest_cart(*, token: str, customer_id: int) -> int:
+    """The guest cart into the shopper's, once (a used token is dead): the lines merged."""
+    return storage.merge_guest_cart(digest=_guest_digest(token), customer_id=customer_id)
 
 
 def remove_cart_item(*, customer_id: int, sku: str) -> None:

@@ -1,5 +1,10 @@
 """The cart in Redis: hash `cart:{customer_id}`, field = SKU, value = quantity.
 
+A guest's cart is the same hash under `cart:guest:{digest}`, alive while its
+token's key `cart:guest:{digest}:live` exists (digest: sha256 of the token, so
+Redis never holds a working token). Merging it into a shopper's cart deletes
+both: a used token is dead.
+
 Each API call is one Lua script, so one round-trip, and each script first
 checks the hot-cache generation (core/hotcache.py) before touching the cart.
 """
@@ -11,7 +16,7 @@ from django.conf import settings
 from django_redis import get_redis_connection
 from redis.exceptions import RedisError
 
-from cart.exceptions import CartFull, CartUnavailable
+from cart.exceptions import CartFull, CartTokenUnknown, CartUnavailable
 from core import ratelimit
 from core.exceptions import RateLimited
 from core.hotcache import GENERATION_KEY, StaleCache
@@ -19,17 +24,25 @@ from core.redis_scripts import GENERATION_LUA, compose, load_lua, run_script
 
 logger = logging.getLogger(__name__)
 
-STALE, FULL, LIMITED = -1, -2, -3
+STALE, FULL, LIMITED, NO_GUEST_CART = -1, -2, -3, -4
 
 # The cart's scripts (cart/lua/): each starts with the functions it calls. LUA
 # holds the cart's public functions, for scripts composed elsewhere (checkout).
 LUA = load_lua("cart", "cart")
 _WRITE = compose(GENERATION_LUA, ratelimit.LUA, LUA, load_lua("cart", "write"))
 _READ = compose(GENERATION_LUA, ratelimit.LUA, LUA, load_lua("cart", "read"))
+_GUEST_WRITE = compose(GENERATION_LUA, ratelimit.LUA, LUA, load_lua("cart", "guest_write"))
+_GUEST_READ = compose(GENERATION_LUA, LUA, load_lua("cart", "guest_read"))
+_MERGE = load_lua("cart", "merge")
 
 
 def cart_key(customer_id: int) -> str:
     return f"cart:{customer_id}"
+
+
+def guest_cart_keys(digest: str) -> tuple[str, str]:
+    """(the guest cart's hash, its token's liveness key)."""
+    return f"cart:guest:{digest}", f"cart:guest:{digest}:live"
 
 
 def _connection():
@@ -48,6 +61,8 @@ def check_status(status: int, payload) -> None:
         raise CartFull(max_lines=settings.CART_MAX_LINES)
     if status == LIMITED:
         raise RateLimited(retry_after=max(1, math.ceil(payload / 1000)))
+    if status == NO_GUEST_CART:
+        raise CartTokenUnknown()
 
 
 def unavailable(exc: RedisError) -> CartUnavailable:
@@ -64,11 +79,16 @@ def _run(script: str, keys: list, args: list) -> dict[str, int]:
     return as_lines(flat)
 
 
-def count_write(*, customer_id: int) -> None:
-    """Count one cart write against the shopper's limit on its own (RateLimited when
-    over), for a write that must be counted before it reaches the database."""
+def count_write(*, customer_id: int | None = None, address: str | None = None) -> None:
+    """Count one cart write against the shopper's limit (or a guest's address's) on
+    its own (RateLimited when over), for a write that must be counted before it
+    reaches the database."""
+    if customer_id is not None:
+        limit = ratelimit.shopper_window("cart_write", customer_id)
+    else:
+        limit = ratelimit.window("guest_cart_address", address)
     try:
-        wait = ratelimit.count(ratelimit.shopper_window("cart_write", customer_id))
+        wait = ratelimit.count(limit)
     except RedisError as exc:
         raise unavailable(exc) from exc
     if wait:
@@ -97,3 +117,43 @@ def read_lines(*, customer_id: int, generation: str, rate_scope: str | None = No
 def delete_carts(*, customer_ids: list[int]) -> None:
     if customer_ids:
         _connection().delete(*[cart_key(customer_id) for customer_id in customer_ids])
+
+
+def guest_write_line(
+    *, digest: str, sku: str, quantity: int, generation: str, address: str, create: bool, counted: bool = False
+) -> dict[str, int]:
+    """write_line for a guest cart (CartTokenUnknown when the token has no live
+    cart); `create` starts one under a new token. Counted against the token's and
+    the client address's limits in the same call (the address's unless `counted`)."""
+    cart, live = guest_cart_keys(digest)
+    per_token = ratelimit.window("guest_cart_write", digest)
+    per_address = ratelimit.window(None if counted else "guest_cart_address", address)
+    ttl = settings.GUEST_CART_TTL_SECONDS
+    return _run(
+        _GUEST_WRITE,
+        [cart, live, GENERATION_KEY, per_token.key, per_address.key],
+        [generation, sku, quantity, ttl, settings.CART_MAX_LINES, per_token.limit, per_token.ms,
+         per_address.limit, per_address.ms, "1" if create else "0"],  # fmt: skip
+    )
+
+
+def guest_read_lines(*, digest: str, generation: str) -> dict[str, int]:
+    cart, live = guest_cart_keys(digest)
+    return _run(_GUEST_READ, [cart, live, GENERATION_KEY], [generation])
+
+
+def merge_guest_cart(*, digest: str, customer_id: int) -> int:
+    """The guest cart's lines into the shopper's cart, atomically (cart/lua/merge.lua);
+    the lines merged. CartTokenUnknown when the token has no live cart."""
+    cart, live = guest_cart_keys(digest)
+    try:
+        merged = run_script(
+            _MERGE,
+            keys=[cart, live, cart_key(customer_id)],
+            args=[settings.CART_MAX_QUANTITY, settings.CART_MAX_LINES, settings.CART_TTL_SECONDS],
+        )
+    except RedisError as exc:
+        raise unavailable(exc) from exc
+    if merged == NO_GUEST_CART:
+        raise CartTokenUnknown()
+    return merged

@@ -11,7 +11,7 @@ from django.db import transaction
 from inventory.services import receive_stock
 from shop.demo import DEMO_PRODUCTS
 from shop.models import Product
-from shop.services import issue_token_for
+from shop.services import default_address, issue_token_for, set_default_address
 
 User = get_user_model()
 
@@ -35,6 +35,8 @@ DEMO_ADMIN = DemoLogin("staff (admin)", "admin", "admin")
 DEMO_STOCK_MANAGER = DemoLogin("stock manager", "stockmanager", "stockmanager")
 DEMO_ORDER_MANAGER = DemoLogin("order manager", "ordermanager", "ordermanager")
 DEMO_SHOPPER = DemoLogin("shopper", "shopper", "shopper")
+DEMO_ADDRESS = {"name": "Demo Shopper", "line1": "Calle Mayor 1", "line2": "", "city": "Madrid",
+                "postal_code": "28013", "country": "ES", "phone": "+34 600 000 000"}  # fmt: skip
 
 
 def _ensure_user(login: DemoLogin, *, random_password: bool, **flags) -> DemoLogin:
@@ -71,5 +73,8 @@ def seed_demo(*, random_passwords: bool = False) -> DemoSeed:
         )
         User.objects.get(username=login.username).groups.add(Group.objects.get(name=group))
     logins.append(_ensure_user(DEMO_SHOPPER, random_password=random_passwords, email="shopper@example.com"))
-    token = issue_token_for(User.objects.get(username=DEMO_SHOPPER.username))
+    shopper = User.objects.get(username=DEMO_SHOPPER.username)
+    if default_address(customer_id=shopper.id) is None:  # checkouts of the README's tour send no body
+        set_default_address(customer_id=shopper.id, address=DEMO_ADDRESS)
+    token = issue_token_for(shopper)
     return DemoSeed(created, Product.objects.count(), logins, token.token)

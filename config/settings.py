@@ -121,6 +121,7 @@ INSTALLED_APPS = [
     "knox",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "django_countries",
     "shop",
     "inventory",
     "cart",
@@ -253,6 +254,9 @@ SHOP_CURRENCY = env("SHOP_CURRENCY", "EUR")
 ORDER_PAYMENT_TIMEOUT_SECONDS = env_int("ORDER_PAYMENT_TIMEOUT_SECONDS", 900)
 CART_TTL_SECONDS = env_int("CART_TTL_SECONDS", 30 * 24 * 3600)
 CART_MAX_LINES = env_int("CART_MAX_LINES", 100)
+# How long a client or CDN may reuse a catalog answer (its `available` is a hint).
+CATALOG_MAX_AGE_SECONDS = env_int("CATALOG_MAX_AGE_SECONDS", 5)
+GUEST_CART_TTL_SECONDS = env_int("GUEST_CART_TTL_SECONDS", 7 * 24 * 3600)
 CART_MAX_QUANTITY = env_int("CART_MAX_QUANTITY", 99)
 # Unpaid orders one shopper may hold at once (each reserves stock for 15 minutes).
 MAX_PENDING_ORDERS_PER_CUSTOMER = env_int("MAX_PENDING_ORDERS_PER_CUSTOMER", 3)
@@ -268,6 +272,8 @@ TRUSTED_PROXIES = env_int("TRUSTED_PROXIES", 0)
 RATE_LIMITS = {
     "checkout": env("RATE_LIMIT_CHECKOUT", "30/min"),
     "cart_write": env("RATE_LIMIT_CART_WRITE", "300/min"),
+    "guest_cart_write": env("RATE_LIMIT_GUEST_CART_WRITE", "300/min"),  # per guest cart token
+    "guest_cart_address": env("RATE_LIMIT_GUEST_CART_ADDRESS", "600/min"),  # guest cart writes per client address
     "auth": env("RATE_LIMIT_AUTH", "20/min"),
 }
 

@@ -14,6 +14,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("api/", include("shop.urls")),
+    path("api/", include("inventory.urls")),
     path("api/", include("cart.urls")),
     path("api/", include("orders.urls")),
     # Last: whatever else is under /api/ is a JSON 404, even with DEBUG on

@@ -37,9 +37,11 @@ class ErrorCode(StrEnum):
     # --- shop: accounts and tokens ----------------------------------------------------
     USERNAME_TAKEN = "username_taken"
     INVALID_CREDENTIALS = "invalid_credentials"
+    WRONG_PASSWORD = "wrong_password"
 
     # --- cart -------------------------------------------------------------------------
     CART_FULL = "cart_full"
+    CART_TOKEN_UNKNOWN = "cart_token_unknown"
     CART_UNAVAILABLE = "cart_unavailable"
     UNKNOWN_SKU = "unknown_sku"
     INACTIVE_SKU = "inactive_sku"
@@ -57,6 +59,7 @@ class ErrorCode(StrEnum):
     IDEMPOTENCY_KEY_INVALID = "idempotency_key_invalid"
     IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
     CART_EMPTY = "cart_empty"
+    SHIPPING_ADDRESS_REQUIRED = "shipping_address_required"
     QUEUE_UNAVAILABLE = "queue_unavailable"
     SKU_UNAVAILABLE = "sku_unavailable"
     TOO_MANY_PENDING_ORDERS = "too_many_pending_orders"

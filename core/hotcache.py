@@ -53,6 +53,7 @@ class HotCache:
         self.tokens: dict[str, tuple] = {}  # token key -> ((user, token), monotonic expiry)
         self.products: dict[str, CachedProduct | None] = {}  # None: no such SKU
         self.flash_sales: dict | None = None  # inventory's flash sales (inventory/services/flash_sales.py)
+        self.catalog = None  # inventory's browsable catalog (inventory/catalog_browse.py)
 
     def ensure_generation(self) -> str:
         """The generation to fill the caches under; read before any database read
@@ -68,6 +69,17 @@ class HotCache:
             self.tokens.clear()
             self.products.clear()
             self.flash_sales = None
+            self.catalog = None
+
+    def check_generation(self) -> None:
+        """For views whose own Redis call does not check the generation (the
+        catalog, the orders list): one GET, StaleCache when the caches were filled
+        under another generation (HotCacheApiView then serves from the database)."""
+        if self.generation is None:
+            return  # nothing cached yet
+        raw = get_redis_connection("default").get(GENERATION_KEY)
+        if (raw.decode() if raw else "0") != self.generation:
+            raise StaleCache()
 
     def remember(self, table: dict, key: str, value) -> None:
         if len(table) >= MAX_ENTRIES:

@@ -6,4 +6,7 @@ from outbox.consumers import Event, register
 
 @register("warehouse", "OrderPaid")
 def request_shipment(event: Event) -> None:
-    Shipment.objects.get_or_create(order_id=event.data["order_id"], defaults={"items": event.data["items"]})
+    data = event.data
+    Shipment.objects.get_or_create(
+        order_id=data["order_id"], defaults={"items": data["items"], "shipping_address": data.get("shipping_address")}
+    )

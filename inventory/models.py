@@ -75,6 +75,7 @@ class Shipment(models.Model):
     order_id = models.BigIntegerField(unique=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.REQUESTED)
     items = models.JSONField()
+    shipping_address = models.JSONField(null=True, blank=True)  # as the order's OrderPaid event gave it
     requested_at = models.DateTimeField(auto_now_add=True)
     shipped_at = models.DateTimeField(null=True, blank=True)
 

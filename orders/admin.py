@@ -32,7 +32,8 @@ class OrderAdmin(admin.ModelAdmin):
     list_select_related = ["customer"]
     readonly_fields = [
         "customer", "idempotency_key", "request_hash", "status", "total_amount", "currency",
-        "created_at", "expires_at", "paid_at", "cancelled_at", "rejection_reason", "shipment_status", "events",
+        "created_at", "expires_at", "paid_at", "shipped_at", "cancelled_at", "rejection_reason", "ship_to",
+        "shipment_status", "events",
     ]
     inlines = [OrderItemInline, PaymentInline, RefundInline]
     actions = ["cancel_pending", "refund_paid", "mark_shipped"]
@@ -44,6 +45,14 @@ class OrderAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+    @admin.display(description="ship to")
+    def ship_to(self, order):
+        a = order.shipping_address
+        if not a:
+            return "-"
+        return ", ".join(filter(None, [a["name"], a["line1"], a["line2"], f"{a['postal_code']} {a['city']}",
+                                       a["country"], a["phone"]]))  # fmt: skip
 
     @admin.display(description="shipment")
     def shipment_status(self, order):

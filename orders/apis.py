@@ -1,7 +1,7 @@
 import re
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_serializer
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
@@ -10,12 +10,14 @@ from rest_framework.views import APIView
 from rest_framework.viewsets import ViewSetMixin
 
 from core.authentication import CachedTokenAuthentication
-from core.hotcache import HotCacheApiView
-from core.openapi import ERRORS
+from core.hotcache import HotCacheApiView, hot_cache
+from core.openapi import BODY_ERRORS, ERRORS
 from orders.exceptions import IdempotencyKeyInvalid, IdempotencyKeyMissing
+from orders.models import OrderStatus
 from orders.selectors import customer_orders
 from orders.services import cancel_customer_order, get_customer_order, place_order
 from orders.services.queue import QUEUED
+from shop.apis import AddressSerializer
 
 _KEY = re.compile(r"^[\x21-\x7e]{1,64}$")
 
@@ -48,14 +50,42 @@ class OrderOutputSerializer(serializers.Serializer):
         help_text="QUEUED (queue-mode flash sale, not written yet), PENDING_PAYMENT, PAID, SHIPPED, "
         "CANCELLED, REFUNDED or REJECTED (a queued order the stock could not cover: see rejection_reason)"
     )
+    class RefundSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "OrderRefund"
+
+        status = serializers.CharField(help_text="REQUESTED or COMPLETED")
+        amount = serializers.IntegerField(help_text="Minor units of the order's currency")
+
     rejection_reason = serializers.CharField(allow_blank=True)
     items = ItemSerializer(many=True)
     total = serializers.IntegerField(source="total_amount")
     currency = serializers.CharField()
+    shipping_address = AddressSerializer(allow_null=True, help_text="As it was at checkout")
     created_at = serializers.DateTimeField(allow_null=True)
     expires_at = serializers.DateTimeField(allow_null=True)
     paid_at = serializers.DateTimeField(allow_null=True)
+    shipped_at = serializers.DateTimeField(allow_null=True)
     cancelled_at = serializers.DateTimeField(allow_null=True)
+    refund = serializers.SerializerMethodField(
+        help_text="The money going back (a refunded order, or one paid too late)"
+    )
+
+    @extend_schema_field(RefundSerializer(allow_null=True))
+    def get_refund(self, order) -> dict | None:
+        refunds = list(order.refunds.all())  # prefetched; newest first
+        return {"status": refunds[0].status, "amount": refunds[0].amount} if refunds else None
+
+
+class CheckoutInputSerializer(serializers.Serializer):
+    class Meta:
+        ref_name = "Checkout"
+
+    shipping_address = AddressSerializer(required=False, help_text="Without it, the saved default address")
+
+
+class OrderFilterSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(choices=OrderStatus.values, required=False, help_text="Only orders in it")
 
 
 @extend_schema_serializer(many=False)  # one page object, though it answers the `list` action
@@ -90,32 +120,43 @@ class OrdersApi(ViewSetMixin, HotCacheApiView):
 
     @extend_schema(
         operation_id="orders_list",
-        parameters=[PAGE],
-        responses={200: OrderPageSerializer, **ERRORS(401, 503), 404: ERRORS(404)[404]},
-        description="The shopper's orders, newest first. 404 for a page past the last.",
+        parameters=[PAGE, OrderFilterSerializer],
+        responses={200: OrderPageSerializer, **ERRORS(400, 401, 503), 404: ERRORS(404)[404]},
+        description="The shopper's orders, newest first (`?status=` keeps one status). 404 for a page past the last.",
     )
     def list(self, request):
+        hot_cache.check_generation()  # a token revoked elsewhere is refused here too, at once
+        filters = OrderFilterSerializer(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        orders = customer_orders(customer_id=request.user.id, status=filters.validated_data.get("status"))
         paginator = PageNumberPagination()
-        page = paginator.paginate_queryset(customer_orders(customer_id=request.user.id), request, view=self)
+        page = paginator.paginate_queryset(orders, request, view=self)
         return paginator.get_paginated_response(OrderOutputSerializer(page, many=True).data)
 
     @extend_schema(
         operation_id="orders_create",
-        request=None,
+        request=CheckoutInputSerializer,
         parameters=[IDEMPOTENCY_KEY],
         responses={
             201: OrderOutputSerializer,
             200: OrderOutputSerializer,
             202: OrderOutputSerializer,
-            **ERRORS(400, 401, 409, 422, 429, 503),
+            **ERRORS(*BODY_ERRORS, 401, 409, 422, 429, 503),
         },
         description="Check out the cart. 201: created; 200 with `Idempotent-Replayed: true`: "
         "this key's order, already created. 202 (a flash sale in queue mode): the order is queued "
-        "(status `QUEUED`) and will be written or visibly rejected; poll the `Location`.",
+        "(status `QUEUED`) and will be written or visibly rejected; poll the `Location`. The body is "
+        "optional: without `shipping_address`, the saved default address is used (422 "
+        "`shipping_address_required` when there is none).",
     )
     def create(self, request):
         key = idempotency_key_from(request)
-        result = place_order(customer_id=request.user.id, idempotency_key=key, rate_limited=True)
+        given = CheckoutInputSerializer(data=request.data)
+        given.is_valid(raise_exception=True)
+        result = place_order(
+            customer_id=request.user.id, idempotency_key=key, rate_limited=True,
+            shipping_address=given.validated_data.get("shipping_address"),
+        )  # fmt: skip
         body = OrderOutputSerializer(result.order).data
         headers = {"Idempotent-Replayed": "true"} if result.replayed else {}
         if result.order.status == QUEUED:

@@ -72,3 +72,9 @@ class QueueUnavailable(DomainError):
     code = ErrorCode.QUEUE_UNAVAILABLE
     status = 503
     message = "The flash-sale queue is unavailable; nothing was ordered. Retry shortly."
+
+
+class ShippingAddressRequired(DomainError):
+    code = ErrorCode.SHIPPING_ADDRESS_REQUIRED
+    status = 422
+    message = "Send a shipping_address with the checkout, or save a default one (PUT /api/auth/me/address)."

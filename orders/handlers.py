@@ -1,4 +1,4 @@
-"""The email consumer: order confirmation, cancellation and refund notices."""
+"""The email consumer: order confirmation, shipping, cancellation and refund notices."""
 
 from django.conf import settings
 from django.core.mail import send_mail
@@ -52,4 +52,18 @@ def send_refund_notice(event: Event) -> None:
         kind=Notification.Kind.REFUND_REQUESTED,
         subject=f"Refund for order {data.get('order_id')}",
         body=f"We are refunding {_money(data['amount'], data['currency'])} to you.\n",
+    )
+
+
+@register("email", "OrderShipped")
+def send_shipping_notice(event: Event) -> None:
+    data = event.data
+    address = data.get("shipping_address") or {}
+    to = ", ".join(filter(None, [address.get("name"), address.get("city"), address.get("country")]))
+    lines = "\n".join(f"  {i['quantity']} x {i['sku']}" for i in data["items"])
+    _notify(
+        order_id=data["order_id"],
+        kind=Notification.Kind.ORDER_SHIPPED,
+        subject=f"Order {data['order_id']} shipped",
+        body=f"Your order is on its way{' to ' + to if to else ''}.\n\n{lines}\n",
     )

@@ -2,6 +2,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from shop.models import ADDRESS_FIELDS
+
 
 class OrderStatus(models.TextChoices):
     PENDING_PAYMENT = "PENDING_PAYMENT", "Pending payment"
@@ -31,7 +33,11 @@ class Order(models.Model):
     expires_at = models.DateTimeField()
     created_at = models.DateTimeField()
     paid_at = models.DateTimeField(null=True, blank=True)
+    shipped_at = models.DateTimeField(null=True, blank=True)
     cancelled_at = models.DateTimeField(null=True, blank=True)
+    # Where it goes, as it was at checkout (editing the saved address later changes
+    # no order). Null only on orders placed before addresses existed.
+    shipping_address = models.JSONField(null=True, blank=True)
     rejection_reason = models.CharField(max_length=40, blank=True, default="", db_default="")  # REJECTED: why
 
     objects = OrderQuerySet.as_manager()
@@ -47,6 +53,10 @@ class Order(models.Model):
             models.CheckConstraint(
                 condition=Q(status=OrderStatus.REJECTED) | Q(rejection_reason=""),
                 name="order_rejection_reason_only_rejected",
+            ),
+            models.CheckConstraint(
+                condition=Q(shipping_address__isnull=True) | Q(shipping_address__has_keys=list(ADDRESS_FIELDS)),
+                name="order_shipping_address_complete",
             ),
         ]
         indexes = [
@@ -190,6 +200,7 @@ class Notification(models.Model):
         ORDER_CONFIRMED = "order_confirmed", "Order confirmed"
         ORDER_CANCELLED = "order_cancelled", "Order cancelled"
         REFUND_REQUESTED = "refund_requested", "Refund on its way"
+        ORDER_SHIPPED = "order_shipped", "Order shipped"
 
     order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="notifications")
     kind = models.CharField(max_length=20, choices=Kind.choices)

@@ -7,9 +7,13 @@ from inventory.models import FlashSale, Stock
 from orders.models import Order, OrderItem, OrderStatus
 
 
-def customer_orders(*, customer_id: int) -> QuerySet[Order]:
-    """Newest first, items prefetched (two queries per page)."""
-    return Order.objects.filter(customer_id=customer_id).order_by("-id").prefetch_related("items")
+def customer_orders(*, customer_id: int, status: str | None = None) -> QuerySet[Order]:
+    """Newest first (only those in `status` if given), items and refunds
+    prefetched (three queries per page)."""
+    orders = Order.objects.filter(customer_id=customer_id)
+    if status:
+        orders = orders.filter(status=status)
+    return orders.order_by("-id").prefetch_related("items", "refunds")
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,11 @@ TRANSITIONS: frozenset[tuple[OrderStatus, OrderStatus]] = frozenset(
 INITIAL: frozenset[OrderStatus] = frozenset({OrderStatus.PENDING_PAYMENT, OrderStatus.REJECTED})
 
 # The moment of the move, kept on the order where the model has a field for it.
-STAMPS: dict[OrderStatus, str] = {OrderStatus.PAID: "paid_at", OrderStatus.CANCELLED: "cancelled_at"}
+STAMPS: dict[OrderStatus, str] = {
+    OrderStatus.PAID: "paid_at",
+    OrderStatus.SHIPPED: "shipped_at",
+    OrderStatus.CANCELLED: "cancelled_at",
+}
 
 
 def sources(target: OrderStatus) -> list[OrderStatus]:

@@ -17,7 +17,7 @@ class ProductAdmin(admin.ModelAdmin):
         return [*self.readonly_fields, "sku"] if obj else self.readonly_fields
 
     def get_fields(self, request, obj=None):
-        fields = ["sku", "name", "price", "is_active"]
+        fields = ["sku", "name", "price", "is_active", "description", "image_url"]
         return [*fields, "created_at", "updated_at"] if obj else fields
 
 

@@ -12,3 +12,9 @@ class InvalidCredentials(DomainError):
     code = ErrorCode.INVALID_CREDENTIALS
     status = 401
     message = "Unable to log in with the credentials provided."
+
+
+class WrongPassword(DomainError):
+    code = ErrorCode.WRONG_PASSWORD
+    status = 400
+    message = "The current password is not right."

@@ -9,7 +9,8 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from knox.models import AuthToken
 
-from shop.exceptions import InvalidCredentials, UsernameTaken
+from shop.exceptions import InvalidCredentials, UsernameTaken, WrongPassword
+from shop.models import ADDRESS_FIELDS, Address
 
 User = get_user_model()
 
@@ -18,6 +19,7 @@ User = get_user_model()
 class IssuedToken:
     token: str  # the only moment the token itself exists: the database keeps its digest
     expiry: datetime
+    user_id: int
 
 
 def issue_token_for(user: AbstractBaseUser) -> IssuedToken:
@@ -27,7 +29,7 @@ def issue_token_for(user: AbstractBaseUser) -> IssuedToken:
     instance, token = AuthToken.objects.create(user=user)
     keep = AuthToken.objects.filter(user=user).order_by("-created").values("digest")[: settings.API_TOKENS_PER_USER]
     AuthToken.objects.filter(user=user).exclude(digest__in=keep).delete()
-    return IssuedToken(token=token, expiry=instance.expiry)
+    return IssuedToken(token=token, expiry=instance.expiry, user_id=user.pk)
 
 
 @transaction.atomic
@@ -57,3 +59,27 @@ def issue_token(*, username: str, password: str) -> IssuedToken:
     if user is None:
         raise InvalidCredentials()
     return issue_token_for(user)
+
+
+@transaction.atomic
+def change_password(*, user: AbstractBaseUser, current_token: AuthToken, old_password: str, new_password: str) -> None:
+    """The password changes when the old one is given; every other token of the
+    user is revoked (shop/signals.py), the one in use keeps working."""
+    if not user.check_password(old_password):
+        raise WrongPassword()
+    validate_password(new_password, user=user)  # raises ValidationError -> 400
+    user.set_password(new_password)
+    user._keep_token_digest = current_token.digest
+    user.save(update_fields=["password"])
+
+
+def default_address(*, customer_id: int) -> dict | None:
+    """The shopper's saved address as a dict of ADDRESS_FIELDS, or None."""
+    row = Address.objects.filter(customer_id=customer_id).values(*ADDRESS_FIELDS).first()
+    return row
+
+
+def set_default_address(*, customer_id: int, address: dict) -> dict:
+    values = {name: address.get(name, "") for name in ADDRESS_FIELDS}
+    Address.objects.update_or_create(customer_id=customer_id, defaults=values)
+    return values

@@ -50,7 +50,8 @@ def _user_changed(instance, created: bool = False, update_fields=None, **kwargs)
         return
     if getattr(instance, "_password_changed", False):
         instance._password_changed = False
-        AuthToken.objects.filter(user_id=instance.pk).delete()  # each deletion leaves Redis (above)
+        keep = getattr(instance, "_keep_token_digest", None)  # the session that changed it (change_password)
+        AuthToken.objects.filter(user_id=instance.pk).exclude(digest=keep).delete()  # each leaves Redis (above)
     digests = list(AuthToken.objects.filter(user_id=instance.pk).values_list("digest", flat=True))
     forget_tokens(digests)
     transaction.on_commit(lambda: _best_effort(forget_tokens, digests))

@@ -16,18 +16,40 @@ from django.utils import timezone
 
 from inventory.models import FlashSale, Stock
 from orders.models import Order, OrderItem, OrderStatus, Payment
-from shop.models import Product
+from shop.models import Address, Product
 
 PASSWORD = "correct-horse-battery"
+SHIPPING_ADDRESS = {"name": "Ana García", "line1": "Calle Mayor 1", "line2": "", "city": "Madrid",
+                    "postal_code": "28013", "country": "ES", "phone": "+34 600 000 000"}  # fmt: skip
 
 
 class UserFactory(factory.django.DjangoModelFactory[AbstractUser]):
     class Meta:
         model = get_user_model()
+        skip_postgeneration_save = True
 
     username = factory.Sequence(lambda n: f"shopper{n}")
     email = factory.LazyAttribute(lambda u: f"{u.username}@example.com")
     password = factory.django.Password(PASSWORD)
+    # A shopper can check out without sending an address: they have a saved one.
+    address = factory.RelatedFactory("tests.factories.AddressFactory", factory_related_name="customer")
+
+
+class ShopperWithoutAddressFactory(UserFactory):
+    address = factory.PostGeneration(lambda user, create, extracted, **kwargs: None)
+
+
+class AddressFactory(factory.django.DjangoModelFactory[Address]):
+    class Meta:
+        model = Address
+
+    customer = factory.SubFactory(ShopperWithoutAddressFactory)
+    name = factory.LazyAttribute(lambda a: a.customer.username)
+    line1 = "Calle Mayor 1"
+    city = "Madrid"
+    postal_code = "28013"
+    country = "ES"
+    phone = "+34 600 000 000"
 
 
 class ProductFactory(factory.django.DjangoModelFactory[Product]):
@@ -77,6 +99,7 @@ class OrderFactory(factory.django.DjangoModelFactory[Order]):
     request_hash = "h"
     status = OrderStatus.PENDING_PAYMENT
     total_amount = 1000
+    shipping_address = factory.LazyFunction(lambda: dict(SHIPPING_ADDRESS))
     currency = factory.LazyFunction(lambda: settings.SHOP_CURRENCY)
     created_at = factory.LazyFunction(timezone.now)
     expires_at = factory.LazyAttribute(_deadline)

@@ -117,7 +117,7 @@ def cancel_customer_order(*, customer_id: int, order_id: int) -> Order:
         raise OrderNotFound()
     if not cancel_orders(order_ids=[order.id], reason="cancelled_by_customer"):
         raise OrderNotCancellable(order_id=order.id, status=Order.objects.get(id=order.id).status)
-    return Order.objects.prefetch_related("items").get(id=order.id)
+    return Order.objects.prefetch_related("items", "refunds").get(id=order.id)
 
 
 @transaction.atomic
@@ -153,12 +153,14 @@ def mark_order_shipped(*, order_id: int) -> Order:
     Shipment.objects.update_or_create(
         order_id=order.id, defaults={"status": Shipment.Status.SHIPPED, "shipped_at": now}, create_defaults={
             "status": Shipment.Status.SHIPPED, "shipped_at": now, "items": items,
+            "shipping_address": order.shipping_address,
         },
     )
     record_event(
         aggregate_type="order",
         aggregate_id=order.id,
         event_type="OrderShipped",
-        data={"order_id": order.id, "customer_id": order.customer_id, "shipped_at": now.isoformat(), "items": items},
+        data={"order_id": order.id, "customer_id": order.customer_id, "shipped_at": now.isoformat(), "items": items,
+              "shipping_address": order.shipping_address},  # fmt: skip
     )
     return order

@@ -20,6 +20,7 @@ from orders.exceptions import (
     IdempotencyKeyReused,
     OrderNotFound,
     ProductUnavailable,
+    ShippingAddressRequired,
     TooManyPendingOrders,
 )
 from orders.metrics import CHECKOUT_REFUSALS, IDEMPOTENT_REPLAYS, ORDERS_CREATED, QUEUE_ADMITTED
@@ -29,6 +30,7 @@ from orders.services.queue import QUEUED, QueuedLine, queue_checkout, queued_or_
 from orders.services.slots import release_pending_slots, take_pending_slot
 from outbox.services import record_event
 from shop.selectors import cached_products
+from shop.services import default_address
 
 logger = logging.getLogger(__name__)
 
@@ -64,15 +66,16 @@ def _price_cart(lines: dict[str, int]) -> list[_PricedLine]:
     return priced
 
 
-def _request_hash(lines: list[_PricedLine], currency: str) -> str:
-    canonical = json.dumps([currency, [(li.sku, li.quantity, li.unit_price) for li in lines]])
+def _request_hash(lines: list[_PricedLine], currency: str, address: dict | None) -> str:
+    lines_part = [(li.sku, li.quantity, li.unit_price) for li in lines]
+    canonical = json.dumps([currency, lines_part, address] if address else [currency, lines_part], sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def _existing_order(*, customer_id: int, idempotency_key: str) -> Order | None:
     return (
         Order.objects.filter(customer_id=customer_id, idempotency_key=idempotency_key)
-        .prefetch_related("items")
+        .prefetch_related("items", "refunds")
         .first()
     )
 
@@ -83,8 +86,12 @@ def _replay(order: Order, request_hash: str | None) -> PlacedOrder:
     return PlacedOrder(order=order, replayed=True)
 
 
-def place_order(*, customer_id: int, idempotency_key: str, rate_limited: bool = False) -> PlacedOrder:
-    """Turn the shopper's cart into a PENDING_PAYMENT order, reserving its stock.
+def place_order(
+    *, customer_id: int, idempotency_key: str, rate_limited: bool = False, shipping_address: dict | None = None
+) -> PlacedOrder:
+    """Turn the shopper's cart into a PENDING_PAYMENT order, reserving its stock,
+    shipped to `shipping_address` (validated by the caller) or else to the
+    shopper's saved address (ShippingAddressRequired when neither).
 
     The same key returns the same order (replayed=True) whatever happens in
     between; a failed attempt leaves nothing behind, so the key can be retried.
@@ -108,14 +115,20 @@ def place_order(*, customer_id: int, idempotency_key: str, rate_limited: bool = 
         return _replay(existing, request_hash=None)
 
     try:
+        # After the gate: a refused checkout makes no query, a saved address costs one.
+        address = shipping_address or default_address(customer_id=customer_id)
+        if address is None:
+            raise ShippingAddressRequired()
         queue = queued_skus()
         if queue and not queue.isdisjoint(lines):
             result = _queue_order(
                 customer_id=customer_id, idempotency_key=idempotency_key, lines=lines,
-                gated=gated if admitted else {}, queue=queue,
+                gated=gated if admitted else {}, queue=queue, address=address,
             )
         else:
-            result = _create_order(customer_id=customer_id, idempotency_key=idempotency_key, lines=lines, gated=gated)
+            result = _create_order(
+                customer_id=customer_id, idempotency_key=idempotency_key, lines=lines, gated=gated, address=address
+            )
     except BaseException as error:
         if admitted:
             _release_best_effort(customer_id, gated)
@@ -134,12 +147,13 @@ def place_order(*, customer_id: int, idempotency_key: str, rate_limited: bool = 
 
 
 def _queue_order(
-    *, customer_id: int, idempotency_key: str, lines: dict[str, int], gated: dict[str, int], queue: set[str]
+    *, customer_id: int, idempotency_key: str, lines: dict[str, int], gated: dict[str, int], queue: set[str],
+    address: dict,
 ) -> PlacedOrder:
     """A cart with a queue-mode flash-sale SKU: priced as any, then handed to
     Kafka (orders/services/queue.py); the order is written by the queue's writer."""
     priced = _price_cart(lines)
-    request_hash = _request_hash(priced, settings.SHOP_CURRENCY)
+    request_hash = _request_hash(priced, settings.SHOP_CURRENCY, address)
     if not gated:  # the gate found this key's order already written
         existing = _existing_order(customer_id=customer_id, idempotency_key=idempotency_key)
         if existing is not None:
@@ -151,16 +165,17 @@ def _queue_order(
         request_hash=request_hash,
         gated=gated,
         partition_key=min(queue.intersection(lines)),
+        shipping_address=address,
     )
     return PlacedOrder(order=order, replayed=replayed, queued=order.status == QUEUED)
 
 
 def _create_order(
-    *, customer_id: int, idempotency_key: str, lines: dict[str, int], gated: dict[str, int]
+    *, customer_id: int, idempotency_key: str, lines: dict[str, int], gated: dict[str, int], address: dict
 ) -> PlacedOrder:
     priced = _price_cart(lines)
     currency = settings.SHOP_CURRENCY
-    request_hash = _request_hash(priced, currency)
+    request_hash = _request_hash(priced, currency, address)
     now = timezone.now()
     order = Order(
         customer_id=customer_id,
@@ -171,6 +186,7 @@ def _create_order(
         currency=currency,
         created_at=now,
         expires_at=now + timedelta(seconds=settings.ORDER_PAYMENT_TIMEOUT_SECONDS),
+        shipping_address=address,
     )
     items = [
         OrderItem(order=order, product_id=li.sku, name=li.name, quantity=li.quantity, unit_price=li.unit_price)
@@ -204,6 +220,7 @@ def _create_order(
                 "total": order.total_amount,
                 "currency": currency,
                 "expires_at": order.expires_at.isoformat(),
+                "shipping_address": address,
             },
         )
         transaction.on_commit(lambda: _after_commit(customer_id, idempotency_key, order.id, bool(gated)))
@@ -212,7 +229,7 @@ def _create_order(
         # bench/checkout.py). Out of stock rolls back all of the above, and
         # drops the on_commit callback.
         reserve_stock(lines={line.sku: line.quantity for line in priced})
-    order._prefetched_objects_cache = {"items": items}
+    order._prefetched_objects_cache = {"items": items, "refunds": []}
     return PlacedOrder(order=order, replayed=False)
 
 

@@ -105,5 +105,6 @@ def _announce_paid(*, order: Order, payment: Payment, paid_at) -> None:
             "currency": order.currency,
             "paid_at": paid_at.isoformat(),
             "items": [{"sku": s, "name": n, "quantity": q, "unit_price": p} for s, n, q, p in items],
+            "shipping_address": order.shipping_address,
         },
     )

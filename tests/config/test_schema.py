@@ -13,11 +13,16 @@ EXPECTED = {
     ("/api/auth/token", "post"): ("LoginRequest", {"200": "Token"}),
     ("/api/auth/logout", "post"): (None, {"204": None}),
     ("/api/auth/me", "get"): (None, {"200": "Me"}),
+    ("/api/auth/me/address", "get"): (None, {"200": "ShippingAddress"}),
+    ("/api/auth/me/address", "put"): ("ShippingAddressRequest", {"200": "ShippingAddress"}),
+    ("/api/auth/password", "post"): ("PasswordChangeRequest", {"204": None}),
+    ("/api/products", "get"): (None, {"200": "ProductPage"}),
+    ("/api/products/{sku}", "get"): (None, {"200": "Product"}),
     ("/api/cart", "get"): (None, {"200": "Cart"}),
     ("/api/cart/items/{sku}", "put"): ("CartItemQuantityRequest", {"200": "Cart"}),
     ("/api/cart/items/{sku}", "delete"): (None, {"204": None}),
     ("/api/orders", "get"): (None, {"200": "OrderPage"}),
-    ("/api/orders", "post"): (None, {"200": "Order", "201": "Order", "202": "Order"}),
+    ("/api/orders", "post"): ("CheckoutRequest", {"200": "Order", "201": "Order", "202": "Order"}),
     ("/api/orders/{order_id}", "get"): (None, {"200": "Order"}),
     ("/api/orders/{order_id}/cancel", "post"): (None, {"200": "Order"}),
     ("/api/payments/webhook", "post"): ("PaymentNotificationRequest", {"200": "PaymentReceipt"}),
@@ -28,11 +33,16 @@ ERRORS = {
     ("/api/auth/token", "post"): {400, 401, 413, 415, 429, 503},
     ("/api/auth/logout", "post"): {401, 503},
     ("/api/auth/me", "get"): {401, 503},
-    ("/api/cart", "get"): {401, 503},
+    ("/api/auth/me/address", "get"): {401, 404, 503},
+    ("/api/auth/me/address", "put"): {400, 401, 413, 415, 503},
+    ("/api/auth/password", "post"): {400, 401, 413, 415, 429, 503},
+    ("/api/products", "get"): {400, 404, 503},
+    ("/api/products/{sku}", "get"): {404, 503},
+    ("/api/cart", "get"): {401, 404, 503},
     ("/api/cart/items/{sku}", "put"): {400, 401, 404, 409, 413, 415, 422, 429, 503},
     ("/api/cart/items/{sku}", "delete"): {401, 404, 429, 503},
-    ("/api/orders", "get"): {401, 404, 503},
-    ("/api/orders", "post"): {400, 401, 409, 422, 429, 503},
+    ("/api/orders", "get"): {400, 401, 404, 503},
+    ("/api/orders", "post"): {400, 401, 409, 413, 415, 422, 429, 503},
     ("/api/orders/{order_id}", "get"): {401, 404, 503},
     ("/api/orders/{order_id}/cancel", "post"): {401, 404, 409, 503},
     ("/api/payments/webhook", "post"): {400, 401, 413, 415, 503},
@@ -86,7 +96,12 @@ def test_the_bodies_a_client_must_send_are_described_right(schema):
     assert set(components["RegisterRequest"]["properties"]) == {"username", "password", "email"}
     assert set(components["LoginRequest"]["properties"]) == {"username", "password"}
     assert set(components["PaymentReceipt"]["properties"]) == {"payment_id", "outcome", "redelivered"}
-    assert set(components["Token"]["properties"]) == {"token", "expiry"}
+    assert set(components["Token"]["properties"]) == {"token", "expiry", "cart_merged"}
+    required = set(components["ShippingAddressRequest"]["required"])
+    assert required == {"name", "line1", "city", "postal_code", "country", "phone"}
+    assert set(components["Product"]["properties"]) == {
+        "sku", "name", "description", "image_url", "price", "currency", "available", "in_stock", "flash_sale",
+    }  # fmt: skip
     page = components["OrderPage"]["properties"]
     assert set(page) == {"count", "next", "previous", "results"}
     assert page["results"]["items"]["$ref"].endswith("/Order")
@@ -98,10 +113,16 @@ def test_parameters_say_what_the_server_accepts(schema):
     assert key["required"] and key["schema"] == {
         "type": "string", "pattern": r"^[\x21-\x7e]{1,64}$", "minLength": 1, "maxLength": 64,
     }  # fmt: skip
-    [page] = schema["paths"]["/api/orders"]["get"]["parameters"]
+    page, status = sorted(schema["paths"]["/api/orders"]["get"]["parameters"], key=lambda p: p["name"])
     assert page["name"] == "page" and page["schema"]["type"] == "integer"
-    [sku] = schema["paths"]["/api/cart/items/{sku}"]["put"]["parameters"]
+    assert status["name"] == "status" and "PAID" in status["schema"]["enum"]
+    named = {p["name"]: p for p in schema["paths"]["/api/cart/items/{sku}"]["put"]["parameters"]}
+    sku, cart_token = named["sku"], named["Cart-Token"]
     assert sku["schema"]["pattern"] == r"^[A-Za-z0-9._-]{1,64}$"
+    assert cart_token["name"] == "Cart-Token" and cart_token["in"] == "header"
+    assert "Cart-Token" in schema["paths"]["/api/cart/items/{sku}"]["put"]["responses"]["200"]["headers"]
+    browse = {p["name"] for p in schema["paths"]["/api/products"]["get"]["parameters"]}
+    assert browse == {"q", "in_stock", "sort", "page", "page_size"}
     webhook = schema["paths"]["/api/payments/webhook"]["post"]
     assert [p["name"] for p in webhook["parameters"]] == ["Payment-Signature"]
 
@@ -117,6 +138,11 @@ def test_operation_ids_are_stable(schema):
     assert ids == {
         ("/api/auth/logout", "post"): "auth_logout_create",
         ("/api/auth/me", "get"): "auth_me_retrieve",
+        ("/api/auth/me/address", "get"): "auth_me_address_retrieve",
+        ("/api/auth/me/address", "put"): "auth_me_address_update",
+        ("/api/auth/password", "post"): "auth_password_create",
+        ("/api/products", "get"): "products_list",
+        ("/api/products/{sku}", "get"): "products_retrieve",
         ("/api/auth/register", "post"): "auth_register_create",
         ("/api/auth/token", "post"): "auth_token_create",
         ("/api/cart", "get"): "cart_retrieve",

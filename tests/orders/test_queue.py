@@ -27,7 +27,7 @@ from orders.services import queue as queue_service
 from orders.services.queue import QueuedLine, QueuedRequest, allocate_order_id, queue_depths, write_batch
 from outbox.models import OutboxEvent
 from outbox.topics import ensure_topics
-from tests.factories import UserFactory, product_with_stock
+from tests.factories import SHIPPING_ADDRESS, UserFactory, product_with_stock
 from tests.helpers import expire_now, fill_cart, post_webhook, shopper_client, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.kafka]
@@ -121,7 +121,9 @@ def test_an_admitted_queued_checkout_makes_no_sql_but_one_statement_per_hundred_
     place_order(customer_id=customers[0].id, idempotency_key="warm")  # warms the caches, takes a block of ids
     with CaptureQueriesContext(connection) as captured:
         for customer in customers[1:]:
-            assert place_order(customer_id=customer.id, idempotency_key="cold").queued
+            assert place_order(
+                customer_id=customer.id, idempotency_key="cold", shipping_address=SHIPPING_ADDRESS
+            ).queued
     assert captured.captured_queries == []
     assert redis.llen("queue:ids") == queue_service.ID_BLOCK - 1 - 5
 
@@ -141,6 +143,8 @@ def test_the_same_key_is_the_same_order_while_queued_and_after(redis):
     assert after.status_code == 200 and after["Idempotent-Replayed"] == "true"
     assert after.json()["id"] == first.json()["id"] and after.json()["status"] == OrderStatus.PENDING_PAYMENT
     assert Order.objects.count() == 1 and stock() == (9, 1)
+    assert first.json()["shipping_address"]["city"] == "Madrid"  # the saved address, queued with the request
+    assert Order.objects.get().shipping_address == first.json()["shipping_address"]  # and written by COPY
 
 
 def test_what_the_stock_cannot_cover_is_rejected_in_arrival_order(redis):
@@ -234,8 +238,13 @@ def test_a_key_already_written_under_another_id_and_a_bad_request_do_not_hold_th
 
 def request_for(customer, key: str) -> QueuedRequest:
     return QueuedRequest(
-        order_id=allocate_order_id(), customer_id=customer.id, idempotency_key=key, request_hash="h",
-        currency="EUR", lines=[QueuedLine(SKU, "Flash", 1, 500)], queue_sku=SKU,
+        order_id=allocate_order_id(),
+        customer_id=customer.id,
+        idempotency_key=key,
+        request_hash="h",
+        currency="EUR",
+        lines=[QueuedLine(SKU, "Flash", 1, 500)],
+        queue_sku=SKU,
     )
 
 
@@ -245,8 +254,12 @@ def produce_requests(topic: str, customers: list, per_customer: int) -> int:
     for customer in customers:
         for n in range(per_customer):
             request = QueuedRequest(
-                order_id=allocate_order_id(), customer_id=customer.id, idempotency_key=f"kill-{n}",
-                request_hash="h", currency="EUR", lines=[QueuedLine(SKU, "Flash", 1, 500)],
+                order_id=allocate_order_id(),
+                customer_id=customer.id,
+                idempotency_key=f"kill-{n}",
+                request_hash="h",
+                currency="EUR",
+                lines=[QueuedLine(SKU, "Flash", 1, 500)],
             )
             producer.produce(topic, key=SKU, value=request.to_json())
             count += 1
@@ -267,7 +280,10 @@ def start_writer(tmp_path, topic: str) -> subprocess.Popen:
     }
     log = open(tmp_path / "writer.log", "a")
     return subprocess.Popen(
-        [sys.executable, "manage.py", "write_queued_orders"], env=env, cwd=settings.BASE_DIR, stdout=log,
+        [sys.executable, "manage.py", "write_queued_orders"],
+        env=env,
+        cwd=settings.BASE_DIR,
+        stdout=log,
         stderr=subprocess.STDOUT,
     )
 

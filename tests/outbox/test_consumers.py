@@ -278,7 +278,12 @@ def test_the_handlers_tests_register_do_not_outlive_them(consumer_handlers):
     """tests/conftest.py restores the registry after every test: the test-* consumers
     registered by the tests above are gone, and the apps' own handlers are all there."""
     from inventory.handlers import request_shipment
-    from orders.handlers import send_cancellation_notice, send_order_confirmation, send_refund_notice
+    from orders.handlers import (
+        send_cancellation_notice,
+        send_order_confirmation,
+        send_refund_notice,
+        send_shipping_notice,
+    )
     from shop.handlers import award_points, reverse_points
 
     assert consumer_handlers == {
@@ -287,6 +292,7 @@ def test_the_handlers_tests_register_do_not_outlive_them(consumer_handlers):
             "OrderPaid": send_order_confirmation,
             "OrderCancelled": send_cancellation_notice,
             "RefundRequested": send_refund_notice,
+            "OrderShipped": send_shipping_notice,
         },
         "loyalty": {"OrderPaid": award_points, "RefundRequested": reverse_points},
     }
