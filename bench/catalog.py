@@ -57,7 +57,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def build_specs(skus: list[str]) -> dict[str, list[h.Spec]]:
     pages = [f"/api/products?page={n}&page_size=20" for n in range(1, 11)]
-    browse = pages + ["/api/products?sort=-price", "/api/products?sort=name&in_stock=true", f"/api/products?q={PREFIX}00"]
+    browse = [*pages, "/api/products?sort=-price", "/api/products?sort=name&in_stock=true", "/api/products?q=c-0"]
     return {
         HEALTHZ: [h.Spec("GET", "/healthz")],
         "GET /api/products": [h.Spec("GET", path) for path in browse],

@@ -1,5 +1,7 @@
-"""Catalog import from CSV (`sku,name,price,stock`): every row is checked before
-anything is written, then the whole file goes in one transaction."""
+"""Catalog import from CSV (`sku,name,price,stock`, optionally followed by
+`description` and/or `image_url`): every row is checked before anything is
+written, then the whole file goes in one transaction. A file without an
+optional column leaves that field of existing products as it is."""
 
 import csv
 import re
@@ -7,6 +9,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.core.validators import URLValidator
 from django.db import transaction
 from django.utils import timezone
 
@@ -16,6 +20,8 @@ from inventory.services import set_available_stock_bulk
 from shop.models import MAX_PRICE, SKU_PATTERN, Product
 
 COLUMNS = ["sku", "name", "price", "stock"]
+OPTIONAL_COLUMNS = ["description", "image_url"]
+_URL = URLValidator(schemes=["http", "https"])
 BATCH_SIZE = 2000
 _SKU = re.compile(SKU_PATTERN)
 _INTEGER = re.compile(r"^[0-9]+$")
@@ -28,6 +34,8 @@ class CatalogRow:
     name: str
     price: int
     stock: int
+    extra: dict[str, str]  # the optional columns the file has
+
 
 
 @dataclass(frozen=True)
@@ -46,19 +54,22 @@ class CatalogFileInvalid(Exception):
 def parse_catalog(lines: Iterable[str]) -> list[CatalogRow]:
     """Parse and validate the whole file; raise CatalogFileInvalid listing every bad row."""
     reader = csv.reader(lines)
-    header = next(reader, None)
-    if header is None or [h.strip().lower() for h in header] != COLUMNS:
-        raise CatalogFileInvalid([f"line 1: the header must be {','.join(COLUMNS)}, got {header!r}"])
+    header = [h.strip().lower() for h in next(reader, None) or []]
+    optional = header[len(COLUMNS) :]
+    if header[: len(COLUMNS)] != COLUMNS or len(set(optional)) < len(optional) or set(optional) - set(OPTIONAL_COLUMNS):
+        expected = f"{','.join(COLUMNS)}, then optionally {' and/or '.join(OPTIONAL_COLUMNS)}"
+        raise CatalogFileInvalid([f"line 1: the header must be {expected}, got {header!r}"])
     rows, errors, seen = [], [], {}
     for values in reader:
         line = reader.line_num
         if not values or all(not v.strip() for v in values):
             continue
-        if len(values) != len(COLUMNS):
-            errors.append(f"line {line}: expected {len(COLUMNS)} columns, got {len(values)}")
+        if len(values) != len(header):
+            errors.append(f"line {line}: expected {len(header)} columns, got {len(values)}")
             continue
-        sku, name, price, stock = (v.strip() for v in values)
-        problems = []
+        sku, name, price, stock = (v.strip() for v in values[: len(COLUMNS)])
+        extra = dict(zip(optional, (v.strip() for v in values[len(COLUMNS) :]), strict=True))
+        problems = _extra_problems(extra)
         if not _SKU.match(sku):
             problems.append(f"sku {sku!r} must be 1-64 characters of A-Z a-z 0-9 . _ -")
         elif sku in seen:
@@ -73,10 +84,24 @@ def parse_catalog(lines: Iterable[str]) -> list[CatalogRow]:
             errors.append(f"line {line}: " + "; ".join(problems))
             continue
         seen[sku] = line
-        rows.append(CatalogRow(line, sku, name, int(price), int(stock)))
+        rows.append(CatalogRow(line, sku, name, int(price), int(stock), extra))
     if errors:
         raise CatalogFileInvalid(errors)
     return rows
+
+
+def _extra_problems(extra: dict[str, str]) -> list[str]:
+    problems = []
+    if len(extra.get("description", "")) > 5000:
+        problems.append("description must be at most 5000 characters")
+    if url := extra.get("image_url"):
+        try:
+            if len(url) > 500:
+                raise ValidationError("too long")
+            _URL(url)
+        except ValidationError:
+            problems.append(f"image_url {url[:80]!r} must be an http(s) URL of at most 500 characters")
+    return problems
 
 
 def read_catalog_file(path: str) -> list[CatalogRow]:
@@ -102,11 +127,12 @@ def import_catalog(
         batch = sorted(rows[start : start + BATCH_SIZE], key=lambda row: row.sku)
         skus = [row.sku for row in batch]
         existing = set(Product.objects.filter(sku__in=skus).values_list("sku", flat=True))
+        optional = sorted(batch[0].extra)  # the same columns on every row of a file
         Product.objects.bulk_create(
-            [Product(sku=r.sku, name=r.name, price=r.price, created_at=now, updated_at=now) for r in batch],
+            [Product(sku=r.sku, name=r.name, price=r.price, created_at=now, updated_at=now, **r.extra) for r in batch],
             update_conflicts=True,
             unique_fields=["sku"],
-            update_fields=["name", "price", "updated_at"],
+            update_fields=["name", "price", "updated_at", *optional],
         )
         created += len(batch) - len(existing)
         updated += len(existing)

@@ -83,3 +83,29 @@ def test_load_catalog_wrong_header(tmp_path, capsys):
 def test_load_catalog_missing_file():
     with pytest.raises(CommandError, match="no such file"):
         call_command("load_catalog", "/nonexistent.csv")
+
+
+def test_optional_description_and_image_url_columns(tmp_path):
+    call_command("load_catalog", write_csv(tmp_path, "sku,name,price,stock,description,image_url\n"
+                                                     "MUG-1,Mug,1299,10,A big mug,https://img.example.com/mug.jpg\n"
+                                                     "TEE-2,Tee,1999,0,,\n"))  # fmt: skip
+    assert Product.objects.get(sku="MUG-1").description == "A big mug"
+    assert Product.objects.get(sku="MUG-1").image_url == "https://img.example.com/mug.jpg"
+    call_command("load_catalog", write_csv(tmp_path, GOOD))  # without the columns: left as they are
+    assert Product.objects.get(sku="MUG-1").description == "A big mug"
+    call_command("load_catalog", write_csv(tmp_path, "sku,name,price,stock,image_url\nMUG-1,Mug,1299,10,\n"))
+    assert Product.objects.get(sku="MUG-1").image_url == "" and Product.objects.get(sku="MUG-1").description
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [("sku,name,price,stock,colour\nA,B,1,1,red\n", "header"),
+     ("sku,name,price,stock,image_url,image_url\nA,B,1,1,x,y\n", "header"),
+     ("sku,name,price,stock,image_url\nA,B,1,1,javascript:alert(1)\n", "image_url"),
+     ("sku,name,price,stock,description\nA,B,1,1\n", "expected 5 columns")],
+)  # fmt: skip
+def test_bad_optional_columns_are_refused_whole(tmp_path, capsys, text, message):
+    with pytest.raises(CommandError, match="nothing was written"):
+        call_command("load_catalog", write_csv(tmp_path, text))
+    assert message in capsys.readouterr().err
+    assert not Product.objects.exists()
