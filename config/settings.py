@@ -59,6 +59,11 @@ DEBUG = env_bool("DEBUG", False)
 _DEVELOPMENT = DEBUG or TESTING
 SECRET_KEY = env("SECRET_KEY", DEV_SECRET_KEY if _DEVELOPMENT else "")
 PAYMENT_WEBHOOK_SECRET = env("PAYMENT_WEBHOOK_SECRET", DEV_PAYMENT_WEBHOOK_SECRET if _DEVELOPMENT else "")
+# The payment provider's API (refunds). In development, the simulator this shop
+# serves under /dev/payment-provider/ while DEBUG is on (config/dev_provider.py).
+PAYMENT_PROVIDER_URL = env("PAYMENT_PROVIDER_URL", "http://127.0.0.1:8000/dev/payment-provider" if DEBUG else "")
+# Where the simulator sends its signed confirmations.
+DEV_PROVIDER_WEBHOOK_URL = env("DEV_PROVIDER_WEBHOOK_URL", "http://127.0.0.1:8000/api/payments/webhook")
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 
 # --- HTTPS: on outside development; `manage.py check --deploy` is clean --------

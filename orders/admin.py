@@ -6,6 +6,7 @@ from core.exceptions import DomainError
 from inventory.models import Shipment
 from orders.models import Notification, Order, OrderItem, OrderStatus, Payment, Refund
 from orders.services import cancel_pending_order, mark_order_shipped, refund_paid_order
+from orders.services.refunds import retry_refund
 from outbox.models import OutboxEvent
 
 
@@ -21,7 +22,7 @@ class PaymentInline(ReadOnlyInline):
 
 class RefundInline(ReadOnlyInline):
     model = Refund
-    fields = ["payment", "amount", "currency", "reason", "status", "created_at", "created_by"]
+    fields = ["payment", "amount", "currency", "reason", "status", "failure_reason", "created_at", "completed_at"]
 
 
 @admin.register(Order)
@@ -119,9 +120,24 @@ class PaymentAdmin(ReadOnlyAdmin):
 
 @admin.register(Refund)
 class RefundAdmin(ReadOnlyAdmin):
-    list_display = ["id", "order_id", "payment", "amount", "currency", "reason", "status", "created_at"]
-    list_filter = ["reason", "status"]
+    list_display = [
+        "id", "order_id", "payment", "amount", "currency", "reason", "status", "failure_reason", "attempt",
+        "created_at", "completed_at",
+    ]  # fmt: skip
+    list_filter = ["status", "reason"]
     list_select_related = ["payment"]
+    actions = ["retry"]
+
+    def has_change_permission(self, request, obj=None):  # for the action; the form stays read-only
+        return request.user.has_perm("orders.change_order")
+
+    def get_readonly_fields(self, request, obj=None):
+        return [field.name for field in Refund._meta.fields]
+
+    @admin.action(description="Retry selected failed refunds (a new attempt at the provider)")
+    def retry(self, request, queryset):
+        retried = sum(retry_refund(refund_id=refund.id) for refund in queryset.filter(status=Refund.Status.FAILED))
+        self.message_user(request, f"{retried} refund(s) requested again; {queryset.count() - retried} not failed")
 
 
 @admin.register(Notification)

@@ -54,8 +54,9 @@ class OrderOutputSerializer(serializers.Serializer):
         class Meta:
             ref_name = "OrderRefund"
 
-        status = serializers.CharField(help_text="REQUESTED or COMPLETED")
+        status = serializers.CharField(help_text="REQUESTED, SUBMITTED (to the provider), COMPLETED or FAILED")
         amount = serializers.IntegerField(help_text="Minor units of the order's currency")
+        completed_at = serializers.DateTimeField(allow_null=True)
 
     rejection_reason = serializers.CharField(allow_blank=True)
     items = ItemSerializer(many=True)
@@ -74,7 +75,11 @@ class OrderOutputSerializer(serializers.Serializer):
     @extend_schema_field(RefundSerializer(allow_null=True))
     def get_refund(self, order) -> dict | None:
         refunds = list(order.refunds.all())  # prefetched; newest first
-        return {"status": refunds[0].status, "amount": refunds[0].amount} if refunds else None
+        if not refunds:
+            return None
+        refund = refunds[0]
+        completed = refund.completed_at.isoformat().replace("+00:00", "Z") if refund.completed_at else None
+        return {"status": refund.status, "amount": refund.amount, "completed_at": completed}
 
 
 class CheckoutInputSerializer(serializers.Serializer):

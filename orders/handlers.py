@@ -1,9 +1,17 @@
-"""The email consumer: order confirmation, shipping, cancellation and refund notices."""
+"""The email consumer (order confirmation, shipping, cancellation and refund
+notices) and the payments consumer (refunds submitted to the provider).
+
+The payments consumer, not a Celery task, submits refunds: the event is in the
+outbox with the refund, so no refund can be lost between the commit and a
+broker; a provider outage is an outage (ProviderUnavailable: retried with
+backoff, never dead-lettered); and the call's idempotency key makes a
+redelivered event, or a retry after a crash, the same refund to the provider."""
 
 from django.conf import settings
 from django.core.mail import send_mail
 
 from orders.models import Notification, Order
+from orders.services.refunds import submit_refund
 from outbox.consumers import Event, register
 
 
@@ -47,6 +55,8 @@ def send_cancellation_notice(event: Event) -> None:
 @register("email", "RefundRequested")
 def send_refund_notice(event: Event) -> None:
     data = event.data
+    if data.get("attempt", 1) > 1:
+        return  # staff retried a failed refund: the shopper was told the first time
     _notify(
         order_id=data.get("order_id"),
         kind=Notification.Kind.REFUND_REQUESTED,
@@ -67,3 +77,19 @@ def send_shipping_notice(event: Event) -> None:
         subject=f"Order {data['order_id']} shipped",
         body=f"Your order is on its way{' to ' + to if to else ''}.\n\n{lines}\n",
     )
+
+
+@register("email", "RefundCompleted")
+def send_refund_completed(event: Event) -> None:
+    data = event.data
+    _notify(
+        order_id=data.get("order_id"),
+        kind=Notification.Kind.REFUND_COMPLETED,
+        subject=f"Refund for order {data.get('order_id')} completed",
+        body=f"{_money(data['amount'], data['currency'])} is back on your card.\n",
+    )
+
+
+@register("payments", "RefundRequested")
+def submit_requested_refund(event: Event) -> None:
+    submit_refund(refund_id=event.data["refund_id"])

@@ -18,3 +18,4 @@ QUEUE_BATCH_SECONDS = Histogram(
 QUEUE_ORDERS_WRITTEN = Counter("shop_queue_orders_written_total", "Queued checkouts written as orders")
 QUEUE_ORDERS_REJECTED = Counter("shop_queue_orders_rejected_total", "Queued checkouts the database could not take")
 QUEUE_ADMITTED = Counter("shop_queue_admitted_total", "Checkouts handed to the queue (answered 202)")
+REFUNDS_FINISHED = Counter("shop_refunds_finished_total", "Refund confirmations from the provider", ["outcome"])

@@ -155,7 +155,10 @@ class Payment(models.Model):
 
 
 class Refund(models.Model):
-    """Money to give back. The provider integration picks up `RefundRequested`."""
+    """Money to give back, paid out through the payment provider: REQUESTED, then
+    SUBMITTED once the provider took the call, then COMPLETED or FAILED when it
+    confirms through the webhook (orders/services/refunds.py). A FAILED refund
+    can be retried by staff: a new attempt, a new idempotency key."""
 
     class Reason(models.TextChoices):
         ORDER_NOT_PENDING = "order_not_pending", "Order was no longer awaiting payment"
@@ -165,7 +168,9 @@ class Refund(models.Model):
 
     class Status(models.TextChoices):
         REQUESTED = "REQUESTED", "Requested"
+        SUBMITTED = "SUBMITTED", "Submitted to the provider"
         COMPLETED = "COMPLETED", "Completed"
+        FAILED = "FAILED", "Failed"
 
     payment = models.OneToOneField(Payment, on_delete=models.PROTECT, related_name="refund")
     order = models.ForeignKey(Order, null=True, blank=True, on_delete=models.PROTECT, related_name="refunds")
@@ -173,7 +178,11 @@ class Refund(models.Model):
     currency = models.CharField(max_length=3)
     reason = models.CharField(max_length=20, choices=Reason.choices)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.REQUESTED)
+    attempt = models.PositiveSmallIntegerField(default=1, db_default=1)  # part of the provider's idempotency key
+    failure_reason = models.CharField(max_length=200, blank=True, default="", db_default="")
     created_at = models.DateTimeField(auto_now_add=True)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -186,11 +195,30 @@ class Refund(models.Model):
                 condition=Q(reason__in=["order_not_pending", "amount_mismatch", "unknown_order", "staff"]),
                 name="refund_reason_valid",
             ),
-            models.CheckConstraint(condition=Q(status__in=["REQUESTED", "COMPLETED"]), name="refund_status_valid"),
+            models.CheckConstraint(
+                condition=Q(status__in=["REQUESTED", "SUBMITTED", "COMPLETED", "FAILED"]), name="refund_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(status="COMPLETED", completed_at__isnull=False)
+                | (~Q(status="COMPLETED") & Q(completed_at__isnull=True)),
+                name="refund_completed_at_iff_completed",
+            ),
+            models.CheckConstraint(
+                condition=(Q(status="FAILED") & ~Q(failure_reason="")) | (~Q(status="FAILED") & Q(failure_reason="")),
+                name="refund_failure_reason_iff_failed",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["status"], condition=~Q(status="COMPLETED"), name="refund_open_by_status"),
         ]
 
     def __str__(self) -> str:
-        return f"refund {self.pk} of {self.amount} {self.currency} ({self.reason})"
+        return f"refund {self.pk} of {self.amount} {self.currency} ({self.reason}, {self.status})"
+
+    @property
+    def idempotency_key(self) -> str:
+        """What the provider sees for this attempt: the same on every retry of the call."""
+        return f"refund-{self.pk}-{self.attempt}"
 
 
 class Notification(models.Model):
@@ -201,6 +229,7 @@ class Notification(models.Model):
         ORDER_CANCELLED = "order_cancelled", "Order cancelled"
         REFUND_REQUESTED = "refund_requested", "Refund on its way"
         ORDER_SHIPPED = "order_shipped", "Order shipped"
+        REFUND_COMPLETED = "refund_completed", "Refund completed"
 
     order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="notifications")
     kind = models.CharField(max_length=20, choices=Kind.choices)

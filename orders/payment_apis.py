@@ -1,5 +1,5 @@
 from django.conf import settings
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema
 from rest_framework import serializers
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
@@ -8,11 +8,35 @@ from rest_framework.views import APIView
 from core.fields import StrictIntegerField
 from core.openapi import BODY_ERRORS, ERRORS
 from orders.services import handle_payment_webhook
+from orders.services.refunds import handle_refund_webhook
 from orders.signatures import verify_signature
 
 
+class RefundNotificationSerializer(serializers.Serializer):
+    class Meta:
+        ref_name = "RefundNotification"
+
+    type = serializers.ChoiceField(choices=["refund"])
+    refund_id = StrictIntegerField(min_value=1)
+    payment_id = serializers.RegexField(r"^[\x21-\x7e]{1,100}$")
+    amount = StrictIntegerField(min_value=0, max_value=10**15)
+    currency = serializers.RegexField(r"^[A-Z]{3}$")
+    status = serializers.ChoiceField(choices=["succeeded", "failed"])
+
+
+class RefundReceiptSerializer(serializers.Serializer):
+    class Meta:
+        ref_name = "RefundReceipt"
+
+    refund_id = serializers.IntegerField(allow_null=True, source="refund.id")
+    outcome = serializers.ChoiceField(
+        choices=["completed", "failed", "amount_mismatch", "redelivered", "unknown_refund"]
+    )
+
+
 class PaymentWebhookApi(APIView):
-    """The payment provider's callback. The signature is the authentication."""
+    """The payment provider's callback: a payment (no `type`, or `"type": "payment"`)
+    or a refund's outcome (`"type": "refund"`). The signature is the authentication."""
 
     authentication_classes = []
     permission_classes = [AllowAny]
@@ -21,6 +45,7 @@ class PaymentWebhookApi(APIView):
         class Meta:
             ref_name = "PaymentNotification"
 
+        type = serializers.ChoiceField(choices=["payment"], required=False)
         payment_id = serializers.RegexField(r"^[\x21-\x7e]{1,100}$")
         order_id = StrictIntegerField(min_value=1)
         amount = StrictIntegerField(min_value=0, max_value=10**15)
@@ -36,8 +61,19 @@ class PaymentWebhookApi(APIView):
         redelivered = serializers.BooleanField()
 
     @extend_schema(
-        request=InputSerializer,
-        responses={200: OutputSerializer, **ERRORS(*BODY_ERRORS, 401, 503)},
+        request=PolymorphicProxySerializer(
+            component_name="ProviderNotification",
+            serializers=[InputSerializer, RefundNotificationSerializer],
+            resource_type_field_name=None,
+        ),
+        responses={
+            200: PolymorphicProxySerializer(
+                component_name="ProviderReceipt",
+                serializers=[OutputSerializer, RefundReceiptSerializer],
+                resource_type_field_name=None,
+            ),
+            **ERRORS(*BODY_ERRORS, 401, 503),
+        },
         parameters=[
             OpenApiParameter(
                 "Payment-Signature",
@@ -54,7 +90,13 @@ class PaymentWebhookApi(APIView):
             body=request.body,
             secret=settings.PAYMENT_WEBHOOK_SECRET,
         )
+        if isinstance(request.data, dict) and request.data.get("type") == "refund":
+            refund = RefundNotificationSerializer(data=request.data)
+            refund.is_valid(raise_exception=True)
+            fields = {k: v for k, v in refund.validated_data.items() if k != "type"}
+            return Response(RefundReceiptSerializer(handle_refund_webhook(**fields)).data)
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        result = handle_payment_webhook(**data.validated_data, raw_body=request.body.decode())
+        fields = {k: v for k, v in data.validated_data.items() if k != "type"}
+        result = handle_payment_webhook(**fields, raw_body=request.body.decode())
         return Response(self.OutputSerializer(result).data)

@@ -22,7 +22,7 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from orders.models import Order, OrderStatus
+from orders.models import Order, OrderStatus, Refund
 
 TRANSITIONS: frozenset[tuple[OrderStatus, OrderStatus]] = frozenset(
     {
@@ -60,3 +60,26 @@ def move_orders(order_ids: Iterable[int], target: OrderStatus, *, at: datetime |
     many moved. For one order, 0 means it was somewhere `target` cannot follow."""
     stamp = {STAMPS[target]: at or timezone.now()} if target in STAMPS else {}
     return Order.objects.filter(id__in=list(order_ids), status__in=sources(target)).update(status=target, **stamp)
+
+
+# A refund's life: the provider takes the call (SUBMITTED), then confirms
+# (COMPLETED, FAILED). Its confirmation may overtake the SUBMITTED mark (the
+# webhook can arrive while the submitting transaction is still open), hence
+# REQUESTED -> COMPLETED/FAILED. Staff retry a FAILED refund: REQUESTED again.
+REFUND_TRANSITIONS: frozenset[tuple[str, str]] = frozenset(
+    {
+        (Refund.Status.REQUESTED, Refund.Status.SUBMITTED),
+        (Refund.Status.REQUESTED, Refund.Status.COMPLETED),
+        (Refund.Status.REQUESTED, Refund.Status.FAILED),
+        (Refund.Status.SUBMITTED, Refund.Status.COMPLETED),
+        (Refund.Status.SUBMITTED, Refund.Status.FAILED),
+        (Refund.Status.FAILED, Refund.Status.REQUESTED),
+    }
+)
+
+
+def move_refund(refund_id: int, target: str, **fields) -> bool:
+    """Move one refund to `target` (setting `fields`) if its status allows it:
+    one conditional UPDATE, so a confirmation and a retry cannot both win."""
+    allowed = sorted(before for before, after in REFUND_TRANSITIONS if after == target)
+    return bool(Refund.objects.filter(id=refund_id, status__in=allowed).update(status=target, **fields))

@@ -25,7 +25,7 @@ EXPECTED = {
     ("/api/orders", "post"): ("CheckoutRequest", {"200": "Order", "201": "Order", "202": "Order"}),
     ("/api/orders/{order_id}", "get"): (None, {"200": "Order"}),
     ("/api/orders/{order_id}/cancel", "post"): (None, {"200": "Order"}),
-    ("/api/payments/webhook", "post"): ("PaymentNotificationRequest", {"200": "PaymentReceipt"}),
+    ("/api/payments/webhook", "post"): ("ProviderNotificationRequest", {"200": "ProviderReceipt"}),
 }
 # Statuses each operation really answers besides its successes (every one tested elsewhere).
 ERRORS = {
@@ -96,6 +96,13 @@ def test_the_bodies_a_client_must_send_are_described_right(schema):
     assert set(components["RegisterRequest"]["properties"]) == {"username", "password", "email"}
     assert set(components["LoginRequest"]["properties"]) == {"username", "password"}
     assert set(components["PaymentReceipt"]["properties"]) == {"payment_id", "outcome", "redelivered"}
+    assert set(components["RefundNotificationRequest"]["required"]) == {
+        "type", "refund_id", "payment_id", "amount", "currency", "status",
+    }  # fmt: skip
+    assert set(components["RefundReceipt"]["properties"]) == {"refund_id", "outcome"}
+    one_of = components["ProviderNotificationRequest"]["oneOf"]
+    kinds = {ref["$ref"].rsplit("/", 1)[-1] for ref in one_of}
+    assert kinds == {"PaymentNotificationRequest", "RefundNotificationRequest"}
     assert set(components["Token"]["properties"]) == {"token", "expiry", "cart_merged"}
     required = set(components["ShippingAddressRequest"]["required"])
     assert required == {"name", "line1", "city", "postal_code", "country", "phone"}

@@ -101,7 +101,8 @@ def test_a_refunded_order_shows_its_refund(shopper, client):
     post_webhook(client, payment_id="p-2", order_id=order_id, amount=500)
     refund_paid_order(order_id=order_id)
     body = shopper.get(f"/api/orders/{order_id}").json()
-    assert body["status"] == "REFUNDED" and body["refund"] == {"status": "REQUESTED", "amount": 500}
+    assert body["status"] == "REFUNDED"
+    assert body["refund"] == {"status": "REQUESTED", "amount": 500, "completed_at": None}
 
 
 def test_orders_filter_by_status(shopper, redis, client):

@@ -281,8 +281,10 @@ def test_the_handlers_tests_register_do_not_outlive_them(consumer_handlers):
     from orders.handlers import (
         send_cancellation_notice,
         send_order_confirmation,
+        send_refund_completed,
         send_refund_notice,
         send_shipping_notice,
+        submit_requested_refund,
     )
     from shop.handlers import award_points, reverse_points
 
@@ -293,6 +295,8 @@ def test_the_handlers_tests_register_do_not_outlive_them(consumer_handlers):
             "OrderCancelled": send_cancellation_notice,
             "RefundRequested": send_refund_notice,
             "OrderShipped": send_shipping_notice,
+            "RefundCompleted": send_refund_completed,
         },
+        "payments": {"RefundRequested": submit_requested_refund},
         "loyalty": {"OrderPaid": award_points, "RefundRequested": reverse_points},
     }

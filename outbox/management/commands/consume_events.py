@@ -6,10 +6,10 @@ from outbox.shutdown import stop_on_sigterm
 
 
 class Command(BaseCommand):
-    help = "Run one event consumer (warehouse, email or loyalty) until SIGTERM."
+    help = "Run one event consumer (warehouse, email, loyalty or payments) until SIGTERM."
 
     def add_arguments(self, parser):
-        parser.add_argument("name", help="warehouse | email | loyalty")
+        parser.add_argument("name", help="warehouse | email | loyalty | payments")
 
     def handle(self, *args, name, **options):
         if name not in HANDLERS:

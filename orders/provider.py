@@ -1,0 +1,56 @@
+"""The payment provider's API, one function per call (PAYMENT_PROVIDER_URL).
+
+Every call carries an idempotency key: a call retried after a timeout, a 5xx or
+a crash of ours is the same call to the provider, so money never moves twice.
+urllib3 retries what failed before an answer or with a 5xx (3 times, 0.2 s
+doubling); what is still failing raises ProviderUnavailable, a ConnectionError,
+which the consumers treat as an outage (retried with backoff, never
+dead-lettered)."""
+
+import json
+
+import urllib3
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+_http = urllib3.PoolManager(
+    timeout=urllib3.Timeout(connect=2.0, read=5.0),
+    retries=urllib3.Retry(
+        total=3, backoff_factor=0.2, status_forcelist=(500, 502, 503, 504), allowed_methods=None, raise_on_status=False
+    ),
+)
+
+
+class ProviderUnavailable(ConnectionError):
+    """The provider is down, timing out or answering 5xx: the same call later."""
+
+
+class ProviderRefused(Exception):
+    """The provider answered 4xx: this call will never succeed as it is."""
+
+
+def _post(path: str, body: dict, *, idempotency_key: str) -> dict:
+    if not settings.PAYMENT_PROVIDER_URL:
+        raise ImproperlyConfigured("PAYMENT_PROVIDER_URL is not set")
+    try:
+        response = _http.request(
+            "POST",
+            f"{settings.PAYMENT_PROVIDER_URL.rstrip('/')}/{path}",
+            body=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json", "Idempotency-Key": idempotency_key},
+        )
+    except urllib3.exceptions.HTTPError as error:
+        raise ProviderUnavailable(f"payment provider: {error}") from error
+    if response.status >= 500:
+        raise ProviderUnavailable(f"payment provider answered {response.status}")
+    if response.status >= 400:
+        detail = response.data[:150].decode(errors="replace")
+        raise ProviderRefused(f"payment provider answered {response.status}: {detail}")
+    return json.loads(response.data or b"{}")
+
+
+def refund(*, idempotency_key: str, refund_id: int, payment_id: str, amount: int, currency: str) -> dict:
+    """Ask for a refund of `amount` of payment `payment_id`; the provider confirms
+    later through the signed webhook (a refund event naming `refund_id`)."""
+    body = {"refund_id": refund_id, "payment_id": payment_id, "amount": amount, "currency": currency}
+    return _post("refunds", body, idempotency_key=idempotency_key)

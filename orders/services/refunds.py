@@ -1,0 +1,102 @@
+"""A refund's life after it was requested (orders/services/payments.py
+request_refund): submitted to the provider by the `payments` consumer, confirmed
+by the provider's webhook, retried by staff when it failed."""
+
+import logging
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.utils import timezone
+
+from orders import provider
+from orders.metrics import REFUNDS_FINISHED
+from orders.models import Refund
+from orders.transitions import move_refund
+from outbox.services import record_event
+
+logger = logging.getLogger(__name__)
+
+
+def submit_refund(*, refund_id: int) -> Refund:
+    """Call the provider for a REQUESTED refund and mark it SUBMITTED. A refund in
+    any other status was submitted already (a redelivered event): no call. The
+    call's idempotency key makes a retry after a crash the same refund."""
+    refund = Refund.objects.select_related("payment").get(id=refund_id)
+    if refund.status != Refund.Status.REQUESTED:
+        return refund
+    try:
+        provider.refund(
+            idempotency_key=refund.idempotency_key, refund_id=refund.id,
+            payment_id=refund.payment.provider_payment_id, amount=refund.amount, currency=refund.currency,
+        )  # fmt: skip
+    except provider.ProviderRefused as refused:
+        _fail(refund, f"refused by the provider: {refused}")
+    else:
+        move_refund(refund.id, Refund.Status.SUBMITTED, submitted_at=timezone.now())
+    refund.refresh_from_db()
+    return refund
+
+
+@dataclass(frozen=True)
+class RefundConfirmation:
+    refund: Refund | None
+    outcome: str  # completed | failed | amount_mismatch | redelivered | unknown_refund
+
+
+@transaction.atomic
+def handle_refund_webhook(
+    *, refund_id: int, payment_id: str, amount: int, currency: str, status: str
+) -> RefundConfirmation:
+    """The provider's word on a refund, applied once: a confirmation for a refund
+    already completed or failed changes nothing. An amount or currency other than
+    the refund's fails it, flagged for staff; so does a failure."""
+    refund = Refund.objects.select_for_update().select_related("payment").filter(id=refund_id).first()
+    if refund is None or refund.payment.provider_payment_id != payment_id:
+        logger.warning("refund confirmation for an unknown refund %s (payment %s)", refund_id, payment_id)
+        return RefundConfirmation(None, "unknown_refund")
+    if refund.status in (Refund.Status.COMPLETED, Refund.Status.FAILED):
+        return RefundConfirmation(refund, "redelivered")
+    if (amount, currency) != (refund.amount, refund.currency):
+        _fail(refund, f"amount_mismatch: the provider confirmed {amount} {currency}")
+        outcome = "amount_mismatch"
+    elif status == "succeeded":
+        now = timezone.now()
+        move_refund(refund.id, Refund.Status.COMPLETED, completed_at=now)
+        record_event(
+            aggregate_type="order" if refund.order_id else "payment",
+            aggregate_id=refund.order_id or payment_id,
+            event_type="RefundCompleted",
+            data={"refund_id": refund.id, "order_id": refund.order_id, "payment_id": payment_id,
+                  "amount": refund.amount, "currency": refund.currency, "completed_at": now.isoformat()},  # fmt: skip
+        )
+        outcome = "completed"
+    else:
+        _fail(refund, "the provider reported the refund failed")
+        outcome = "failed"
+    transaction.on_commit(lambda: REFUNDS_FINISHED.labels(outcome).inc())
+    refund.refresh_from_db()
+    return RefundConfirmation(refund, outcome)
+
+
+def _fail(refund: Refund, reason: str) -> None:
+    logger.warning("refund %s failed: %s", refund.id, reason)
+    move_refund(refund.id, Refund.Status.FAILED, failure_reason=reason[:200])
+
+
+@transaction.atomic
+def retry_refund(*, refund_id: int) -> bool:
+    """Staff: a FAILED refund requested again, as a new attempt (a new idempotency
+    key: the provider answered the last one for good) submitted by the consumer."""
+    refund = Refund.objects.select_related("payment").get(id=refund_id)
+    if not move_refund(refund.id, Refund.Status.REQUESTED, failure_reason="", attempt=refund.attempt + 1):
+        return False
+    record_event(
+        aggregate_type="order" if refund.order_id else "payment",
+        aggregate_id=refund.order_id or refund.payment.provider_payment_id,
+        event_type="RefundRequested",
+        data={"refund_id": refund.id, "order_id": refund.order_id,
+              "customer_id": refund.order.customer_id if refund.order_id else None,
+              "payment_id": refund.payment.provider_payment_id, "amount": refund.amount, "currency": refund.currency,
+              "reason": refund.reason, "attempt": refund.attempt + 1},  # fmt: skip
+    )
+    return True
