@@ -1,3 +1,4 @@
+import io
 import json
 import time
 import uuid
@@ -300,3 +301,39 @@ def test_the_handlers_tests_register_do_not_outlive_them(consumer_handlers):
         "payments": {"RefundRequested": submit_requested_refund},
         "loyalty": {"OrderPaid": award_points, "RefundRequested": reverse_points},
     }
+
+
+def test_replay_dead_letters_puts_them_through_the_handler_once(redis, kafka_topic, settings, consumer_handlers):
+    from django.core.management import call_command
+
+    from inventory.handlers import request_shipment
+
+    settings.CONSUMER_MAX_ATTEMPTS = 2
+
+    def broken(event):
+        raise RuntimeError("the warehouse's handler has a bug")
+
+    consumer_handlers["warehouse"]["OrderPaid"] = broken
+    order = paid_order(redis)
+    OutboxRelay().drain()
+    consumers = run_consumers(["warehouse"], until=lambda c: c["warehouse"].dead_lettered == 1)
+    assert consumers["warehouse"].dead_lettered == 1 and not Shipment.objects.exists()
+    [paid] = OutboxEvent.objects.filter(event_type="OrderPaid")
+
+    consumer_handlers["warehouse"]["OrderPaid"] = request_shipment  # the bug fixed
+    out = io.StringIO()
+    call_command("replay_dead_letters", "warehouse", "--dry-run", stdout=out)
+    assert f"OrderPaid {paid.event_id}" in out.getvalue() and "would be replayed" in out.getvalue()
+    assert "the warehouse's handler has a bug" in out.getvalue() and not Shipment.objects.exists()
+
+    out = io.StringIO()
+    call_command("replay_dead_letters", "warehouse", "--event-id", str(paid.event_id), stdout=out)
+    assert f"OrderPaid {paid.event_id} (dead letter" in out.getvalue() and ": processed" in out.getvalue()
+    assert Shipment.objects.filter(order_id=order.id).count() == 1
+
+    out = io.StringIO()
+    call_command("replay_dead_letters", "warehouse", stdout=out)
+    assert ": duplicate" in out.getvalue() and Shipment.objects.count() == 1
+    out = io.StringIO()
+    call_command("replay_dead_letters", "email", stdout=out)
+    assert "0 dead letter(s) of email" in out.getvalue()
