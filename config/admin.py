@@ -2,7 +2,9 @@ import math
 
 from django.contrib import admin
 from django.contrib.admin.apps import AdminConfig
-from django.http import HttpResponse
+from django.http import Http404, HttpResponse, JsonResponse
+from django.template.response import TemplateResponse
+from django.urls import path
 from django.utils import timezone
 
 from core.ratelimit import client_address, hit
@@ -28,6 +30,41 @@ class ShopAdminSite(admin.AdminSite):
                     headers={"Retry-After": str(seconds)},
                 )
         return super().login(request, extra_context)
+
+    # This module is loaded with the apps (ShopAdminConfig): models are imported in the methods.
+
+    def get_urls(self):
+        import shop.converters  # noqa: F401 - registers <sku:...>
+
+        return [
+            path("dashboard/", self.admin_view(self.dashboard_view), name="dashboard"),
+            path("flash-sales/<sku:sku>/live/", self.admin_view(self.flash_sale_view), name="flash-sale-live"),
+            path("flash-sales/<sku:sku>/live.json", self.admin_view(self.flash_sale_json), name="flash-sale-json"),
+            *super().get_urls(),
+        ]
+
+    def dashboard_view(self, request):
+        from config.dashboard import dashboard
+
+        context = {**self.each_context(request), "title": "Dashboard", **dashboard()}
+        return TemplateResponse(request, "admin/dashboard.html", context)
+
+    def flash_sale_view(self, request, sku: str):
+        from config.dashboard import live_flash_sale
+
+        sale = live_flash_sale(sku=sku)
+        if sale is None:
+            raise Http404("No flash sale of this SKU")
+        context = {**self.each_context(request), "title": f"Flash sale {sku}, live", "sale": sale}
+        return TemplateResponse(request, "admin/flash_sale_live.html", context)
+
+    def flash_sale_json(self, request, sku: str):
+        from config.dashboard import live_flash_sale
+
+        sale = live_flash_sale(sku=sku)
+        if sale is None:
+            raise Http404("No flash sale of this SKU")
+        return JsonResponse(sale)
 
     def index(self, request, extra_context=None):
         from outbox.services import backlog

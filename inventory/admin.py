@@ -12,12 +12,13 @@ from django.http import HttpResponseRedirect
 from django.shortcuts import render
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils.html import format_html
 
 from core.admin import ReadOnlyAdmin
 from core.exceptions import DomainError
 from inventory import gate
 from inventory.catalog import CatalogFileInvalid, import_catalog, parse_catalog
-from inventory.models import MAX_UNITS, FlashSale, Shipment, Stock, StockMovement
+from inventory.models import MAX_UNITS, FlashSale, LowStockAlert, Shipment, Stock, StockMovement
 from inventory.services import receive_stock, set_available_stock, stock_audit, write_off_stock
 
 OPERATIONS = {
@@ -289,9 +290,20 @@ class ShipmentAdmin(ReadOnlyAdmin):
 class FlashSaleAdmin(ReadOnlyAdmin):
     """Read-only: sales are opened and closed with manage.py (they set the gate too)."""
 
-    list_display = ["product_id", "mode", "per_customer_limit", "started_at", "available"]
+    list_display = ["product_id", "mode", "per_customer_limit", "started_at", "available", "live"]
     list_select_related = ["product__stock"]
 
     @admin.display(description="available")
     def available(self, sale):
         return sale.product.stock.available
+
+    @admin.display(description="live page")
+    def live(self, sale):
+        return format_html('<a href="{}">watch</a>', reverse("admin:flash-sale-live", args=[sale.product_id]))
+
+
+@admin.register(LowStockAlert)
+class LowStockAlertAdmin(ReadOnlyAdmin):
+    list_display = ["product_id", "day", "available", "threshold", "sent_at"]
+    list_filter = ["day"]
+    search_fields = ["product__sku"]

@@ -127,7 +127,7 @@ def set_counter(*, sku: str, remaining: int, reset_customers: bool) -> None:
         pipe.set(remaining_key(sku), remaining)
         if reset_customers:
             pipe.delete(bought_key(sku))
-            pipe.hdel(REFUSALS_KEY, sku)
+            pipe.hdel(REFUSALS_KEY, sku, f"{sku}|limit_reached", f"{sku}|rate_limited")
         pipe.execute()
 
 
@@ -141,12 +141,15 @@ def counters(*, skus: list[str]) -> dict[str, dict]:
     with conn.pipeline() as pipe:
         for sku in skus:
             pipe.get(remaining_key(sku))
-            pipe.hget(REFUSALS_KEY, sku)
+            pipe.hmget(REFUSALS_KEY, [sku, f"{sku}|limit_reached", f"{sku}|rate_limited"])
         values = pipe.execute()
-    return {
-        sku: {
+    result = {}
+    for i, sku in enumerate(skus):
+        refused, limit_reached, rate_limited = (int(v or 0) for v in values[2 * i + 1])
+        result[sku] = {
             "remaining": int(values[2 * i]) if values[2 * i] is not None else None,
-            "refused": int(values[2 * i + 1] or 0),
+            "refused": refused,  # at the gate: sold out or over the per-customer limit
+            "by_reason": {"sold_out": refused - limit_reached, "limit_reached": limit_reached,
+                          "rate_limited": rate_limited},  # fmt: skip
         }
-        for i, sku in enumerate(skus)
-    }
+    return result

@@ -1,7 +1,17 @@
-"""The warehouse consumer: a shipment request per paid order."""
+"""The warehouse consumer: a shipment request per paid order, and the stock
+managers told when an order leaves a SKU running low (never inside checkout)."""
 
-from inventory.models import Shipment
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.mail import send_mail
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from core.db import insert_unless_exists
+from inventory.models import LowStockAlert, Shipment, Stock
 from outbox.consumers import Event, register
+
+STOCK_MANAGERS = "Stock managers"
 
 
 @register("warehouse", "OrderPaid")
@@ -10,3 +20,28 @@ def request_shipment(event: Event) -> None:
     Shipment.objects.get_or_create(
         order_id=data["order_id"], defaults={"items": data["items"], "shipping_address": data.get("shipping_address")}
     )
+
+
+@register("warehouse", "OrderCreated")
+def alert_low_stock(event: Event) -> None:
+    skus = sorted({item["sku"] for item in event.data["items"]})
+    low = (
+        Stock.objects.filter(product_id__in=skus)
+        .annotate(threshold=Coalesce("low_stock_threshold", settings.LOW_STOCK_THRESHOLD))
+        .values_list("product_id", "available", "threshold")
+    )
+    today = timezone.localdate()
+    for sku, available, threshold in low:
+        if available >= threshold:
+            continue
+        alert = LowStockAlert(product_id=sku, day=today, available=available, threshold=threshold)
+        if insert_unless_exists(alert, conflict_fields=["product", "day"]) is None:
+            continue  # told today already
+        managers = get_user_model().objects.filter(groups__name=STOCK_MANAGERS, is_active=True).exclude(email="")
+        send_mail(
+            f"Low stock: {sku} ({available} left)",
+            f"{sku} has {available} units available, below its threshold of {threshold}.\n"
+            "Receive stock in the admin: Inventory > Stock.\n",
+            settings.DEFAULT_FROM_EMAIL,
+            sorted(managers.values_list("email", flat=True)),
+        )

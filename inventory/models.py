@@ -15,6 +15,9 @@ class Stock(models.Model):
     available = models.IntegerField(default=0)
     reserved = models.IntegerField(default=0)
     shipped = models.IntegerField(default=0)
+    # Below this many available units, stock managers are told (once a day);
+    # null: settings.LOW_STOCK_THRESHOLD.
+    low_stock_threshold = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         db_table = "inventory"
@@ -122,3 +125,21 @@ class FlashSale(models.Model):
 
     def __str__(self) -> str:
         return f"flash sale of {self.product_id}"
+
+
+class LowStockAlert(models.Model):
+    """One email to the stock managers about a SKU running low: at most one per
+    SKU per day (the unique constraint decides between two consumers)."""
+
+    product = models.ForeignKey("shop.Product", on_delete=models.CASCADE, db_column="sku", related_name="+")
+    day = models.DateField()
+    available = models.IntegerField()
+    threshold = models.PositiveIntegerField()
+    sent_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [models.UniqueConstraint(fields=["product", "day"], name="low_stock_alert_once_a_day")]
+
+    def __str__(self) -> str:
+        return f"{self.product_id}: {self.available} left on {self.day}"

@@ -1,9 +1,12 @@
 from django.contrib import admin, messages
+from django.http import StreamingHttpResponse
+from django.utils import timezone
 from django.utils.html import format_html_join
 
 from core.admin import ReadOnlyAdmin, ReadOnlyInline
 from core.exceptions import DomainError
 from inventory.models import Shipment
+from orders.exports import csv_lines
 from orders.models import Notification, Order, OrderItem, OrderStatus, Payment, Refund
 from orders.services import cancel_pending_order, mark_order_shipped, refund_paid_order
 from orders.services.refunds import retry_refund
@@ -37,7 +40,7 @@ class OrderAdmin(admin.ModelAdmin):
         "shipment_status", "events",
     ]
     inlines = [OrderItemInline, PaymentInline, RefundInline]
-    actions = ["cancel_pending", "refund_paid", "mark_shipped"]
+    actions = ["cancel_pending", "refund_paid", "mark_shipped", "export_csv"]
     date_hierarchy = "created_at"
     show_full_result_count = False
 
@@ -102,6 +105,12 @@ class OrderAdmin(admin.ModelAdmin):
             lambda order: refund_paid_order(order_id=order.id, user=request.user), "refund requested, stock returned",
         )
 
+
+    @admin.action(description="Export selected orders as CSV (all matching ones: select them all)")
+    def export_csv(self, request, queryset):
+        response = StreamingHttpResponse(csv_lines(queryset), content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="orders-{timezone.now():%Y%m%d-%H%M%S}.csv"'
+        return response
 
     @admin.action(description="Mark selected paid orders shipped (reserved -> shipped)")
     def mark_shipped(self, request, queryset):

@@ -7,7 +7,14 @@
 -- Returns {status, cart (or ms to wait when limited), verdict, sku}.
 if stale(KEYS[2], ARGV[1]) then return {-1, {}, '', ''} end
 local wait = limited(KEYS[3], ARGV[2], ARGV[3])
-if wait then return {-3, wait, '', ''} end
+if wait then
+  -- counted per gated SKU in the cart, for the live flash-sale page
+  for i = 1, (#ARGV - 4) / 2 do
+    local sku = ARGV[3 + 2*i]
+    if cart_quantity(KEYS[1], sku) then redis.call('HINCRBY', KEYS[5], sku .. '|rate_limited', 1) end
+  end
+  return {-3, wait, '', ''}
+end
 local cart = cart_lines(KEYS[1])
 local lines = {}
 for i = 1, (#ARGV - 4) / 2 do

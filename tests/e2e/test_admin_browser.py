@@ -10,6 +10,7 @@ sync API runs an event loop in this thread, and Django refuses ORM calls while o
 
 import importlib
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,49 @@ def test_stock_manager_receives_stock_in_the_browser(live_server):
     assert movement.delta == 7
     assert movement.reason == StockMovement.Reason.RECEIVED
     assert SCREENSHOT.stat().st_size > 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_staff_watch_the_dashboard_and_a_live_flash_sale(live_server, redis):
+    """An order manager opens the dashboard from the admin index, then a flash
+    sale's live page, which refreshes itself when an order comes in."""
+    sync_playwright = require_browser()
+    from playwright.sync_api import expect
+
+    from inventory.services.flash_sales import seed_flash_sale
+    from orders.services import place_order
+    from tests.helpers import fill_cart
+
+    seed_flash_sale(sku="E2E-FLASH", stock=10, price=100, name="Flash item")
+    staff = UserFactory(username="watcher-e2e", is_staff=True, is_superuser=True, password=PASSWORD)
+    shopper = UserFactory()
+    fill_cart(redis, shopper.id, {"E2E-FLASH": 3})
+    ARTIFACTS.mkdir(exist_ok=True)
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.set_default_timeout(15_000)
+            page.goto(f"{live_server.url}/admin/login/")
+            page.fill("#id_username", staff.username)
+            page.fill("#id_password", PASSWORD)
+            page.click("#login-form [type=submit]")
+            page.click("#dashboard-link a")
+            page.wait_for_url("**/admin/dashboard/")
+            expect(page.locator("#orders-chart rect")).to_have_count(60)
+            page.screenshot(path=str(ARTIFACTS / "admin-dashboard.png"), full_page=True)
+
+            page.goto(f"{live_server.url}/admin/flash-sales/E2E-FLASH/live/")
+            expect(page.locator("#gate_remaining")).to_have_text("10")
+            # An order placed meanwhile, from another thread (this one runs Playwright's loop).
+            ordering = threading.Thread(target=lambda: place_order(customer_id=shopper.id, idempotency_key="e2e"))
+            ordering.start()
+            ordering.join()
+            expect(page.locator("#gate_remaining")).to_have_text("7", timeout=10_000)  # refreshed in place
+            expect(page.locator("#orders_last_minute")).to_have_text("1")
+            page.screenshot(path=str(ARTIFACTS / "admin-flash-sale-live.png"), full_page=True)
+        finally:
+            browser.close()
+    assert (ARTIFACTS / "admin-dashboard.png").stat().st_size > 0
+    assert (ARTIFACTS / "admin-flash-sale-live.png").stat().st_size > 0

@@ -1,0 +1,109 @@
+"""The staff dashboard and the live flash-sale page (config/admin.py serves them):
+figures from every app, so they live in the wiring layer. Each is a fixed
+number of queries whatever the number of orders (tests/config/test_dashboard.py)."""
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import Count, Q, Sum
+from django.db.models.functions import TruncMinute
+from django.utils import timezone
+
+from inventory import gate
+from orders.models import Order, OrderItem, OrderStatus, Refund
+from orders.queue_writer import WRITER_GROUP
+from orders.selectors import flash_sale_status
+from orders.services.queue import queue_depths
+from outbox.lag import consumer_positions
+from outbox.services import backlog
+
+PAID = [OrderStatus.PAID, OrderStatus.SHIPPED, OrderStatus.REFUNDED]  # orders whose money arrived
+
+
+@dataclass(frozen=True)
+class Bar:
+    x: float
+    y: float
+    height: float
+    label: str
+
+
+def per_minute(orders, *, minutes: int, now) -> list[tuple]:
+    """(minute, orders) for each of the last `minutes` minutes, oldest first, zeros included: one query."""
+    start = (now - timedelta(minutes=minutes - 1)).replace(second=0, microsecond=0)
+    counted = dict(
+        orders.filter(created_at__gte=start).annotate(minute=TruncMinute("created_at"))
+        .values_list("minute").annotate(n=Count("id")).values_list("minute", "n")
+    )  # fmt: skip
+    return [(start + timedelta(minutes=i), counted.get(start + timedelta(minutes=i), 0)) for i in range(minutes)]
+
+
+def bars(series: list[tuple], *, width: int = 600, height: int = 120) -> dict:
+    """A bar chart of (time, value) as SVG geometry, drawn by the template."""
+    top = max([value for _, value in series] + [1])
+    step = width / max(len(series), 1)
+    shapes = [
+        Bar(x=round(i * step, 1), y=round(height - value * height / top, 1), height=round(value * height / top, 1),
+            label=f"{moment:%H:%M} {value}")  # fmt: skip
+        for i, (moment, value) in enumerate(series)
+    ]
+    return {"bars": shapes, "width": width, "height": height, "bar_width": round(step * 0.8, 1), "top": top}
+
+
+def dashboard(*, now=None) -> dict:
+    """Today's orders, revenue and paid rate; orders a minute over the last hour;
+    the outbox backlog and the consumers' lag; refunds waiting or failed.
+    Four queries, and Kafka for the lag."""
+    now = now or timezone.now()
+    midnight = timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
+    today = Order.objects.filter(created_at__gte=midnight).aggregate(
+        orders=Count("id"), paid=Count("id", filter=Q(status__in=PAID)),
+        revenue=Sum("total_amount", filter=Q(status__in=PAID), default=0),
+    )  # fmt: skip
+    waiting, oldest = backlog()
+    refunds = dict(
+        Refund.objects.exclude(status=Refund.Status.COMPLETED).values_list("status").annotate(n=Count("id"))
+        .values_list("status", "n")
+    )  # fmt: skip
+    return {
+        "today": {**today, "paid_rate": today["paid"] / today["orders"] if today["orders"] else None},
+        "currency": settings.SHOP_CURRENCY,
+        "chart": bars(per_minute(Order.objects.all(), minutes=60, now=now)),
+        "outbox_waiting": waiting,
+        "outbox_oldest_age": (now - oldest).total_seconds() if oldest else None,
+        "consumers": consumer_positions(extra={WRITER_GROUP: settings.KAFKA_CHECKOUT_TOPIC}, timeout=2.0),
+        "refunds_waiting": refunds.get(Refund.Status.REQUESTED, 0) + refunds.get(Refund.Status.SUBMITTED, 0),
+        "refunds_failed": refunds.get(Refund.Status.FAILED, 0),
+    }
+
+
+def live_flash_sale(*, sku: str, now=None) -> dict | None:
+    """A sale as it runs: units left at the gate and in the database, orders a
+    minute, refusals, the queue's depth in queue mode. None when no such sale."""
+    now = now or timezone.now()
+    [sale] = flash_sale_status(sku=sku) or [None]
+    if sale is None:
+        return None
+    orders = Order.objects.filter(id__in=OrderItem.objects.filter(product_id=sku).values("order_id"))
+    series = per_minute(orders, minutes=15, now=now)
+    try:
+        depth = queue_depths().get(sku, 0) if sale.mode == "queue" else None
+        refusals = gate.counters(skus=[sku])[sku]["by_reason"]
+    except Exception:  # Redis down: the rest still shows
+        depth, refusals = None, {}
+    return {
+        "sku": sku,
+        "mode": sale.mode,
+        "gate_remaining": sale.gate_remaining,
+        "available": sale.available,
+        "reserved": sale.reserved,
+        "units_ordered": sale.units_ordered,
+        "refused_sold_out": refusals.get("sold_out"),
+        "refused_limit_reached": refusals.get("limit_reached"),
+        "refused_rate_limited": refusals.get("rate_limited"),
+        "orders_last_minute": series[-1][1],
+        "per_minute": [{"minute": f"{moment:%H:%M}", "orders": n} for moment, n in series],
+        "queue_depth": depth,
+        "at": now.isoformat(),
+    }

@@ -1,0 +1,114 @@
+"""The staff dashboard and the live flash-sale page (config/dashboard.py, config/admin.py)."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from config.dashboard import bars, dashboard
+from inventory.services.flash_sales import seed_flash_sale
+from orders.models import OrderStatus
+from orders.services import place_order
+from tests.factories import OrderFactory, UserFactory
+from tests.helpers import fill_cart, staff_client
+
+pytestmark = pytest.mark.django_db
+
+
+def test_todays_figures_and_the_last_hour():
+    now = timezone.now()
+    OrderFactory(status=OrderStatus.PAID, total_amount=2500, created_at=now)
+    OrderFactory(status=OrderStatus.PENDING_PAYMENT, total_amount=999, created_at=now)
+    OrderFactory(status=OrderStatus.SHIPPED, total_amount=500, created_at=now - timedelta(minutes=5))
+    OrderFactory(status=OrderStatus.PAID, total_amount=7, created_at=now - timedelta(days=2))  # not today
+    figures = dashboard(now=now)
+    assert figures["today"]["orders"] in (3, 2)  # 2 when the test runs just after midnight
+    if figures["today"]["orders"] == 3:
+        assert figures["today"]["paid"] == 2 and figures["today"]["revenue"] == 3000
+        assert figures["today"]["paid_rate"] == pytest.approx(2 / 3)
+    chart = figures["chart"]
+    assert len(chart["bars"]) == 60 and chart["top"] == 2
+    assert chart["bars"][-1].label.endswith(" 2") and chart["bars"][-6].label.endswith(" 1")
+    assert chart["bars"][-1].height == chart["height"] and chart["bars"][0].height == 0
+
+
+def test_bars_scale_to_the_top_value():
+    chart = bars([(timezone.now(), 0), (timezone.now(), 5), (timezone.now(), 10)], width=300, height=100)
+    assert [b.height for b in chart["bars"]] == [0, 50, 100] and [b.x for b in chart["bars"]] == [0, 100, 200]
+
+
+@pytest.mark.parametrize("group", ["Stock managers", "Order managers"])
+def test_staff_of_either_group_see_the_dashboard_and_its_refunds(group):
+    client = staff_client(group)
+    OrderFactory(status=OrderStatus.PAID, total_amount=1234)
+    response = client.get("/admin/dashboard/")
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert 'id="orders-chart"' in body and body.count("<rect") == 60 and "1234 EUR" in body
+    assert 'id="refunds-failed"' in body and "?status__exact=FAILED" in body
+    assert 'href="/admin/dashboard/"' in client.get("/admin/").content.decode()
+
+
+def test_the_dashboard_needs_staff(api_client):
+    assert staff_client().get("/admin/dashboard/").status_code == 200
+    response = api_client.get("/admin/dashboard/")
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+@pytest.mark.slow
+def test_the_dashboard_makes_a_bounded_number_of_queries_at_100000_orders(django_assert_max_num_queries):
+    client = staff_client("Order managers")
+    customer = UserFactory()
+    now = timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO orders (customer_id, idempotency_key, request_hash, status, total_amount, currency, "
+            "expires_at, created_at) SELECT %s, 'k' || g, 'h', "
+            "CASE WHEN g %% 3 = 0 THEN 'PAID' ELSE 'PENDING_PAYMENT' END, 1000, 'EUR', %s, "
+            "%s - (g %% 120) * interval '1 minute' FROM generate_series(1, 100000) g",
+            [customer.id, now, now],
+        )
+    with django_assert_max_num_queries(10):  # session, user, and the dashboard's four
+        response = client.get("/admin/dashboard/")
+    assert response.status_code == 200
+    figures = response.context["today"]
+    assert figures["orders"] >= 50_000 and figures["paid"] > 0
+
+
+def test_the_live_flash_sale_page_and_its_figures(redis, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):  # the gate's counter is set on commit
+        seed_flash_sale(sku="LIVE-1", stock=20, price=100, name="Live item")
+    client = staff_client("Stock managers")
+    page = client.get("/admin/flash-sales/LIVE-1/live/")
+    assert page.status_code == 200 and 'id="gate_remaining">20<' in page.content.decode()
+    assert "setInterval(refresh, 3000)" in page.content.decode()
+    shopper = UserFactory()
+    fill_cart(redis, shopper.id, {"LIVE-1": 2})
+    place_order(customer_id=shopper.id, idempotency_key="live")
+    figures = client.get("/admin/flash-sales/LIVE-1/live.json").json()
+    assert figures["gate_remaining"] == 18 and figures["available"] == 18 and figures["reserved"] == 2
+    assert figures["orders_last_minute"] == 1 and figures["mode"] == "direct" and figures["queue_depth"] is None
+    assert len(figures["per_minute"]) == 15
+    assert (figures["refused_sold_out"], figures["refused_limit_reached"], figures["refused_rate_limited"]) == (0, 0, 0)
+    assert client.get("/admin/flash-sales/NOPE/live.json").status_code == 404
+    assert 'href="/admin/flash-sales/LIVE-1/live/"' in client.get("/admin/inventory/flashsale/").content.decode()
+
+
+def test_refusals_are_counted_by_reason(redis, settings, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        seed_flash_sale(sku="LIVE-2", stock=2, price=100, name="Live item", per_customer_limit=1)
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "checkout": "1/min"}
+    greedy, buyer, late = UserFactory(), UserFactory(), UserFactory()
+    for customer, quantity in ((greedy, 2), (buyer, 1), (late, 2)):
+        fill_cart(redis, customer.id, {"LIVE-2": quantity})
+    outcomes = []
+    for customer, key in ((greedy, "a"), (buyer, "b"), (late, "c"), (late, "d")):
+        try:
+            place_order(customer_id=customer.id, idempotency_key=key, rate_limited=True)
+            outcomes.append("ordered")
+        except Exception as refusal:  # noqa: BLE001 - each refusal is what the page counts
+            outcomes.append(refusal.code)
+    assert outcomes == ["limit_reached", "ordered", "sold_out", "rate_limited"]
+    figures = staff_client().get("/admin/flash-sales/LIVE-2/live.json").json()
+    assert (figures["refused_limit_reached"], figures["refused_sold_out"], figures["refused_rate_limited"]) == (1, 1, 1)
