@@ -278,7 +278,7 @@ def test_a_consumer_waiting_for_the_database_stops_promptly_and_keeps_the_messag
 def test_the_handlers_tests_register_do_not_outlive_them(consumer_handlers):
     """tests/conftest.py restores the registry after every test: the test-* consumers
     registered by the tests above are gone, and the apps' own handlers are all there."""
-    from inventory.handlers import request_shipment
+    from inventory.handlers import alert_low_stock, request_shipment
     from orders.handlers import (
         send_cancellation_notice,
         send_order_confirmation,
@@ -290,7 +290,7 @@ def test_the_handlers_tests_register_do_not_outlive_them(consumer_handlers):
     from shop.handlers import award_points, reverse_points
 
     assert consumer_handlers == {
-        "warehouse": {"OrderPaid": request_shipment},
+        "warehouse": {"OrderPaid": request_shipment, "OrderCreated": alert_low_stock},
         "email": {
             "OrderPaid": send_order_confirmation,
             "OrderCancelled": send_cancellation_notice,
