@@ -43,7 +43,8 @@ def effects(order):
 def test_order_paid_reaches_every_consumer_once(redis, kafka_topic):
     order = paid_order(redis)
     assert OutboxRelay().drain() == 2  # OrderCreated, OrderPaid
-    run_consumers(CONSUMERS, until=lambda _: ProcessedEvent.objects.count() >= 3)
+    # warehouse: OrderCreated (its stock check) and OrderPaid; email and loyalty: OrderPaid
+    run_consumers(CONSUMERS, until=lambda _: ProcessedEvent.objects.count() >= 4)
     assert effects(order) == (1, 1, [25])
     assert Shipment.objects.get(order_id=order.id).items[0]["quantity"] == 2
     [email] = [m for m in mail.outbox if "confirmed" in m.subject]
@@ -64,7 +65,7 @@ def test_relay_crash_between_produce_and_mark_does_not_double_effects(redis, kaf
     assert crashing.producer is None and crashing.retry_at > 0  # dropped, and backing off
     assert OutboxRelay().drain() == 2  # produced a second time
     assert len(read_topic(kafka_topic, expected=4)) == 4
-    run_consumers(CONSUMERS, until=lambda _: ProcessedEvent.objects.count() >= 3, timeout=20)
+    run_consumers(CONSUMERS, until=lambda _: ProcessedEvent.objects.count() >= 4, timeout=20)
     assert effects(order) == (1, 1, [25])
 
 
