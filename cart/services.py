@@ -86,18 +86,7 @@ def get_cart(*, customer_id: int) -> PricedCart:
 
 def set_cart_item(*, customer_id: int, sku: str, quantity: int) -> PricedCart:
     """Set the absolute quantity of one line (idempotent); 0 removes it."""
-    # A SKU this process does not know as a product costs a query (and a cache
-    # entry): count the write against the shopper's limit before, not after,
-    # so that made-up SKUs cannot be sent without limit. A known product's
-    # write is counted by the write script itself (one round-trip).
-    counted = hot_cache.products.get(sku) is None
-    if counted:
-        storage.count_write(customer_id=customer_id)
-    product = cached_products(skus=[sku])[sku]
-    if product is None:
-        raise UnknownProduct(sku=sku)
-    if quantity and not product.is_active:
-        raise InactiveProduct(sku=sku)
+    counted = _check_writable(sku=sku, quantity=quantity, count=lambda: storage.count_write(customer_id=customer_id))
     lines = storage.write_line(
         customer_id=customer_id,
         sku=sku,
@@ -106,6 +95,24 @@ def set_cart_item(*, customer_id: int, sku: str, quantity: int) -> PricedCart:
         counted=counted,
     )
     return _price(lines, *catalog_for(list(lines)))
+
+
+def _check_writable(*, sku: str, quantity: int, count) -> bool:
+    """UnknownProduct or InactiveProduct for a line that cannot be written;
+    returns whether the write was counted here (`count()`). A SKU this process
+    does not know as a product costs a query (and a cache entry): the write is
+    counted against the writer's limit before, not after, so that made-up SKUs
+    cannot be sent without limit. A known product's write is counted by the
+    write script itself (one round-trip)."""
+    counted = hot_cache.products.get(sku) is None
+    if counted:
+        count()
+    product = cached_products(skus=[sku])[sku]
+    if product is None:
+        raise UnknownProduct(sku=sku)
+    if quantity and not product.is_active:
+        raise InactiveProduct(sku=sku)
+    return counted
 
 
 _GUEST_TOKEN = re.compile(r"[A-Za-z0-9_-]{43}")  # secrets.token_urlsafe(32): 256 random bits
@@ -126,14 +133,7 @@ def set_guest_cart_item(*, token: str | None, sku: str, quantity: int, address: 
     """set_cart_item for a guest: without a token, a new guest cart and its token
     (returned with the cart: the only moment the token exists). Limited per token
     and per client address."""
-    counted = hot_cache.products.get(sku) is None  # as set_cart_item: count before a query
-    if counted:
-        storage.count_write(address=address)
-    product = cached_products(skus=[sku])[sku]
-    if product is None:
-        raise UnknownProduct(sku=sku)
-    if quantity and not product.is_active:
-        raise InactiveProduct(sku=sku)
+    counted = _check_writable(sku=sku, quantity=quantity, count=lambda: storage.count_write(address=address))
     create = token is None
     if create:
         token = secrets.token_urlsafe(32)

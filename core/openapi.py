@@ -1,6 +1,6 @@
 """OpenAPI pieces shared by every API: the error envelope."""
 
-from drf_spectacular.utils import OpenApiResponse, inline_serializer
+from drf_spectacular.utils import OpenApiResponse, extend_schema_serializer, inline_serializer
 from rest_framework import serializers
 
 from core.errors import ErrorCode
@@ -38,3 +38,17 @@ BODY_ERRORS = (400, 413, 415)
 
 def ERRORS(*statuses: int) -> dict:  # noqa: N802 - reads like a constant in decorators
     return {s: OpenApiResponse(ErrorSerializer, description=_DESCRIPTIONS[s]) for s in statuses}
+
+
+def page_serializer(item: type[serializers.Serializer], ref_name: str) -> type[serializers.Serializer]:
+    """The documented body of a PageNumberPagination answer of `item`s (one page
+    object, also when it answers a `list` action)."""
+    fields = {
+        "count": serializers.IntegerField(),
+        "next": serializers.URLField(allow_null=True),
+        "previous": serializers.URLField(allow_null=True),
+        "results": item(many=True),
+        "Meta": type("Meta", (), {"ref_name": ref_name}),
+        "__doc__": "What PageNumberPagination answers.",
+    }
+    return extend_schema_serializer(many=False)(type(f"{ref_name}Serializer", (serializers.Serializer,), fields))

@@ -9,7 +9,7 @@ from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import AllowAny
 
 from core.hotcache import HotCacheApiView, hot_cache
-from core.openapi import ERRORS
+from core.openapi import ERRORS, page_serializer
 from inventory.catalog_browse import SORTS, answers, browse_product, browse_products, with_stock
 from shop.models import SKU_PATTERN
 
@@ -46,16 +46,7 @@ def product_json(view) -> dict:
     }  # fmt: skip
 
 
-class ProductPageSerializer(serializers.Serializer):
-    """What CatalogPagination answers."""
-
-    class Meta:
-        ref_name = "ProductPage"
-
-    count = serializers.IntegerField()
-    next = serializers.URLField(allow_null=True)
-    previous = serializers.URLField(allow_null=True)
-    results = ProductOutputSerializer(many=True)
+ProductPageSerializer = page_serializer(ProductOutputSerializer, "ProductPage")
 
 
 class ProductFilterSerializer(serializers.Serializer):

@@ -1,7 +1,7 @@
 import re
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field, extend_schema_serializer
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
@@ -11,7 +11,7 @@ from rest_framework.viewsets import ViewSetMixin
 
 from core.authentication import CachedTokenAuthentication
 from core.hotcache import HotCacheApiView, hot_cache
-from core.openapi import BODY_ERRORS, ERRORS
+from core.openapi import BODY_ERRORS, ERRORS, page_serializer
 from orders.exceptions import IdempotencyKeyInvalid, IdempotencyKeyMissing
 from orders.models import OrderStatus
 from orders.selectors import customer_orders
@@ -93,17 +93,7 @@ class OrderFilterSerializer(serializers.Serializer):
     status = serializers.ChoiceField(choices=OrderStatus.values, required=False, help_text="Only orders in it")
 
 
-@extend_schema_serializer(many=False)  # one page object, though it answers the `list` action
-class OrderPageSerializer(serializers.Serializer):
-    """What PageNumberPagination answers."""
-
-    class Meta:
-        ref_name = "OrderPage"
-
-    count = serializers.IntegerField()
-    next = serializers.URLField(allow_null=True)
-    previous = serializers.URLField(allow_null=True)
-    results = OrderOutputSerializer(many=True)
+OrderPageSerializer = page_serializer(OrderOutputSerializer, "OrderPage")
 
 
 IDEMPOTENCY_KEY = OpenApiParameter(

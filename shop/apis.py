@@ -37,7 +37,8 @@ class TokenOutputSerializer(serializers.Serializer):
     )
 
 
-def signed_in(request, token) -> dict:
+def token_answer(request, token) -> dict:
+    """The token, and what the apps above add at a sign-in (shop/hooks.py)."""
     return {**TokenOutputSerializer(token).data, **sign_in_extras(user_id=token.user_id, headers=request.headers)}
 
 
@@ -89,7 +90,7 @@ class AuthRegisterApi(APIView):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         token = register_customer(**data.validated_data)
-        return Response(signed_in(request, token), status=201)
+        return Response(token_answer(request, token), status=201)
 
 
 class AuthTokenApi(APIView):
@@ -111,7 +112,7 @@ class AuthTokenApi(APIView):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         token = issue_token(**data.validated_data)
-        return Response(signed_in(request, token))
+        return Response(token_answer(request, token))
 
 
 class AuthMeApi(APIView):

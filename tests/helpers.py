@@ -68,11 +68,15 @@ def expire_now(*orders) -> None:
 
 def post_webhook(client, *, payment_id, order_id, amount, currency="EUR", status="succeeded", secret=None, t=None):
     """The payment provider's webhook, signed with the shop's secret (or `secret`)."""
+    body = {"payment_id": payment_id, "order_id": order_id, "amount": amount, "currency": currency, "status": status}
+    return post_signed(client, body, secret=secret, t=t)
+
+
+def post_signed(client, body: dict, *, secret=None, t=None):
+    """Any provider notification (a payment, a refund's outcome) to the webhook, signed."""
     from orders.signatures import sign
 
-    body = json.dumps(
-        {"payment_id": payment_id, "order_id": order_id, "amount": amount, "currency": currency, "status": status}
-    ).encode()
+    body = json.dumps(body).encode()
     signature = sign(body=body, secret=secret or settings.PAYMENT_WEBHOOK_SECRET, timestamp=t)
     return client.post(
         "/api/payments/webhook", body, content_type="application/json", HTTP_PAYMENT_SIGNATURE=signature

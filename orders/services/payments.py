@@ -23,21 +23,28 @@ def request_refund(*, payment: Payment, order: Order | None, reason: str, user=N
     refund = Refund.objects.create(
         payment=payment, order=order, amount=payment.amount, currency=payment.currency, reason=reason, created_by=user
     )
+    announce_refund_requested(refund)
+    return refund
+
+
+def announce_refund_requested(refund: Refund) -> None:
+    """RefundRequested for the refund's current attempt (from the second on, `attempt` says which)."""
+    order, payment_id = refund.order, refund.payment.provider_payment_id
     record_event(
         aggregate_type="order" if order else "payment",
-        aggregate_id=order.id if order else payment.provider_payment_id,
+        aggregate_id=order.id if order else payment_id,
         event_type="RefundRequested",
         data={
             "refund_id": refund.id,
             "order_id": order.id if order else None,
             "customer_id": order.customer_id if order else None,
-            "payment_id": payment.provider_payment_id,
+            "payment_id": payment_id,
             "amount": refund.amount,
             "currency": refund.currency,
-            "reason": reason,
+            "reason": refund.reason,
+            **({"attempt": refund.attempt} if refund.attempt > 1 else {}),
         },
     )
-    return refund
 
 
 @transaction.atomic

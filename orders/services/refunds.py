@@ -11,6 +11,7 @@ from django.utils import timezone
 from orders import provider
 from orders.metrics import REFUNDS_FINISHED
 from orders.models import Refund
+from orders.services.payments import announce_refund_requested
 from orders.transitions import move_refund
 from outbox.services import record_event
 
@@ -87,16 +88,9 @@ def _fail(refund: Refund, reason: str) -> None:
 def retry_refund(*, refund_id: int) -> bool:
     """Staff: a FAILED refund requested again, as a new attempt (a new idempotency
     key: the provider answered the last one for good) submitted by the consumer."""
-    refund = Refund.objects.select_related("payment").get(id=refund_id)
+    refund = Refund.objects.select_related("payment", "order").get(id=refund_id)
     if not move_refund(refund.id, Refund.Status.REQUESTED, failure_reason="", attempt=refund.attempt + 1):
         return False
-    record_event(
-        aggregate_type="order" if refund.order_id else "payment",
-        aggregate_id=refund.order_id or refund.payment.provider_payment_id,
-        event_type="RefundRequested",
-        data={"refund_id": refund.id, "order_id": refund.order_id,
-              "customer_id": refund.order.customer_id if refund.order_id else None,
-              "payment_id": refund.payment.provider_payment_id, "amount": refund.amount, "currency": refund.currency,
-              "reason": refund.reason, "attempt": refund.attempt + 1},  # fmt: skip
-    )
+    refund.attempt += 1
+    announce_refund_requested(refund)
     return True

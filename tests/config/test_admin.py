@@ -75,3 +75,14 @@ def test_the_admin_login_shares_the_api_login_limit(client, settings):
     refused = client.post("/admin/login/", {"username": "staff", "password": "wrong"})
     assert refused.status_code == 429 and int(refused["Retry-After"]) >= 1
     assert client.get("/admin/login/").status_code == 200  # looking at the form is not an attempt
+
+
+def test_stock_managers_edit_a_products_description_and_image(stock_manager):
+    product = ProductFactory(sku="DESC-1")
+    form = {"name": product.name, "price": product.price, "is_active": "on", "description": "Stoneware, 350 ml",
+            "image_url": "https://img.example.com/desc-1.jpg", "_save": "Save"}  # fmt: skip
+    assert stock_manager.post("/admin/shop/product/DESC-1/change/", form).status_code == 302
+    product.refresh_from_db()
+    assert (product.description, product.image_url) == ("Stoneware, 350 ml", "https://img.example.com/desc-1.jpg")
+    bad = stock_manager.post("/admin/shop/product/DESC-1/change/", {**form, "image_url": "javascript:alert(1)"})
+    assert bad.status_code == 200 and "Enter a valid URL" in bad.content.decode()

@@ -8,7 +8,6 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from django.conf import settings
 from django.core import mail
 from django.core.management import call_command
 from django.test import Client, RequestFactory
@@ -18,11 +17,10 @@ from orders.models import Notification, Refund
 from orders.provider import ProviderUnavailable
 from orders.services import refund_paid_order
 from orders.services.refunds import retry_refund, submit_refund
-from orders.signatures import sign
 from outbox.consumers import apply_event, failed_service
 from outbox.models import OutboxEvent
 from tests.factories import UserFactory, product_with_stock
-from tests.helpers import consumer_event, place_pending_order, post_webhook, shopper_client
+from tests.helpers import consumer_event, place_pending_order, post_signed, post_webhook, shopper_client, staff_client
 
 pytestmark = pytest.mark.django_db
 
@@ -85,9 +83,7 @@ def requested_events(refund) -> list:
 def confirm(refund, *, status="succeeded", amount=None, currency="EUR"):
     body = {"type": "refund", "refund_id": refund.id, "payment_id": refund.payment.provider_payment_id,
             "amount": refund.amount if amount is None else amount, "currency": currency, "status": status}  # fmt: skip
-    raw = json.dumps(body).encode()
-    return Client().post("/api/payments/webhook", raw, content_type="application/json",
-                         HTTP_PAYMENT_SIGNATURE=sign(body=raw, secret=settings.PAYMENT_WEBHOOK_SECRET))  # fmt: skip
+    return post_signed(Client(), body)
 
 
 def test_the_payments_consumer_submits_a_refund_once(provider, refund):
@@ -195,3 +191,18 @@ def test_the_dev_simulator_answers_a_retry_alike_and_confirms_once(live_server, 
     assert Refund.objects.get(id=refund.id).status == Refund.Status.COMPLETED
     time.sleep(1)  # a second confirmation would have come by now
     assert OutboxEvent.objects.filter(event_type="RefundCompleted").count() == 1
+
+
+def test_staff_retry_a_failed_refund_from_the_admin(provider, refund):
+    provider.refuse = True
+    submit_refund(refund_id=refund.id)
+    admin = staff_client("Order managers")
+    listed = admin.get("/admin/orders/refund/?status__exact=FAILED").content.decode()
+    assert "refused by the provider" in listed  # the reason, visible
+    response = admin.post("/admin/orders/refund/", {"action": "retry", "_selected_action": [refund.id]})
+    assert response.status_code == 302
+    refund.refresh_from_db()
+    assert (refund.status, refund.attempt) == (Refund.Status.REQUESTED, 2)
+    assert staff_client("Stock managers").post(
+        "/admin/orders/refund/", {"action": "retry", "_selected_action": [refund.id]}
+    ).status_code == 403  # stock managers only look

@@ -112,7 +112,9 @@ def test_orders_filter_by_status(shopper, redis, client):
     pending = checkout(shopper, "two").json()["id"]
     assert [o["id"] for o in shopper.get("/api/orders").json()["results"]] == [pending, paid]
     assert [o["id"] for o in shopper.get("/api/orders?status=PAID").json()["results"]] == [paid]
+    assert [o["id"] for o in shopper.get(f"/api/orders?status={OrderStatus.PENDING_PAYMENT}").json()["results"]] == [
+        pending
+    ]
     assert shopper.get("/api/orders?status=SHIPPED").json()["count"] == 0
     bad = shopper.get("/api/orders?status=LOST")
     assert bad.status_code == 400 and "status" in bad.json()["error"]["details"]
-    assert OrderStatus.PAID in OrderStatus.values
