@@ -239,8 +239,16 @@ KAFKA_CONSUMER_GROUP_PREFIX = env("KAFKA_CONSUMER_GROUP_PREFIX", "shop.")
 KAFKA_MESSAGE_TIMEOUT_MS = env_int("KAFKA_MESSAGE_TIMEOUT_MS", 30_000)
 # Queue-mode flash sales: admitted checkouts go to this topic, write_queued_orders writes them.
 KAFKA_CHECKOUT_TOPIC = env("KAFKA_CHECKOUT_TOPIC", "shop.checkout-requests")
-# How long a queue-mode checkout waits for Kafka's acknowledgement before answering 503.
-QUEUE_ADMIT_TIMEOUT_MS = env_int("QUEUE_ADMIT_TIMEOUT_MS", 3_000)
+# How long a queue-mode checkout waits for Kafka's acknowledgement before answering 503
+# (plus librdkafka's one-second timer scan at most: orders/queue_producer.py).
+QUEUE_ADMIT_TIMEOUT_MS = env_int("QUEUE_ADMIT_TIMEOUT_MS", 1_000)
+# After a failed send, queue checkouts are refused at once for this long, then one is tried.
+QUEUE_BREAKER_OPEN_SECONDS = float(env("QUEUE_BREAKER_OPEN_SECONDS", "2"))
+# A queued checkout not written after this long is counted as stale (shop_status, metrics, live page).
+QUEUE_STALE_AFTER_SECONDS = env_int("QUEUE_STALE_AFTER_SECONDS", 120)
+# Fault drills only: "kill-after-commit" makes the writer kill itself between a batch's
+# commit and its clean-up (docs/operations.md, drills). Empty in every real deployment.
+QUEUE_WRITER_DRILL = env("QUEUE_WRITER_DRILL", "")
 QUEUE_BATCH_SIZE = env_int("QUEUE_BATCH_SIZE", 500)
 QUEUE_BATCH_WAIT_MS = env_int("QUEUE_BATCH_WAIT_MS", 20)
 

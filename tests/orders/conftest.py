@@ -1,7 +1,15 @@
+import itertools
+
 import pytest
 
+from inventory.models import Stock
+from inventory.services.flash_sales import seed_flash_sale
+from orders.models import Order
+from orders.queue_producer import forget_queue_producer
+from orders.queue_writer import QueueWriter
+from outbox.topics import ensure_topics
 from tests.factories import UserFactory, product_with_stock
-from tests.helpers import place_pending_order
+from tests.helpers import fill_cart, place_pending_order, shopper_client, wait_until
 
 
 @pytest.fixture
@@ -9,3 +17,52 @@ def order(redis):
     """A pending order of 2 x "A" at 250 (10 in stock), as checkout places it."""
     product_with_stock(sku="A", price=250, available=10)
     return place_pending_order(redis, UserFactory(), {"A": 2})
+
+
+# --- queue-mode flash sales (test_queue.py, test_queue_producer.py: use the queue_topic fixture) ---
+
+_topics = itertools.count()
+SKU = "FLASH-Q"
+
+
+@pytest.fixture
+def queue_topic(settings, run_id):
+    """A checkout topic and writer group of this test's own; a fresh producer."""
+    topic = f"test.{run_id}.checkout.{next(_topics)}"
+    settings.KAFKA_CHECKOUT_TOPIC = topic
+    settings.KAFKA_CONSUMER_GROUP_PREFIX = f"{topic}."
+    ensure_topics(topics=[topic])
+    forget_queue_producer()
+    yield topic
+    forget_queue_producer()
+
+
+def queue_sale(stock: int, *, mode: str = "queue", limit: int | None = None) -> None:
+    seed_flash_sale(sku=SKU, stock=stock, price=500, name="Flash", per_customer_limit=limit, mode=mode)
+
+
+def checkout(client, key: str):
+    return client.post("/api/orders", HTTP_IDEMPOTENCY_KEY=key)
+
+
+def shopper_with_cart(redis, lines=None):
+    client = shopper_client()
+    fill_cart(redis, client.user.id, lines or {SKU: 1})
+    return client
+
+
+def drain(expected_orders: int, *, timeout: float = 30.0) -> QueueWriter:
+    """Run a writer until `expected_orders` orders exist and the queue is empty."""
+    writer = QueueWriter()
+    try:
+        assert wait_until(lambda: writer.run_once() == 0 and Order.objects.count() >= expected_orders, timeout)
+    finally:
+        writer.consumer.close()
+    return writer
+
+
+def stock() -> tuple[int, int]:
+    row = Stock.objects.get(product_id=SKU)
+    return row.available, row.reserved
+
+

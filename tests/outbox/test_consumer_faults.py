@@ -22,8 +22,8 @@ from outbox.consumers import EventConsumer, failed_service
 from outbox.models import OutboxEvent
 from outbox.topics import dead_letter_topic, ensure_topics
 from tests.factories import UserFactory, product_with_stock
-from tests.helpers import place_pending_order, post_webhook, wait_until
-from tests.outbox.conftest import free_port, read_topic, start_broker
+from tests.helpers import free_port, place_pending_order, post_webhook, start_broker, wait_until
+from tests.outbox.conftest import read_topic
 
 PG_CLUSTER = ["15", "main"]
 

@@ -14,8 +14,8 @@ from django.db import connection
 
 from outbox.models import OutboxEvent
 from tests.factories import UserFactory, product_with_stock
-from tests.helpers import place_pending_order, wait_until
-from tests.outbox.conftest import free_port, read_topic, start_broker
+from tests.helpers import free_port, place_pending_order, start_broker, wait_until
+from tests.outbox.conftest import read_topic
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.kafka, pytest.mark.slow]
 
