@@ -22,7 +22,6 @@ from collections import Counter
 
 from django.conf import settings
 from django.db import connection
-from django_redis import get_redis_connection
 from tqdm import tqdm
 
 from bench import harness as h
@@ -120,11 +119,11 @@ def sale_state(customer_ids: list[int]) -> dict:
 def watch_queue(stop: threading.Event, seen: dict) -> None:
     """Queue mode: when the SKU's queue depth (admitted, not yet written; lowered after the writer's commit)
     last fell to 0, as time.monotonic(), polled every 5 ms."""
-    from orders.services.queue import DEPTH_KEY
+    from orders.services.queue import queue_depths
 
-    redis, busy = get_redis_connection("default"), False
+    busy = False
     while not stop.is_set():
-        depth = int(redis.hget(DEPTH_KEY, SKU) or 0)
+        depth = queue_depths().get(SKU, 0)
         if busy and depth <= 0:
             seen["drained"] = time.monotonic()
         busy = depth > 0
@@ -194,12 +193,12 @@ def main(argv=None, results: dict | None = None) -> int:
     from core.ratelimit import parse_rate
     from inventory.models import FlashSale
     from inventory.services.flash_sales import end_flash_sale, seed_flash_sale
-    from orders.services.queue import DEPTH_KEY
+    from orders.services.queue import forget_queue, queue_depths
 
     rate_count, _ = parse_rate(args.rate_limit)
     run_id = uuid.uuid4().hex[:8]
     rng = random.Random(args.seed)
-    db, queue, redis = connection.settings_dict, args.mode == "queue", get_redis_connection("default")
+    db, queue = connection.settings_dict, args.mode == "queue"
     topic_env = h.queue_topic(f"bench.flash.{run_id}") if queue else {}
     print(f"flash-sale drill {run_id}, {args.mode} mode: database {db['NAME']}@{db['HOST']}:{db['PORT']}, "
           f"Redis {settings.CACHES['default']['LOCATION']} (gate {settings.CACHES['gate']['LOCATION']})")  # fmt: skip
@@ -207,7 +206,7 @@ def main(argv=None, results: dict | None = None) -> int:
     t0 = time.perf_counter()
     if (leftovers := h.delete_orders(h.user_ids(PREFIX)))["orders"]:
         print(f"removed leftovers of an earlier run: {leftovers['orders']} orders, {leftovers['events']} events")
-    redis.hdel(DEPTH_KEY, SKU)
+    forget_queue(sku=SKU)
     seed_flash_sale(sku=SKU, stock=args.stock, price=args.price, name="Flash drill item", mode=args.mode)
     shoppers = h.ensure_shoppers(args.shoppers, prefix=PREFIX)
     customer_ids = [s.user_id for s in shoppers]
@@ -269,7 +268,7 @@ def main(argv=None, results: dict | None = None) -> int:
             watcher.start() if queue else None
             phases["sale"] = run("sale", args.attempts, "sale", tokens, who)
             deadline = time.monotonic() + 60
-            while queue and int(redis.hget(DEPTH_KEY, SKU) or 0) > 0 and time.monotonic() < deadline:
+            while queue and queue_depths().get(SKU, 0) > 0 and time.monotonic() < deadline:
                 time.sleep(0.01)  # the winners are known once their orders are written
             stop.set()
 
@@ -298,7 +297,7 @@ def main(argv=None, results: dict | None = None) -> int:
         if writer:
             writer.stop()
             print(f"topic {settings.KAFKA_CHECKOUT_TOPIC} {h.delete_topics([settings.KAFKA_CHECKOUT_TOPIC])}")
-            redis.hdel(DEPTH_KEY, SKU)
+            forget_queue(sku=SKU)
         shutil.rmtree(metrics_dir, ignore_errors=True)
         if not args.no_cleanup:
             done = h.delete_orders(h.user_ids(PREFIX))

@@ -85,7 +85,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def queued(n: int, customers: list[int], tag: str) -> tuple[list[int], list[tuple[bytes, bytes]]]:
     """n admitted checkouts of the hot SKU as the API hands them to Kafka (key: the SKU), their ids from
     the orders' sequence as allocate_order_id() takes them (here in one statement); (ids, messages)."""
-    from orders.services.queue import DEPTH_KEY, QueuedLine, QueuedRequest
+    from orders.services.queue import SKUS_KEY, QueuedLine, QueuedRequest, pending_key
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT nextval(pg_get_serial_sequence('orders', 'id')) FROM generate_series(1, %s)", [n])
@@ -93,7 +93,8 @@ def queued(n: int, customers: list[int], tag: str) -> tuple[list[int], list[tupl
     currency, lines = settings.SHOP_CURRENCY, [QueuedLine(HOT, NAME, 1, PRICE)]
     address = h.BENCH_ADDRESS  # each shopper's saved one (harness.ensure_users)
     digest = hashlib.sha256(json.dumps([currency, [(HOT, 1, PRICE)], address], sort_keys=True).encode()).hexdigest()
-    get_redis_connection("default").hincrby(DEPTH_KEY, HOT, n)  # as queue_checkout counts them
+    redis, now = get_redis_connection("default"), time.time()  # pending, as queue_checkout counts them
+    redis.zadd(pending_key(HOT), dict.fromkeys(ids, now)), redis.sadd(SKUS_KEY, HOT)
     return ids, [(HOT.encode(), QueuedRequest(i, customers[k % len(customers)], f"{tag}-{k}", digest, currency, lines,
                                               {HOT: 1}, HOT, address).to_json())
                  for k, i in enumerate(ids)]  # fmt: skip
@@ -269,7 +270,7 @@ def main(argv=None) -> int:
     h.setup()
     from inventory.models import FlashSale
     from inventory.services.flash_sales import end_flash_sale, seed_flash_sale
-    from orders.services.queue import DEPTH_KEY
+    from orders.services.queue import forget_queue
 
     run_id, began = uuid.uuid4().hex[:8], time.perf_counter()
     lock = h.lock_or_exit(LOCK_KEY, "queue")
@@ -301,7 +302,7 @@ def main(argv=None) -> int:
         done = h.delete_orders(h.user_ids(PREFIX))
         if FlashSale.objects.filter(product_id=HOT).exists():
             end_flash_sale(sku=HOT)
-        get_redis_connection("default").hdel(DEPTH_KEY, HOT)
+        forget_queue(sku=HOT)
         print(f"\ncleanup: {done['orders']:,} orders, {done['events']:,} events, {done['markers']:,} replay markers "
               f"deleted; {HOT}'s sale ended" + (f"; topic {topic} {h.delete_topics([topic])}" if env else ""))
         lock.close()

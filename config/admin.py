@@ -1,5 +1,6 @@
 import math
 
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.admin.apps import AdminConfig
 from django.http import Http404, HttpResponse, JsonResponse
@@ -55,7 +56,10 @@ class ShopAdminSite(admin.AdminSite):
         sale = live_flash_sale(sku=sku)
         if sale is None:
             raise Http404("No flash sale of this SKU")
-        context = {**self.each_context(request), "title": f"Flash sale {sku}, live", "sale": sale}
+        context = {
+            **self.each_context(request), "title": f"Flash sale {sku}, live", "sale": sale,
+            "stale_after": settings.QUEUE_STALE_AFTER_SECONDS,
+        }  # fmt: skip
         return TemplateResponse(request, "admin/flash_sale_live.html", context)
 
     def flash_sale_json(self, request, sku: str):

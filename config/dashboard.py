@@ -14,7 +14,7 @@ from inventory import gate
 from orders.models import Order, OrderItem, OrderStatus, Refund
 from orders.queue_writer import WRITER_GROUP
 from orders.selectors import flash_sale_status
-from orders.services.queue import queue_depths
+from orders.services.queue import queue_depths, stale_queued
 from outbox.lag import consumer_positions
 from outbox.services import backlog
 
@@ -89,9 +89,10 @@ def live_flash_sale(*, sku: str, now=None) -> dict | None:
     series = per_minute(orders, minutes=15, now=now)
     try:
         depth = queue_depths().get(sku, 0) if sale.mode == "queue" else None
+        stale = stale_queued().get(sku, 0) if sale.mode == "queue" else None
         refusals = gate.counters(skus=[sku])[sku]["by_reason"]
     except Exception:  # Redis down: the rest still shows
-        depth, refusals = None, {}
+        depth, stale, refusals = None, None, {}
     return {
         "sku": sku,
         "mode": sale.mode,
@@ -105,5 +106,6 @@ def live_flash_sale(*, sku: str, now=None) -> dict | None:
         "orders_last_minute": series[-1][1],
         "per_minute": [{"minute": f"{moment:%H:%M}", "orders": n} for moment, n in series],
         "queue_depth": depth,
+        "queue_stale": stale,
         "at": now.isoformat(),
     }

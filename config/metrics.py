@@ -17,7 +17,7 @@ from core.metrics import CONTENT_TYPE_LATEST, generate_latest, metrics_allowed, 
 from core.views import not_found
 from inventory import gate
 from inventory.models import FlashSale
-from orders.services.queue import queue_depths
+from orders.services.queue import queue_depths, stale_queued
 from outbox.services import backlog
 
 LIVE_CACHE_SECONDS = 5.0
@@ -45,6 +45,11 @@ class LiveStateCollector:
         queued = GaugeMetricFamily(
             "shop_queue_depth", "Queue-mode checkouts admitted and not yet written", labels=["sku"]
         )
+        stale = GaugeMetricFamily(
+            "shop_queue_stale",
+            "Queue-mode checkouts admitted over QUEUE_STALE_AFTER_SECONDS ago and not written (alert on > 0)",
+            labels=["sku"],
+        )
         try:
             count, oldest_at = backlog()
             waiting.add_metric([], count)
@@ -56,12 +61,16 @@ class LiveStateCollector:
             for sku, depth in queue_depths().items():
                 if sku in skus:  # bounded by the sales that exist
                     queued.add_metric([sku], depth)
+            for sku, count in stale_queued().items():
+                if sku in skus:
+                    stale.add_metric([sku], count)
         except Exception:  # a scrape must answer even with PostgreSQL or Redis down
             pass
         yield waiting
         yield oldest
         yield gate_remaining
         yield queued
+        yield stale
 
 
 def metrics_view(request):

@@ -9,7 +9,7 @@ from django.utils import timezone
 from orders.models import Order, OrderStatus
 from orders.queue_writer import WRITER_GROUP
 from orders.selectors import flash_sale_status
-from orders.services.queue import queue_depths
+from orders.services.queue import queue_depths, stale_queued
 from outbox.lag import consumer_positions
 from outbox.services import backlog
 
@@ -29,13 +29,14 @@ def shop_status() -> dict:
         "outbox_oldest_age_seconds": (now - oldest).total_seconds() if oldest else None,
         "consumers": consumer_positions(extra={WRITER_GROUP: settings.KAFKA_CHECKOUT_TOPIC}),
         "flash_sales": sales,
-        "queued": _queue_depths(),
+        "queued": _from_redis(queue_depths),
+        "stale": _from_redis(stale_queued),
     }
 
 
-def _queue_depths() -> dict[str, int]:
-    """Per queue-mode SKU, the checkouts admitted and not yet written."""
+def _from_redis(per_sku) -> dict[str, int]:
+    """Per SKU, the queue's checkouts admitted and not yet written (or stale)."""
     try:
-        return queue_depths()
+        return per_sku()
     except Exception:  # Redis down: say nothing here, the rest still shows
         return {}

@@ -12,6 +12,7 @@ undersell. Keys (on the "gate" Redis, one instance, not a cluster):
   gate:refusals           hash sku -> checkouts turned away
   checkout:{customer}:{idempotency key}   set once an order exists: a replay
                           passes without taking units
+  gate:released:{token}   set by a release that must happen once (release_once)
 """
 
 from django.conf import settings
@@ -27,7 +28,9 @@ REPLAY_MARKER_TTL_SECONDS = 24 * 3600
 
 LUA = load_lua("inventory", "gate")  # admit(): for scripts composed elsewhere (checkout's admission)
 _ADMIT = compose(LUA, load_lua("inventory", "admit"))
-_RELEASE = load_lua("inventory", "release")
+_GIVE_BACK = load_lua("inventory", "give_back")
+_RELEASE = compose(_GIVE_BACK, load_lua("inventory", "release"))
+_RELEASE_ONCE = compose(_GIVE_BACK, load_lua("inventory", "release_once"))
 
 
 class SoldOut(DomainError):
@@ -104,6 +107,21 @@ def release(*, customer_id: int, lines: dict[str, int]) -> None:
     skus = sorted(lines)
     keys = [key for sku in skus for key in (remaining_key(sku), bought_key(sku))]
     run_script(_RELEASE, keys=keys, args=[customer_id, *[lines[sku] for sku in skus]], alias="gate")
+
+
+def release_once(releases: list[tuple[str, int, dict[str, int]]]) -> int:
+    """(token, customer, lines) per release: each gives back what admit() took
+    at most once per token, however often it is asked (a redelivered batch).
+    One round-trip; returns how many gave units back now."""
+    keys: list = []
+    args: list = [REPLAY_MARKER_TTL_SECONDS]
+    for token, customer_id, lines in releases:
+        skus = sorted(lines)
+        keys += [f"gate:released:{token}", *[key for sku in skus for key in (remaining_key(sku), bought_key(sku))]]
+        args += [customer_id, len(skus), *[lines[sku] for sku in skus]]
+    if not releases:
+        return 0
+    return run_script(_RELEASE_ONCE, keys=keys, args=args, alias="gate")
 
 
 def mark_order_exists(*, customer_id: int, idempotency_key: str, order_id: int) -> None:

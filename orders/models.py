@@ -1,6 +1,6 @@
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 
 from shop.models import ADDRESS_FIELDS
 
@@ -89,6 +89,22 @@ class PendingOrderCount(models.Model):
 
     def __str__(self) -> str:
         return f"customer {self.customer_id}: {self.pending} pending"
+
+
+class QueuedOrderAlias(models.Model):
+    """An id a queue checkout answered 202 with, for an Idempotency-Key whose
+    order the writer found written under another id (Redis had forgotten the
+    key and the shopper retried): that id leads to the written order."""
+
+    queued_id = models.BigIntegerField(primary_key=True)
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="+")
+
+    class Meta:
+        db_table = "order_queued_aliases"
+        constraints = [models.CheckConstraint(condition=~Q(queued_id=F("order")), name="queued_alias_not_itself")]
+
+    def __str__(self) -> str:
+        return f"{self.queued_id} -> order {self.order_id}"
 
 
 class OrderItem(models.Model):

@@ -2,8 +2,9 @@
 writes them in batches (orders/services/queue.py write_batch), then commits the
 offsets. Several may run: the topic's partitions share the work.
 
-The offsets are committed only after the batch's transaction: a crash in
-between delivers the batch again, and write_batch finds those orders written.
+The offsets are committed only after the batch's transaction and its clean-up
+in Redis: a crash in between delivers the batch again, and write_batch finds
+those orders written and cleans up after them (once per request).
 A database, Redis or network outage keeps the batch and retries it (capped
 backoff); a message that is not a checkout request is logged and skipped."""
 

@@ -154,10 +154,6 @@ def _queue_order(
     Kafka (orders/services/queue.py); the order is written by the queue's writer."""
     priced = _price_cart(lines)
     request_hash = _request_hash(priced, settings.SHOP_CURRENCY, address)
-    if not gated:  # the gate found this key's order already written
-        existing = _existing_order(customer_id=customer_id, idempotency_key=idempotency_key)
-        if existing is not None:
-            return _replay(existing, request_hash=request_hash)
     order, replayed = queue_checkout(
         customer_id=customer_id,
         idempotency_key=idempotency_key,

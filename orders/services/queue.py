@@ -9,17 +9,25 @@ Redis holds what the API needs before an order is written, for a day:
                                      sequence, a hundred at a time
   queue:key:{customer}:{key}         the order id given to this Idempotency-Key
   queue:order:{id}                   the queued request, until it is written
-  queue:depth                        hash SKU -> requests admitted, not yet written
+  queue:pending:{sku}                sorted set: order ids admitted and not yet
+                                     written, scored by admission time (depth,
+                                     and requests stale past QUEUE_STALE_AFTER_SECONDS)
+  queue:skus                         the SKUs that have a pending set
+
+Redis is not the truth: a key Redis has forgotten is confirmed against the
+database before a new order id is given, and the writer's clean-up of a batch
+(carts, replay markers, gate units, pending sets) happens once per request
+however often the batch is delivered (queue_done.lua, gate.release_once).
 """
 
 import json
 import logging
-import threading
+import os
+import signal
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 
-from confluent_kafka import KafkaException, Producer
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F
@@ -28,9 +36,9 @@ from django_redis import get_redis_connection
 from psycopg.types.json import Jsonb
 from redis.exceptions import RedisError
 
-from cart.services import clear_carts
+from cart.storage import cart_key
 from core.db import copy_rows
-from core.kafka import client_config
+from core.redis_scripts import load_lua, run_script
 from inventory import gate
 from inventory.models import Stock
 from inventory.services import lock_stock
@@ -42,7 +50,8 @@ from orders.metrics import (
     QUEUE_ORDERS_REJECTED,
     QUEUE_ORDERS_WRITTEN,
 )
-from orders.models import Order, OrderItem, OrderStatus
+from orders.models import Order, OrderItem, OrderStatus, QueuedOrderAlias
+from orders.queue_producer import queue_producer
 from orders.services.slots import count_pending_orders
 from outbox.services import NewEvent, record_events
 from shop.models import Product
@@ -53,7 +62,8 @@ QUEUED = "QUEUED"  # the status the API shows before the writer has written the 
 ID_BLOCK = 100
 KEPT_SECONDS = 24 * 3600
 IDS_KEY = "queue:ids"
-DEPTH_KEY = "queue:depth"
+SKUS_KEY = "queue:skus"
+_DONE = load_lua("orders", "queue_done")
 
 
 def key_key(customer_id: int, idempotency_key: str) -> str:
@@ -62,6 +72,10 @@ def key_key(customer_id: int, idempotency_key: str) -> str:
 
 def order_key(order_id: int) -> str:
     return f"queue:order:{order_id}"
+
+
+def pending_key(sku: str) -> str:
+    return f"queue:pending:{sku}"
 
 
 @dataclass(frozen=True)
@@ -136,64 +150,24 @@ def allocate_order_id() -> int:
     return ids[0]
 
 
-_producer: Producer | None = None
-_producer_lock = threading.Lock()
-
-
-def _queue_producer() -> Producer:
-    global _producer
-    with _producer_lock:
-        if _producer is None:
-            _producer = Producer(
-                client_config(
-                    **{
-                        "acks": "all",
-                        "enable.idempotence": True,
-                        "linger.ms": 0,
-                        "message.timeout.ms": settings.QUEUE_ADMIT_TIMEOUT_MS,
-                        "allow.auto.create.topics": False,
-                    }
-                )
-            )
-        return _producer
-
-
-def _send(request: QueuedRequest, *, partition_key: str) -> None:
-    """Produce the request and wait for the broker's acknowledgement (acks=all).
-    librdkafka reports every message within message.timeout.ms, delivered or
-    not, so an answer always comes: only a delivered request is a 202."""
-    producer = _queue_producer()
-    delivered = threading.Event()
-    outcome: list = []
-
-    def report(error, message) -> None:
-        outcome.append(error)
-        delivered.set()
-
-    try:
-        producer.produce(
-            settings.KAFKA_CHECKOUT_TOPIC, key=partition_key, value=request.to_json(), on_delivery=report
-        )
-    except (BufferError, KafkaException) as error:
-        raise QueueUnavailable() from error
-    deadline = time.monotonic() + settings.QUEUE_ADMIT_TIMEOUT_MS / 1000 + 2
-    while not delivered.is_set() and time.monotonic() < deadline:
-        producer.poll(0.005)  # serves every thread's reports: each sets its own event
-    if not delivered.is_set() or outcome[0] is not None:
-        raise QueueUnavailable()
-
-
 def queue_checkout(
     *, customer_id: int, idempotency_key: str, lines: list[QueuedLine], request_hash: str,
     gated: dict[str, int], partition_key: str, shipping_address: dict | None = None,
 ) -> tuple[Order, bool]:
     """Hand an admitted checkout to the queue: (the order as the API shows it,
-    replayed). Raises QueueUnavailable (the caller gives the gate units back)."""
+    replayed). Raises QueueUnavailable (the caller gives the gate units back)
+    with nothing of the request left in Redis."""
+    producer = queue_producer()
+    producer.refuse_early()  # the broker is known to be down: no thread held, nothing written
     conn = _redis()
     try:
         known = conn.get(key_key(customer_id, idempotency_key))
         if known is not None:
             return _replay(int(known), customer_id, request_hash), True
+        # Redis may have forgotten the key (restarted, evicted): the database is the truth.
+        written = _written_order(customer_id=customer_id, idempotency_key=idempotency_key)
+        if written is not None:
+            return _check_hash(written, request_hash), True
         order_id = allocate_order_id()
         request = QueuedRequest(
             order_id, customer_id, idempotency_key, request_hash, settings.SHOP_CURRENCY, lines, gated, partition_key,
@@ -202,48 +176,95 @@ def queue_checkout(
         if not conn.set(key_key(customer_id, idempotency_key), order_id, nx=True, ex=KEPT_SECONDS):
             known = conn.get(key_key(customer_id, idempotency_key))  # a twin request won the key
             return _replay(int(known), customer_id, request_hash), True
-        with conn.pipeline(transaction=False) as pipe:
-            pipe.set(order_key(order_id), request.to_json(), ex=KEPT_SECONDS)
-            pipe.hincrby(DEPTH_KEY, partition_key, 1)
-            pipe.execute()
     except RedisError as error:
         raise QueueUnavailable() from error
     try:
-        # Keyed by the sale's SKU: a hot SKU's requests are written in arrival order by one writer.
-        _send(request, partition_key=partition_key)
-    except QueueUnavailable:
         with conn.pipeline(transaction=False) as pipe:
-            pipe.delete(key_key(customer_id, idempotency_key), order_key(order_id))
-            pipe.hincrby(DEPTH_KEY, partition_key, -1)
+            pipe.set(order_key(order_id), request.to_json(), ex=KEPT_SECONDS)
+            pipe.zadd(pending_key(partition_key), {order_id: time.time()})
+            pipe.sadd(SKUS_KEY, partition_key)
             pipe.execute()
+        # Keyed by the sale's SKU: a hot SKU's requests are written in arrival order by one writer.
+        producer.send(topic=settings.KAFKA_CHECKOUT_TOPIC, key=partition_key, value=request.to_json())
+    except BaseException as error:
+        _forget_request(customer_id, idempotency_key, order_id, partition_key)
+        if isinstance(error, RedisError):
+            raise QueueUnavailable() from error
         raise
     return request.as_order(), False
+
+
+def _forget_request(customer_id: int, idempotency_key: str, order_id: int, sku: str) -> None:
+    """Undo a request's Redis records: Kafka did not take it, a retry starts afresh."""
+    try:
+        with _redis().pipeline(transaction=False) as pipe:
+            pipe.delete(key_key(customer_id, idempotency_key), order_key(order_id))
+            pipe.zrem(pending_key(sku), order_id)
+            pipe.execute()
+    except RedisError:
+        logger.exception("could not undo the Redis records of queued order %s", order_id)
+
+
+def _written_order(*, customer_id: int, idempotency_key: str) -> Order | None:
+    """One lookup on the unique (customer, key) index; its items only when found."""
+    found = Order.objects.filter(customer_id=customer_id, idempotency_key=idempotency_key).order_by()
+    return next(iter(found.prefetch_related("items", "refunds")[:1]), None)
+
+
+def _check_hash(order: Order, request_hash: str) -> Order:
+    if order.request_hash != request_hash:
+        raise IdempotencyKeyReused(order_id=order.id)
+    return order
 
 
 def _replay(order_id: int, customer_id: int, request_hash: str) -> Order:
     order = queued_or_written_order(customer_id=customer_id, order_id=order_id)
     if order is None:
         raise QueueUnavailable()  # the key's order is neither queued nor written: Redis lost it
-    if order.request_hash != request_hash:
-        raise IdempotencyKeyReused(order_id=order_id)
-    return order
+    return _check_hash(order, request_hash)
 
 
 def queue_depths() -> dict[str, int]:
-    """Per queue-mode SKU, the requests admitted and not yet written."""
-    return {sku.decode(): max(int(count), 0) for sku, count in _redis().hgetall(DEPTH_KEY).items()}
+    """Per SKU, the requests admitted and not yet written."""
+    return _per_sku(lambda pipe, key: pipe.zcard(key))
+
+
+def stale_queued() -> dict[str, int]:
+    """Per SKU, the requests admitted more than QUEUE_STALE_AFTER_SECONDS ago and
+    still not written: the writer is down or far behind, or the broker lost them."""
+    before = time.time() - settings.QUEUE_STALE_AFTER_SECONDS
+    return _per_sku(lambda pipe, key: pipe.zcount(key, "-inf", before))
+
+
+def _per_sku(count) -> dict[str, int]:
+    skus = sorted(sku.decode() for sku in _redis().smembers(SKUS_KEY))
+    with _redis().pipeline(transaction=False) as pipe:
+        for sku in skus:
+            count(pipe, pending_key(sku))
+        return dict(zip(skus, pipe.execute(), strict=True))
+
+
+def forget_queue(*, sku: str) -> None:
+    """Drop a SKU's pending set (benchmarks and drills that start a sale afresh)."""
+    with _redis().pipeline(transaction=False) as pipe:
+        pipe.delete(pending_key(sku))
+        pipe.srem(SKUS_KEY, sku)
+        pipe.execute()
 
 
 def queued_or_written_order(*, customer_id: int, order_id: int) -> Order | None:
-    """The customer's order as written, else as queued; None when neither."""
-    order = Order.objects.filter(id=order_id, customer_id=customer_id).prefetch_related("items", "refunds").first()
+    """The customer's order as written, else as queued, else the order a
+    duplicate queued id leads to (QueuedOrderAlias); None when none."""
+    orders = Order.objects.filter(customer_id=customer_id).prefetch_related("items", "refunds")
+    order = orders.filter(id=order_id).first()
     if order is not None:
         return order
     raw = _redis().get(order_key(order_id))
-    if raw is None:
-        return None
-    request = QueuedRequest.from_json(raw)
-    return request.as_order() if request.customer_id == customer_id else None
+    if raw is not None:
+        request = QueuedRequest.from_json(raw)
+        return request.as_order() if request.customer_id == customer_id else None
+    alias = QueuedOrderAlias.objects.filter(queued_id=order_id).values_list("order_id", flat=True).first()
+    return orders.filter(id=alias).first() if alias is not None else None
 
 
 @dataclass
@@ -252,6 +273,9 @@ class BatchResult:
     rejected: dict[int, str] = field(default_factory=dict)  # order id -> reason
     already: list[int] = field(default_factory=list)  # redelivered: written before
     duplicates: list[QueuedRequest] = field(default_factory=list)  # a key that has its order under another id
+    # What the clean-up after the commit works on (_after_commit): every request of
+    # the batch, redelivered ones included, with its order's id and whether it was written.
+    outcomes: list[tuple[QueuedRequest, int, bool]] = field(default_factory=list)
 
 
 def write_batch(requests: list[QueuedRequest]) -> BatchResult:
@@ -282,35 +306,50 @@ def write_batch(requests: list[QueuedRequest]) -> BatchResult:
         _reserve(accepted)
         _insert(fresh, accepted, result, now)
         result.written = [request.order_id for request in accepted]
-        transaction.on_commit(lambda: _after_commit(fresh, result))
+        result.outcomes += [(r, r.order_id, r.order_id not in result.rejected) for r in fresh]
+        QueuedOrderAlias.objects.bulk_create(
+            [QueuedOrderAlias(queued_id=r.order_id, order_id=order_id) for r, order_id, _ in result.outcomes
+             if r.order_id != order_id],
+            ignore_conflicts=True,
+        )  # fmt: skip
+        transaction.on_commit(lambda: _after_commit(result))
     QUEUE_BATCH_SIZE.observe(len(requests))
     QUEUE_BATCH_SECONDS.observe(time.perf_counter() - started)
     return result
 
 
 def _not_yet_written(requests: list[QueuedRequest], result: BatchResult) -> list[QueuedRequest]:
-    """The requests with no order yet: a redelivered request finds its order by
-    id; a key whose Redis record expired and came again finds it by (customer, key)."""
+    """The requests with no order yet. A redelivered request finds its order by
+    id; a key that came again under another id (Redis forgot it, the shopper
+    retried) finds its order by (customer, key) and is a duplicate of it. Both
+    go into result.outcomes, for the clean-up."""
     by_id: dict[int, QueuedRequest] = {}
     for request in requests:
         by_id.setdefault(request.order_id, request)
-    written_ids = set(Order.objects.filter(id__in=list(by_id)).values_list("id", flat=True))
-    candidates = [request for order_id, request in by_id.items() if order_id not in written_ids]
+    written = dict(Order.objects.filter(id__in=list(by_id)).values_list("id", "status"))
+    candidates = [request for order_id, request in by_id.items() if order_id not in written]
     customers, keys_given = {r.customer_id for r in candidates}, {r.idempotency_key for r in candidates}
-    written_keys = set(
-        Order.objects.filter(customer_id__in=customers, idempotency_key__in=keys_given).values_list(
-            "customer_id", "idempotency_key"
-        )
-    )
-    fresh, keys = [], set()
+    written_keys = {
+        (customer_id, key): (order_id, status)
+        for customer_id, key, order_id, status in Order.objects.filter(
+            customer_id__in=customers, idempotency_key__in=keys_given
+        ).values_list("customer_id", "idempotency_key", "id", "status")
+    }
+    fresh, keys = [], {}
     for request in candidates:
         key = (request.customer_id, request.idempotency_key)
-        if key in written_keys or key in keys:
+        if key in written_keys:
+            order_id, status = written_keys[key]
+            result.outcomes.append((request, order_id, status != OrderStatus.REJECTED))
+            result.duplicates.append(request)
+        elif key in keys:  # twice in this batch: the first one is written
+            result.outcomes.append((request, keys[key].order_id, True))
             result.duplicates.append(request)
         else:
-            keys.add(key)
+            keys[key] = request
             fresh.append(request)
-    result.already = sorted(written_ids)
+    result.already = sorted(written)
+    result.outcomes += [(by_id[i], i, status != OrderStatus.REJECTED) for i, status in written.items()]
     return fresh
 
 
@@ -365,34 +404,38 @@ ORDER_COLUMNS = ["id", "customer", "idempotency_key", "request_hash", "status", 
 ITEM_COLUMNS = ["order", "product", "name", "quantity", "unit_price"]
 
 
-def _after_commit(fresh: list[QueuedRequest], result: BatchResult) -> None:
-    """Best effort, once the orders are written, a round-trip or two for the whole
-    batch: carts cleared and replay markers set for the written orders, gate
-    units back for the rejected ones (and for duplicates of a written key), the
-    queued copies dropped."""
+def _after_commit(result: BatchResult) -> None:
+    """Once the orders are written, two round-trips for the whole batch: carts
+    cleared, replay markers set and the queued copies dropped for the written
+    orders; gate units back for the rejected ones and for duplicates. Each
+    request's clean-up happens once however often the batch is delivered, so
+    it runs for redelivered requests too: a writer killed before this ran, or
+    a Redis error here (raised: the writer keeps the batch and retries it),
+    cleans up when the batch comes again."""
+    if settings.QUEUE_WRITER_DRILL == "kill-after-commit":  # a fault drill: die between commit and clean-up
+        os.kill(os.getpid(), signal.SIGKILL)
     ORDERS_CREATED.inc(len(result.written))
     QUEUE_ORDERS_WRITTEN.inc(len(result.written))
     QUEUE_ORDERS_REJECTED.inc(len(result.rejected))
-    written = [request for request in fresh if request.order_id not in result.rejected]
-    handed_back = [request for request in fresh if request.order_id in result.rejected] + result.duplicates
-    done = fresh + result.duplicates
-    try:
-        clear_carts(customer_ids=[request.customer_id for request in written])
-        gate.mark_orders_exist(
-            [(request.customer_id, request.idempotency_key, request.order_id) for request in written if request.gated]
-        )
-        for request in handed_back:
-            if request.gated:
-                gate.release(customer_id=request.customer_id, lines=request.gated)
-        if done:
-            per_sku: dict[str, int] = {}
-            for request in done:
-                sku = request.queue_sku or min(line.sku for line in request.lines)
-                per_sku[sku] = per_sku.get(sku, 0) + 1
-            with _redis().pipeline(transaction=False) as pipe:
-                pipe.delete(*[order_key(request.order_id) for request in done])
-                for sku, count in per_sku.items():
-                    pipe.hincrby(DEPTH_KEY, sku, -count)
-                pipe.execute()
-    except Exception:
-        logger.exception("after-write clean-up failed for a batch of %s queued orders", len(done))
+    clean_up(result.outcomes)
+
+
+def clean_up(outcomes: list[tuple[QueuedRequest, int, bool]]) -> None:
+    """(request, its order's id, written) per request: see _after_commit."""
+    if not outcomes:
+        return
+    gate.mark_orders_exist(
+        [(request.customer_id, request.idempotency_key, order_id) for request, order_id, written in outcomes
+         if written and request.gated]
+    )  # fmt: skip
+    # Units back for what the database did not take under this id (rejected, or a duplicate of a written key).
+    gate.release_once(
+        [(f"queue:{request.order_id}", request.customer_id, request.gated) for request, order_id, written in outcomes
+         if request.gated and (not written or order_id != request.order_id)]
+    )  # fmt: skip
+    keys, args = [], []
+    for request, _, written in outcomes:
+        sku = request.queue_sku or min(line.sku for line in request.lines)
+        keys += [pending_key(sku), order_key(request.order_id), cart_key(request.customer_id)]
+        args += [request.order_id, int(written)]
+    run_script(_DONE, keys=keys, args=args)

@@ -1,11 +1,11 @@
 """Queue-mode flash sales, on the real broker: 202 -> QUEUED -> written in
 batches by the writer, replays, rejections, Kafka down, a writer killed."""
 
-import itertools
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -14,66 +14,23 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from cart.storage import cart_key
 from core.kafka import client_config
 from inventory import gate
-from inventory.models import Stock
-from inventory.services.flash_sales import seed_flash_sale, set_flash_sale_mode
+from inventory.services.flash_sales import set_flash_sale_mode
 from orders.models import Order, OrderStatus
 from orders.queue_writer import QueueWriter
 from orders.services import expire_unpaid_orders, place_order
 from orders.services import queue as queue_service
 from orders.services.queue import QueuedLine, QueuedRequest, allocate_order_id, queue_depths, write_batch
 from outbox.models import OutboxEvent
-from outbox.topics import ensure_topics
 from tests.factories import SHIPPING_ADDRESS, UserFactory, product_with_stock
 from tests.helpers import expire_now, fill_cart, post_webhook, shopper_client, wait_until
+from tests.orders.conftest import SKU, checkout, drain, queue_sale, shopper_with_cart, stock
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.kafka]
-
-_topics = itertools.count()
-SKU = "FLASH-Q"
-
-
-@pytest.fixture(autouse=True)
-def queue_topic(settings, run_id, monkeypatch):
-    """A checkout topic and writer group of this test's own; a fresh producer."""
-    topic = f"test.{run_id}.checkout.{next(_topics)}"
-    settings.KAFKA_CHECKOUT_TOPIC = topic
-    settings.KAFKA_CONSUMER_GROUP_PREFIX = f"{topic}."
-    ensure_topics(topics=[topic])
-    monkeypatch.setattr(queue_service, "_producer", None)
-    return topic
-
-
-def queue_sale(stock: int, *, mode: str = "queue", limit: int | None = None) -> None:
-    seed_flash_sale(sku=SKU, stock=stock, price=500, name="Flash", per_customer_limit=limit, mode=mode)
-
-
-def checkout(client, key: str):
-    return client.post("/api/orders", HTTP_IDEMPOTENCY_KEY=key)
-
-
-def shopper_with_cart(redis, lines=None):
-    client = shopper_client()
-    fill_cart(redis, client.user.id, lines or {SKU: 1})
-    return client
-
-
-def drain(expected_orders: int, *, timeout: float = 30.0) -> QueueWriter:
-    """Run a writer until `expected_orders` orders exist and the queue is empty."""
-    writer = QueueWriter()
-    try:
-        assert wait_until(lambda: writer.run_once() == 0 and Order.objects.count() >= expected_orders, timeout)
-    finally:
-        writer.consumer.close()
-    return writer
-
-
-def stock() -> tuple[int, int]:
-    row = Stock.objects.get(product_id=SKU)
-    return row.available, row.reserved
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.kafka, pytest.mark.usefixtures("queue_topic")]
 
 
 def test_queued_checkout_is_202_then_queued_then_written(redis):
@@ -113,7 +70,7 @@ def test_shop_status_shows_the_queue_and_its_writer(redis, capsys):
     assert f"{SKU}" in out and "queue" in out and "queued (not yet written) 1" in out
 
 
-def test_an_admitted_queued_checkout_makes_no_sql_but_one_statement_per_hundred_ids(redis):
+def test_an_admitted_queued_checkout_confirms_its_key_in_one_lookup_and_takes_ids_a_hundred_at_a_time(redis):
     queue_sale(1000)
     customers = [UserFactory() for _ in range(6)]
     for customer in customers:
@@ -124,7 +81,10 @@ def test_an_admitted_queued_checkout_makes_no_sql_but_one_statement_per_hundred_
             assert place_order(
                 customer_id=customer.id, idempotency_key="cold", shipping_address=SHIPPING_ADDRESS
             ).queued
-    assert captured.captured_queries == []
+    # Redis may have forgotten a key: each admitted checkout asks the unique (customer, key) index, once.
+    lookups = [query["sql"] for query in captured.captured_queries]
+    assert len(lookups) == 5
+    assert all('"orders"."idempotency_key" = \'cold\'' in sql and "LIMIT 1" in sql for sql in lookups)
     assert redis.llen("queue:ids") == queue_service.ID_BLOCK - 1 - 5
 
 
@@ -145,6 +105,55 @@ def test_the_same_key_is_the_same_order_while_queued_and_after(redis):
     assert Order.objects.count() == 1 and stock() == (9, 1)
     assert first.json()["shipping_address"]["city"] == "Madrid"  # the saved address, queued with the request
     assert Order.objects.get().shipping_address == first.json()["shipping_address"]  # and written by COPY
+
+
+def forget_the_key(redis, client, key: str) -> None:
+    """What a Redis restart without persistence loses of a checkout: the gate's
+    replay marker and the queue's record of the key."""
+    assert redis.delete(gate.replay_key(client.user.id, key), queue_service.key_key(client.user.id, key)) >= 1
+
+
+def test_a_key_redis_forgot_is_confirmed_against_the_database(redis):
+    queue_sale(10)
+    client = shopper_with_cart(redis)
+    first = checkout(client, "q-lost")
+    drain(1)
+    forget_the_key(redis, client, "q-lost")
+    fill_cart(redis, client.user.id, {SKU: 1})
+
+    again = checkout(client, "q-lost")
+
+    assert again.status_code == 200 and again["Idempotent-Replayed"] == "true"
+    assert again.json()["id"] == first.json()["id"] and again.json()["status"] == OrderStatus.PENDING_PAYMENT
+    assert client.get(f"/api/orders/{first.json()['id']}").status_code == 200
+    assert gate.counters(skus=[SKU])[SKU]["remaining"] == 9  # the retry's units went back
+    assert Order.objects.count() == 1 and stock() == (9, 1)
+    assert queue_depths() == {SKU: 0} and not redis.keys("queue:order:*")
+
+
+def test_a_retry_queued_twice_leads_to_the_order_written_first(redis):
+    """Redis forgot the key while the first request was still in the queue: the
+    retry is queued under a new id, and the writer makes that id lead to the order."""
+    queue_sale(10)
+    client = shopper_with_cart(redis)
+    first = checkout(client, "q-twice-queued")
+    forget_the_key(redis, client, "q-twice-queued")
+    fill_cart(redis, client.user.id, {SKU: 1})
+    retry = checkout(client, "q-twice-queued")
+    assert retry.status_code == 202 and retry.json()["id"] != first.json()["id"]
+    assert gate.counters(skus=[SKU])[SKU]["remaining"] == 8
+
+    drain(1)
+    time.sleep(0.5)  # anything more would have been written by now
+    drain(1)
+
+    assert Order.objects.count() == 1 and stock() == (9, 1)
+    shown = client.get(f"/api/orders/{retry.json()['id']}")
+    assert shown.status_code == 200 and shown.json()["id"] == first.json()["id"]
+    assert shown.json()["status"] == OrderStatus.PENDING_PAYMENT
+    assert gate.counters(skus=[SKU])[SKU]["remaining"] == 9  # the duplicate's unit went back, once
+    assert queue_depths() == {SKU: 0} and not redis.keys("queue:order:*")
+    assert shopper_client(UserFactory()).get(f"/api/orders/{retry.json()['id']}").status_code == 404
 
 
 def test_what_the_stock_cannot_cover_is_rejected_in_arrival_order(redis):
@@ -268,7 +277,7 @@ def produce_requests(topic: str, customers: list, per_customer: int) -> int:
     return count
 
 
-def start_writer(tmp_path, topic: str) -> subprocess.Popen:
+def start_writer(tmp_path, topic: str, **extra_env: str) -> subprocess.Popen:
     db = connection.settings_dict
     env = {
         **os.environ,
@@ -277,6 +286,7 @@ def start_writer(tmp_path, topic: str) -> subprocess.Popen:
         "KAFKA_CONSUMER_GROUP_PREFIX": f"{topic}.",
         "QUEUE_BATCH_SIZE": "100",
         "LOG_FORMAT": "plain",
+        **extra_env,
     }
     log = open(tmp_path / "writer.log", "a")
     return subprocess.Popen(
@@ -312,3 +322,89 @@ def test_a_writer_killed_mid_batch_loses_nothing_and_writes_nothing_twice(queue_
     assert Order.objects.filter(status=OrderStatus.PENDING_PAYMENT).count() == total
     assert OutboxEvent.objects.filter(event_type="OrderCreated").count() == total
     assert stock() == (10_000 - total, total)
+
+
+@pytest.mark.slow
+def test_a_writer_killed_between_commit_and_clean_up_cleans_up_on_redelivery(redis, queue_topic, tmp_path, capsys):
+    queue_sale(100)
+    clients = [shopper_with_cart(redis) for _ in range(20)]
+    for n, client in enumerate(clients):
+        assert checkout(client, f"kc-{n}").status_code == 202
+
+    writer = start_writer(tmp_path, queue_topic, QUEUE_WRITER_DRILL="kill-after-commit")
+    try:
+        assert writer.wait(timeout=60) == -signal.SIGKILL, (tmp_path / "writer.log").read_text()[-2000:]
+    finally:
+        writer.kill()
+    written = Order.objects.count()
+    assert written > 0 and len(redis.keys("queue:order:*")) == 20  # committed, nothing cleaned up
+    assert all(redis.hlen(cart_key(client.user.id)) == 1 for client in clients)
+
+    writer = start_writer(tmp_path, queue_topic)
+    try:
+        assert wait_until(lambda: Order.objects.count() == 20 and queue_depths() == {SKU: 0}, 60), (
+            tmp_path / "writer.log"
+        ).read_text()[-2000:]
+    finally:
+        writer.send_signal(signal.SIGTERM)
+        writer.wait(timeout=20)
+
+    assert not redis.keys("queue:order:*")
+    assert all(redis.hlen(cart_key(client.user.id)) == 0 for client in clients)
+    assert all(redis.exists(gate.replay_key(client.user.id, f"kc-{n}")) for n, client in enumerate(clients))
+    assert stock() == (80, 20) and gate.counters(skus=[SKU])[SKU]["remaining"] == 80
+    call_command("shop_status")
+    assert "queued (not yet written) 0" in capsys.readouterr().out
+
+
+def test_a_redis_error_in_the_clean_up_keeps_the_batch_until_the_clean_up_is_done(redis, monkeypatch):
+    queue_sale(10)
+    client = shopper_with_cart(redis)
+    assert checkout(client, "q-clean-up").status_code == 202
+    real, calls = queue_service.clean_up, []
+
+    def clean_up(outcomes):
+        calls.append(len(outcomes))
+        if len(calls) == 1:
+            raise RedisConnectionError("Redis went away after the commit")
+        real(outcomes)
+
+    monkeypatch.setattr(queue_service, "clean_up", clean_up)
+    writer, stop = QueueWriter(), threading.Event()
+
+    def run():
+        try:
+            writer.run(should_stop=stop.is_set)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        assert wait_until(lambda: queue_depths() == {SKU: 0}, 30)
+    finally:
+        stop.set()
+        thread.join(30)
+
+    assert calls == [1, 1]  # the batch came again, found its order written, and cleaned up
+    assert Order.objects.count() == 1 and stock() == (9, 1)
+    assert redis.hlen(cart_key(client.user.id)) == 0 and not redis.keys("queue:order:*")
+    assert redis.exists(gate.replay_key(client.user.id, "q-clean-up"))
+
+
+def test_a_queued_request_never_written_is_counted_as_stale(redis, settings, capsys):
+    """The broker acknowledged it and then lost it (the development broker keeps
+    its log in memory): the shop says so instead of showing QUEUED for ever."""
+    queue_sale(10)
+    settings.QUEUE_STALE_AFTER_SECONDS = 1
+    client = shopper_with_cart(redis)
+    assert checkout(client, "q-lost-message").status_code == 202
+    assert queue_service.stale_queued() == {SKU: 0}
+
+    time.sleep(1.2)  # past the bound, and no writer ran
+
+    assert queue_service.stale_queued() == {SKU: 1}
+    call_command("shop_status")
+    assert "STALE 1" in capsys.readouterr().out
+    drain(1)
+    assert queue_service.stale_queued() == {SKU: 0} and queue_depths() == {SKU: 0}

@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from config.status import shop_status
@@ -24,8 +25,11 @@ class Command(BaseCommand):
             gate = "LOST" if sale.gate_remaining is None else sale.gate_remaining
             line = f"  {sale.sku:<20} {sale.mode:<6} gate {gate:<6} db {sale.available}/{sale.reserved}"
             line += f"  refused {sale.refused}"
-            if sale.mode == "queue":
-                line += f"  queued (not yet written) {status['queued'].get(sale.sku, 0)}"
+            queued, stale = status["queued"].get(sale.sku, 0), status["stale"].get(sale.sku, 0)
+            if sale.mode == "queue" or queued:
+                line += f"  queued (not yet written) {queued}"
+            if stale:
+                line += f"  STALE {stale} (queued over {settings.QUEUE_STALE_AFTER_SECONDS} s ago, not written)"
             w(line)
         if not status["flash_sales"]:
             w("  none")

