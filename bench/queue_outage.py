@@ -4,9 +4,10 @@
     python -m bench.queue_outage --rounds 1 --seconds 5
 
 gunicorn (2 workers x 4 threads) on a Kafka broker of the bench's own, a queue-mode flash sale of
-BENCH-QO-FLASH and 50 regular products. Per round, two phases with the same load: 150 buyers retrying
-queue checkouts (wrk, each request a new Idempotency-Key) and, from a second later, 8 connections of
-direct checkouts (wrk, each request a new shopper with one regular product in the cart):
+BENCH-QO-FLASH and 50 regular products. Per round, direct checkouts (wrk, 8 connections, each request
+a new shopper with one regular product in the cart) alone, then two phases with the same load: 150
+buyers retrying queue checkouts (wrk, each request a new Idempotency-Key) and, from a second later, the
+direct checkouts:
   up:   the broker answers (queue checkouts are 202s);
   down: the broker is stopped (queue checkouts are 503s).
 Goal: the direct checkouts' p99 with the broker down <= 2 x their p99 with it up (median of the rounds).
@@ -66,9 +67,12 @@ def free_port() -> int:
 
 
 def phase(server, args, direct: list, queue_buyers: list, tag: str):
-    """The two loads at once; (direct run, queue run)."""
+    """The two loads at once (the direct one alone without queue_buyers); (direct run, queue run or None)."""
     h.fill_carts([(s.user_id, {REGULAR[i % len(REGULAR)]: 1}) for i, s in enumerate(direct)] +
                  [(s.user_id, {FLASH: 1}) for s in queue_buyers])  # fmt: skip
+    if not queue_buyers:
+        return h.run_wrk(server, numbered=(f"qo{tag}d-", [s.token for s in direct], list(range(len(direct)))),
+                         duration=args.seconds, concurrency=DIRECT_CONNECTIONS, record=True), None  # fmt: skip
     queue_seconds = args.seconds + 2
     queue_requests = int(queue_seconds * 4000)  # more than the server can answer in that time
     who = [i % len(queue_buyers) for i in range(queue_requests)]
@@ -104,7 +108,7 @@ def main(argv=None) -> int:
     address = f"{h.HOST}:{port}"
     settings.KAFKA_BOOTSTRAP_SERVERS = address
     broker = start_broker(port)
-    ratios, p99s = [], {"up": [], "down": []}
+    ratios, p99s = [], {"alone": [], "up": [], "down": []}
     try:
         env = {**h.PRODUCTION_LIKE_ENV, **h.queue_topic(f"bench.qo.{run_id}"), "RATE_LIMIT_CHECKOUT": "1000000/min",
                "KAFKA_BOOTSTRAP_SERVERS": address}  # fmt: skip
@@ -119,16 +123,17 @@ def main(argv=None) -> int:
               f"QUEUE_ADMIT_TIMEOUT_MS {settings.QUEUE_ADMIT_TIMEOUT_MS}, "
               f"QUEUE_BREAKER_OPEN_SECONDS {settings.QUEUE_BREAKER_OPEN_SECONDS:g}")  # fmt: skip
         for n in range(1, args.rounds + 1):
-            for state in ("up", "down"):
-                if state == "up" and not broker.alive():
+            for state in ("alone", "up", "down"):
+                if state != "down" and not broker.alive():
                     broker = start_broker(port)
                     h.queue_topic(settings.KAFKA_CHECKOUT_TOPIC)  # the broker came back empty
                 if state == "down":
                     broker.stop()
                 with h.Gunicorn(env=env) as server:
-                    run, queue = phase(server, args, direct, buyers, f"{run_id}{n}{state}")
+                    run, queue = phase(server, args, direct, [] if state == "alone" else buyers, f"{run_id}{n}{state}")
                 p99s[state].append(run.p99_ms)
-                print(f"round {n}, broker {state}\n  {describe('direct', run)}\n  {describe('queue ', queue)}")
+                print(f"round {n}, " + ("direct checkouts alone" if queue is None else f"broker {state}") +
+                      f"\n  {describe('direct', run)}" + (f"\n  {describe('queue ', queue)}" if queue else ""))
                 h.delete_orders(everyone)
                 forget_queue(sku=FLASH)
             ratios.append(p99s["down"][-1] / p99s["up"][-1])
@@ -142,7 +147,8 @@ def main(argv=None) -> int:
         lock.close()
     ratio = statistics.median(ratios)
     met = ratio <= 2
-    print(f"\ndirect checkouts' p99, median of {len(ratios)}: broker up {statistics.median(p99s['up']):.1f} ms, "
+    print(f"\ndirect checkouts' p99, median of {len(ratios)}: alone {statistics.median(p99s['alone']):.1f} ms; "
+          f"with the queue buyers, broker up {statistics.median(p99s['up']):.1f} ms, "
           f"down {statistics.median(p99s['down']):.1f} ms; ratio {ratio:.2f} (every round: "
           f"{', '.join(f'{r:.2f}' for r in ratios)}); goal <= 2: {'met' if met else 'MISSED'}")  # fmt: skip
     return 1 if args.check and not met else 0

@@ -83,7 +83,7 @@ class QueueProducer:
     def __init__(self) -> None:
         self.breaker = Breaker(open_seconds=settings.QUEUE_BREAKER_OPEN_SECONDS)
         self._lock = threading.Lock()
-        self._producer: Producer | None = None
+        self._client: _Client | None = None
 
     def refuse_early(self) -> None:
         """QueueUnavailable at once while the breaker is open: before the request
@@ -98,12 +98,12 @@ class QueueProducer:
         if not self.breaker.allow():
             QUEUE_UNAVAILABLE.labels("breaker_open").inc()
             raise QueueUnavailable()
-        producer = None
+        client = None
         try:
-            producer = self._current()
-            _produce_and_wait(producer, topic=topic, key=key, value=value)
+            client = self._current()
+            client.send(topic=topic, key=key, value=value)
         except BaseException as error:
-            self._retire(producer)
+            self._retire(client)
             self.breaker.failed()
             QUEUE_UNAVAILABLE.labels("broker_error").inc()
             if isinstance(error, QueueUnavailable | KafkaException | BufferError):
@@ -111,50 +111,64 @@ class QueueProducer:
             raise
         self.breaker.succeeded()
 
-    def _current(self) -> Producer:
+    def _current(self) -> "_Client":
         with self._lock:
-            if self._producer is None:
-                self._producer = Producer(
-                    client_config(
-                        **{
-                            "acks": "all",
-                            "enable.idempotence": True,
-                            "linger.ms": 0,
-                            "message.timeout.ms": settings.QUEUE_ADMIT_TIMEOUT_MS,
-                            "allow.auto.create.topics": False,
-                            "error_cb": self._on_error,
-                        }
-                    )
-                )
-            return self._producer
+            if self._client is None:
+                self._client = _Client(on_down=self.breaker.failed)
+            return self._client
 
-    def _retire(self, producer: Producer | None) -> None:
+    def _retire(self, client: "_Client | None") -> None:
         """The next send builds a new producer; threads still waiting on this one keep it."""
         with self._lock:
-            if producer is not None and self._producer is producer:
-                self._producer = None
+            if client is not None and self._client is client:
+                self._client = None
+
+
+class _Client:
+    """One librdkafka producer, and whether it has reported all brokers down."""
+
+    def __init__(self, *, on_down) -> None:
+        self._on_down = on_down
+        self.brokers_down = threading.Event()
+        self.producer = Producer(
+            client_config(
+                **{
+                    "acks": "all",
+                    "enable.idempotence": True,
+                    "linger.ms": 0,
+                    "message.timeout.ms": settings.QUEUE_ADMIT_TIMEOUT_MS,
+                    "allow.auto.create.topics": False,
+                    "error_cb": self._on_error,
+                }
+            )
+        )
 
     def _on_error(self, error: KafkaError) -> None:
         if error.fatal() or error.code() == KafkaError._ALL_BROKERS_DOWN:
-            self.breaker.failed()
+            self.brokers_down.set()
+            self._on_down()
 
+    def send(self, *, topic: str, key: str, value: bytes) -> None:
+        delivered = threading.Event()
+        outcome: list[KafkaError | None] = []
 
-def _produce_and_wait(producer: Producer, *, topic: str, key: str, value: bytes) -> None:
-    delivered = threading.Event()
-    outcome: list[KafkaError | None] = []
+        def report(error: KafkaError | None, message) -> None:
+            outcome.append(error)
+            delivered.set()
 
-    def report(error: KafkaError | None, message) -> None:
-        outcome.append(error)
-        delivered.set()
-
-    producer.produce(topic, key=key, value=value, on_delivery=report)
-    deadline = time.monotonic() + settings.QUEUE_ADMIT_TIMEOUT_MS / 1000 + REPORT_GRACE_SECONDS
-    while not delivered.is_set() and time.monotonic() < deadline:
-        producer.poll(0.005)  # serves every thread's reports: each sets its own event
-    if not delivered.is_set():
-        raise QueueUnavailable()
-    if outcome[0] is not None:
-        raise KafkaException(outcome[0])
+        self.producer.produce(topic, key=key, value=value, on_delivery=report)
+        deadline = time.monotonic() + settings.QUEUE_ADMIT_TIMEOUT_MS / 1000 + REPORT_GRACE_SECONDS
+        while not delivered.is_set() and time.monotonic() < deadline:
+            self.producer.poll(0.005)  # serves every thread's reports: each sets its own event
+            if self.brokers_down.is_set():
+                # No broker to send to: what waits in librdkafka's queue was never sent, so it
+                # fails now (reported as purged) instead of at the timeout. In-flight messages
+                # are left to their reports: the broker may have them.
+                self.producer.purge(in_queue=True, in_flight=False, blocking=False)
+        if not delivered.is_set():
+            raise QueueUnavailable()
+        if outcome[0] is not None:
+            raise KafkaException(outcome[0])
 
 
 _queue_producer: QueueProducer | None = None

@@ -26,7 +26,13 @@ from orders.exceptions import (
 from orders.metrics import CHECKOUT_REFUSALS, IDEMPOTENT_REPLAYS, ORDERS_CREATED, QUEUE_ADMITTED
 from orders.models import Order, OrderItem, OrderStatus
 from orders.services.admission import admit_cart
-from orders.services.queue import QUEUED, QueuedLine, queue_checkout, queued_or_written_order
+from orders.services.queue import (
+    QUEUED,
+    QueuedLine,
+    queue_checkout,
+    queued_or_written_order,
+    refuse_while_broker_down,
+)
 from orders.services.slots import release_pending_slots, take_pending_slot
 from outbox.services import record_event
 from shop.selectors import cached_products
@@ -99,6 +105,7 @@ def place_order(
     With `rate_limited`, the shopper's checkout rate limit is counted by the
     same Redis call that reads the cart and passes the gate (RateLimited -> 429).
     """
+    refuse_while_broker_down(customer_id=customer_id)
     try:
         admission = admit_cart(customer_id=customer_id, idempotency_key=idempotency_key, rate_limited=rate_limited)
     except (RateLimited, gate.SoldOut, gate.LimitReached) as refused:

@@ -36,12 +36,15 @@ from django_redis import get_redis_connection
 from psycopg.types.json import Jsonb
 from redis.exceptions import RedisError
 
+from cart import storage
 from cart.storage import cart_key
 from core.db import copy_rows
+from core.hotcache import hot_cache
 from core.redis_scripts import load_lua, run_script
 from inventory import gate
 from inventory.models import Stock
 from inventory.services import lock_stock
+from inventory.services.flash_sales import queued_skus
 from orders.exceptions import IdempotencyKeyReused, QueueUnavailable
 from orders.metrics import (
     ORDERS_CREATED,
@@ -148,6 +151,19 @@ def allocate_order_id() -> int:
         ids = [row[0] for row in cursor.fetchall()]
     conn.rpush(IDS_KEY, *ids[1:])
     return ids[0]
+
+
+def refuse_while_broker_down(*, customer_id: int) -> None:
+    """QueueUnavailable for a cart with a queue-mode SKU while this process's
+    breaker says the queue's broker is down: before the gate takes units, the
+    address is read or the cart priced (one Redis read, no SQL), so that an
+    outage's refusals cost the web tier little. Nothing when the breaker is closed."""
+    queue = queued_skus()
+    if not queue or not queue_producer().breaker.refusing():
+        return
+    lines = storage.read_lines(customer_id=customer_id, generation=hot_cache.ensure_generation())
+    if not queue.isdisjoint(lines):
+        queue_producer().refuse_early()
 
 
 def queue_checkout(

@@ -8,6 +8,7 @@ import time
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from prometheus_client import REGISTRY
 
 from inventory import gate
@@ -57,6 +58,11 @@ def test_while_the_broker_is_down_queue_checkouts_are_refused_at_once_and_direct
     assert refused("broker_error") - waited == 1  # one request waited for the broker...
     assert refused("breaker_open") - at_once == 9  # ...the others were refused without touching Kafka
     assert queue_producer().breaker.is_open
+    buyer = shopper_with_cart(redis)
+    checkout(buyer, "warm")  # its token cached
+    with CaptureQueriesContext(connection) as captured:
+        assert checkout(buyer, "while-open").status_code == 503
+    assert captured.captured_queries == []  # refused before the gate, the address and the prices
     assert gate.counters(skus=[SKU])[SKU]["remaining"] == 10
     assert not redis.keys("queue:key:*") and not redis.keys("queue:order:*") and queue_depths() == {SKU: 0}
     assert checkout(shopper_with_cart(redis, {"REGULAR": 1}), "direct").status_code == 201
