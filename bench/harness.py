@@ -54,7 +54,6 @@ def setup() -> None:
     for key, value in PRODUCTION_LIKE_ENV.items():
         os.environ.setdefault(key, value)
     os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
-    os.environ.pop("PYTEST_VERSION", None)  # settings.TESTING would select the test Redis databases
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, lambda signum, frame: sys.exit(128 + signum))
     import django
@@ -96,7 +95,6 @@ class Child:
     def __init__(self, name: str, command: list[str], env: dict | None = None, *, pipe_stdout=False, group=False):
         self.name, self.command, self.pipe_stdout, self.group = name, command, pipe_stdout, group
         self.env = {**os.environ, **(env or {})}
-        self.env.pop("PYTEST_VERSION", None)
         self.log = tempfile.NamedTemporaryFile(prefix=f"bench-{name}-", suffix=".txt", delete=False)
         self.proc: subprocess.Popen | None = None
 

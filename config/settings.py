@@ -13,8 +13,11 @@ from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-# pytest (8.2+) sets PYTEST_VERSION: tests get their own Redis databases.
-TESTING = "PYTEST_VERSION" in os.environ
+# The test suite runs on config.test_settings, named in pyproject.toml (pytest-django
+# puts it in DJANGO_SETTINGS_MODULE, so processes the tests start inherit it): the
+# tests' own Redis databases, development secrets, no HTTPS redirect. Nothing else in
+# the environment (a test runner's PYTEST_VERSION, say) turns any of that on.
+TESTING = os.environ.get("DJANGO_SETTINGS_MODULE") == "config.test_settings"
 
 
 def env(name: str, default: str) -> str:

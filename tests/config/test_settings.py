@@ -113,6 +113,21 @@ def test_a_process_not_started_by_make_run_has_debug_off_and_needs_secrets():
     assert result.stdout.strip().splitlines()[-1] == "False"
 
 
+def test_a_test_runner_in_the_environment_weakens_nothing():
+    """PYTEST_VERSION (what pytest sets, and any process it starts inherits) is not
+    a reason to relax anything: only the settings module the suite names is."""
+    show = "from django.conf import settings as s; print(s.SECURE_SSL_REDIRECT, s.SECURE_HSTS_SECONDS, s.REDIS_URL)"
+    result = _start_django("shell", "-c", show, PYTEST_VERSION="8.3.0", DJANGO_SETTINGS_MODULE="config.settings")
+    assert result.returncode != 0 and "DEBUG is off and SECRET_KEY is not set" in result.stderr
+    result = _start_django(
+        "shell", "-c", show, PYTEST_VERSION="8.3.0", DJANGO_SETTINGS_MODULE="config.settings",
+        SECRET_KEY=STRONG_KEY, PAYMENT_WEBHOOK_SECRET=STRONG_WEBHOOK_SECRET,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-3:] == ["True", "31536000", "redis://127.0.0.1:6379/0"]
+    assert os.environ["DJANGO_SETTINGS_MODULE"] == "config.test_settings"  # how this suite chose its settings
+
+
 def test_process_refuses_to_start_with_debug_off_on_dev_secret():
     result = _start_django(DEBUG="0", SECRET_KEY=DEV_SECRET_KEY, PAYMENT_WEBHOOK_SECRET=STRONG_WEBHOOK_SECRET)
     assert result.returncode != 0
