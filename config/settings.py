@@ -313,6 +313,10 @@ if TESTING:
     PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # --- API --------------------------------------------------------------------
+# The OpenAPI schema (/api/schema/), Swagger UI (/api/docs/) and DRF's browsable
+# API: for developers, so on with DEBUG (and in tests) and off in production
+# unless asked for; with them off the API answers JSON only.
+API_DOCS = env_bool("API_DOCS", _DEVELOPMENT)
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "core.authentication.TokenAuthentication",
@@ -326,6 +330,10 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 20,
     "EXCEPTION_HANDLER": "core.exceptions.api_exception_handler",
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        *(["rest_framework.renderers.BrowsableAPIRenderer"] if API_DOCS else []),
+    ],
 }
 # API tokens (django-rest-knox): only a digest is stored; each expires.
 REST_KNOX = {

@@ -128,6 +128,25 @@ def test_a_test_runner_in_the_environment_weakens_nothing():
     assert os.environ["DJANGO_SETTINGS_MODULE"] == "config.test_settings"  # how this suite chose its settings
 
 
+def test_production_serves_no_api_docs_unless_asked():
+    show = (
+        "from django.urls import Resolver404, resolve\n"
+        "from rest_framework.settings import api_settings\n"
+        "def served(path):\n"
+        "    try:\n"
+        "        return resolve(path).url_name\n"
+        "    except Resolver404:\n"
+        "        return 'none'\n"
+        "print(served('/api/docs/'), served('/api/schema/'), len(api_settings.DEFAULT_RENDERER_CLASSES))"
+    )
+    secrets_ = {"SECRET_KEY": STRONG_KEY, "PAYMENT_WEBHOOK_SECRET": STRONG_WEBHOOK_SECRET}
+    result = _start_django("shell", "-c", show, **secrets_)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-3:] == ["None", "None", "1"]  # the API's JSON 404; JSON only, no browsable API
+    result = _start_django("shell", "-c", show, API_DOCS="1", **secrets_)
+    assert result.stdout.split()[-3:] == ["docs", "schema", "2"]
+
+
 def test_process_refuses_to_start_with_debug_off_on_dev_secret():
     result = _start_django(DEBUG="0", SECRET_KEY=DEV_SECRET_KEY, PAYMENT_WEBHOOK_SECRET=STRONG_WEBHOOK_SECRET)
     assert result.returncode != 0
