@@ -34,7 +34,9 @@ class OrderAdmin(admin.ModelAdmin):
     list_filter = ["status", "created_at"]
     search_fields = ["=id", "customer__username", "customer__email", "items__product__sku"]
     list_select_related = ["customer"]
-    readonly_fields = [
+    # An order is a snapshot of what was bought, for how much, shipped where: staff
+    # change it only through the actions (services), never by editing its fields.
+    fields = readonly_fields = [
         "customer", "idempotency_key", "request_hash", "status", "total_amount", "currency",
         "created_at", "expires_at", "paid_at", "shipped_at", "cancelled_at", "rejection_reason", "ship_to",
         "shipment_status", "events",
@@ -91,14 +93,17 @@ class OrderAdmin(admin.ModelAdmin):
             else:
                 self.message_user(request, f"Order {order.id}: {done}.", messages.SUCCESS)
 
-    @admin.action(description="Cancel selected pending orders (stock returned)")
+    def has_export_permission(self, request):
+        return request.user.has_perm("orders.export_order")
+
+    @admin.action(description="Cancel selected pending orders (stock returned)", permissions=["change"])
     def cancel_pending(self, request, queryset):
         self._each(
             request, queryset, OrderStatus.PENDING_PAYMENT,
             lambda order: cancel_pending_order(order_id=order.id), "cancelled, stock returned",
         )
 
-    @admin.action(description="Refund selected paid orders (stock returned)")
+    @admin.action(description="Refund selected paid orders (stock returned)", permissions=["change"])
     def refund_paid(self, request, queryset):
         self._each(
             request, queryset, OrderStatus.PAID,
@@ -106,13 +111,13 @@ class OrderAdmin(admin.ModelAdmin):
         )
 
 
-    @admin.action(description="Export selected orders as CSV (all matching ones: select them all)")
+    @admin.action(description="Export selected orders as CSV (all matching ones: select them all)", permissions=["export"])
     def export_csv(self, request, queryset):
         response = StreamingHttpResponse(csv_lines(queryset), content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = f'attachment; filename="orders-{timezone.now():%Y%m%d-%H%M%S}.csv"'
         return response
 
-    @admin.action(description="Mark selected paid orders shipped (reserved -> shipped)")
+    @admin.action(description="Mark selected paid orders shipped (reserved -> shipped)", permissions=["change"])
     def mark_shipped(self, request, queryset):
         self._each(
             request, queryset, OrderStatus.PAID,
@@ -143,7 +148,7 @@ class RefundAdmin(ReadOnlyAdmin):
     def get_readonly_fields(self, request, obj=None):
         return [field.name for field in Refund._meta.fields]
 
-    @admin.action(description="Retry selected failed refunds (a new attempt at the provider)")
+    @admin.action(description="Retry selected failed refunds (a new attempt at the provider)", permissions=["change"])
     def retry(self, request, queryset):
         retried = sum(retry_refund(refund_id=refund.id) for refund in queryset.filter(status=Refund.Status.FAILED))
         self.message_user(request, f"{retried} refund(s) requested again; {queryset.count() - retried} not failed")

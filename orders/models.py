@@ -45,6 +45,7 @@ class Order(models.Model):
     class Meta:
         db_table = "orders"
         ordering = ["-id"]
+        permissions = [("export_order", "Can export orders as CSV")]
         constraints = [
             models.UniqueConstraint(fields=["customer", "idempotency_key"], name="order_idempotency_key_unique"),
             models.CheckConstraint(condition=Q(status__in=OrderStatus.values), name="order_status_valid"),
