@@ -140,6 +140,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "core.requestid.RequestIdMiddleware",
     "core.views.ServiceErrorMiddleware",
+    "core.views.RefuseNulMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -1,9 +1,13 @@
-"""The API's JSON parser: DRF's, bounded in size and depth.
+"""The API's JSON parser: DRF's, bounded in size and depth, and text only.
 
 DRF reads a request's stream directly, so Django's DATA_UPLOAD_MAX_MEMORY_SIZE
 (checked only by `request.body`) does not protect it; and a body nested
 100,000 deep makes `json.load` raise RecursionError, which is no ValueError and
-would be a 500. Both become 4xx here, before any view sees the data.
+would be a 500. JSON may also spell a string that is not text: a lone surrogate
+("\\ud800", not encodable as UTF-8, so an error message echoing it could not be
+rendered). All of these become 4xx here, before any view sees the data. (NUL is
+text: DRF's fields refuse it where it would reach the database, and a signed
+webhook keeps it in fields the shop does not read.)
 """
 
 from django.conf import settings
@@ -28,22 +32,38 @@ class JSONParser(parsers.JSONParser):
             raise ParseError(f"JSON parse error - {exc}") from None
         except RecursionError:
             raise ParseError(f"JSON nested deeper than {MAX_DEPTH} levels.") from None
-        if _depth_exceeds(data, MAX_DEPTH):
-            raise ParseError(f"JSON nested deeper than {MAX_DEPTH} levels.")
+        _check(data)
         return data
 
 
-def _depth_exceeds(data, limit: int) -> bool:
+def _check(data) -> None:
+    """ParseError for a body nested deeper than MAX_DEPTH or holding a string
+    (key or value) with a lone surrogate."""
     level, containers = 0, [data]
+    _check_text(data)
     while containers:
         children = []
         for item in containers:
+            values = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
             if isinstance(item, dict):
-                children.extend(v for v in item.values() if isinstance(v, dict | list))
-            elif isinstance(item, list):
-                children.extend(v for v in item if isinstance(v, dict | list))
+                for key in item:
+                    _check_text(key)
+            for value in values:
+                if isinstance(value, dict | list):
+                    children.append(value)
+                else:
+                    _check_text(value)
         level += 1
-        if children and level >= limit:
-            return True
+        if children and level >= MAX_DEPTH:
+            raise ParseError(f"JSON nested deeper than {MAX_DEPTH} levels.")
         containers = children
-    return False
+
+
+def _check_text(value) -> None:
+    if not isinstance(value, str):
+        return
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ParseError("JSON strings may not contain lone surrogates (\\ud800-\\udfff).") from None

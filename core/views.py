@@ -44,3 +44,18 @@ class ServiceErrorMiddleware:
         if error is None:
             return None
         return JsonResponse(error_body(error.code, error.message, error.details), status=error.status)
+
+
+class RefuseNulMiddleware:
+    """A NUL in the path or the query string (`?status__exact=PAID%00`) is a 400:
+    PostgreSQL refuses it in text, so a filter or search passing it on would be a
+    500, and nothing the shop serves is named with one."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if "\x00" in request.path or any("\x00" in key or "\x00" in "".join(values)
+                                            for key, values in request.GET.lists()):  # fmt: skip
+            return JsonResponse(error_body(ErrorCode.INVALID, "NUL characters are not allowed in URLs."), status=400)
+        return self.get_response(request)

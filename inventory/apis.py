@@ -70,8 +70,8 @@ class CatalogApiView(HotCacheApiView):
 
     def finalize_response(self, request, response, *args, **kwargs):
         response = super().finalize_response(request, response, *args, **kwargs)
-        if response.status_code != 200:
-            return response
+        if request.method not in ("GET", "HEAD") or response.status_code != 200:
+            return response  # OPTIONS: DRF's metadata, not a page of the catalog
         set_response_etag(response)  # a 200 is remembered(): an HttpResponse, rendered
         patch_cache_control(response, public=True, max_age=settings.CATALOG_MAX_AGE_SECONDS)
         return get_conditional_response(request, etag=response.headers["ETag"], response=response)

@@ -111,7 +111,9 @@ class OrderAdmin(admin.ModelAdmin):
         )
 
 
-    @admin.action(description="Export selected orders as CSV (all matching ones: select them all)", permissions=["export"])
+    @admin.action(
+        description="Export selected orders as CSV (all matching ones: select them all)", permissions=["export"]
+    )
     def export_csv(self, request, queryset):
         response = StreamingHttpResponse(csv_lines(queryset), content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = f'attachment; filename="orders-{timezone.now():%Y%m%d-%H%M%S}.csv"'

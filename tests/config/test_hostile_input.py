@@ -261,3 +261,39 @@ def test_a_write_to_an_unrouted_api_path_is_a_json_404_not_a_csrf_page(method):
     client = Client(enforce_csrf_checks=True)  # as a real client: no CSRF exemption for tests
     response = getattr(client, method)("/api/cart/items/a%20b", b"{}", content_type="application/json")
     assert_json_error(response, 404, "not_found")
+
+
+# --- strings that are not text, methods nobody documents --------------------------------
+
+SURROGATE = '"\\ud800"'  # a lone surrogate, as JSON spells it
+
+
+@pytest.mark.parametrize(
+    "method,path,body",
+    [
+        ("put", "/api/auth/me/address", '{"name": "A", "line1": "B", "city": "C", "postal_code": "1", '
+                                        f'"country": {SURROGATE}, "phone": "+34 600"}}'),
+        ("post", "/api/orders", f'{{"shipping_address": {{"country": {SURROGATE}}}}}'),
+        ("put", "/api/cart/items/MUG", f'{{"quantity": 1, {SURROGATE}: 2}}'),
+    ],
+)
+def test_a_lone_surrogate_in_a_body_is_400(redis, method, path, body):
+    product_with_stock(sku="MUG", price=1200, available=3)
+    client = shopper_client()
+    response = getattr(client, method)(path, body, content_type="application/json", HTTP_IDEMPOTENCY_KEY="k-1")
+    assert_json_error(response, 400)
+    assert not Order.objects.exists()
+
+
+def test_a_lone_surrogate_in_a_signed_webhook_is_400_and_records_nothing(client, order):
+    body = webhook_body(order).replace(b'"succeeded"', SURROGATE.encode())
+    assert_json_error(send(client, "post", "/api/payments/webhook", body), 400)
+    assert not Payment.objects.exists()
+
+
+@pytest.mark.parametrize("path", ["/api/products", "/api/products/MUG", "/api/orders", "/api/cart", "/healthz"])
+@pytest.mark.parametrize("method", ["options", "head"])
+def test_options_and_head_answer_without_an_error(client, redis, method, path):
+    product_with_stock(sku="MUG", price=1200, available=3)
+    response = getattr(client, method)(path)
+    assert response.status_code < 500, (response.status_code, response.content[:300])
