@@ -78,6 +78,16 @@ def require_browser():
     return sync_playwright
 
 
+CSP = "content-security-policy"
+
+
+def watch_csp(page) -> list[str]:
+    """What the browser refuses under the pages' Content-Security-Policy, as it logs it."""
+    violations: list[str] = []
+    page.on("console", lambda message: "Content Security Policy" in message.text and violations.append(message.text))
+    return violations
+
+
 @pytest.mark.django_db(transaction=True)
 def test_stock_manager_receives_stock_in_the_browser(live_server):
     sync_playwright = require_browser()
@@ -93,9 +103,10 @@ def test_stock_manager_receives_stock_in_the_browser(live_server):
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 800})
             page.set_default_timeout(15_000)
+            violations = watch_csp(page)
             try:
                 # Log in through the real form.
-                page.goto(f"{live_server.url}/admin/login/")
+                assert "script-src 'self'" in page.goto(f"{live_server.url}/admin/login/").headers[CSP]
                 page.fill("#id_username", manager.username)
                 page.fill("#id_password", PASSWORD)
                 page.click("#login-form [type=submit]")
@@ -121,6 +132,7 @@ def test_stock_manager_receives_stock_in_the_browser(live_server):
                 expect(page.locator("ul.messagelist")).to_contain_text(f"{SKU}: now 12 available")
                 expect(row.locator("td.field-available")).to_have_text("12")
                 page.screenshot(path=str(SCREENSHOT), full_page=True)
+                assert violations == []
             except Exception:
                 try:  # what the browser showed when it went wrong; the original error still wins
                     page.screenshot(path=str(ARTIFACTS / "admin-stock-received-FAILED.png"), full_page=True)
@@ -161,6 +173,7 @@ def test_staff_watch_the_dashboard_and_a_live_flash_sale(live_server, redis):
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.set_default_timeout(15_000)
+            violations = watch_csp(page)
             page.goto(f"{live_server.url}/admin/login/")
             page.fill("#id_username", staff.username)
             page.fill("#id_password", PASSWORD)
@@ -179,6 +192,7 @@ def test_staff_watch_the_dashboard_and_a_live_flash_sale(live_server, redis):
             expect(page.locator("#gate_remaining")).to_have_text("7", timeout=10_000)  # refreshed in place
             expect(page.locator("#orders_last_minute")).to_have_text("1")
             page.screenshot(path=str(ARTIFACTS / "admin-flash-sale-live.png"), full_page=True)
+            assert violations == []  # the live page's script and the chart's style come from files
         finally:
             browser.close()
     assert (ARTIFACTS / "admin-dashboard.png").stat().st_size > 0
