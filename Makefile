@@ -22,6 +22,7 @@ run: install services migrate seed
 
 test: install services lint
 	@bash scripts/install_browser.sh
+	@bash scripts/install_nginx.sh
 	$(PY) -m pytest
 
 # Reinstall only when requirements.txt changed since the last install.
