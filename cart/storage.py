@@ -128,12 +128,14 @@ def guest_write_line(
     cart, live = guest_cart_keys(digest)
     per_token = ratelimit.window("guest_cart_write", digest)
     per_address = ratelimit.window(None if counted else "guest_cart_address", address)
+    new_carts = ratelimit.window("guest_cart_new", address)
     ttl = settings.GUEST_CART_TTL_SECONDS
     return _run(
         _GUEST_WRITE,
-        [cart, live, GENERATION_KEY, per_token.key, per_address.key],
+        [cart, live, GENERATION_KEY, per_token.key, per_address.key, new_carts.key],
         [generation, sku, quantity, ttl, settings.CART_MAX_LINES, per_token.limit, per_token.ms,
-         per_address.limit, per_address.ms, "1" if create else "0"],  # fmt: skip
+         per_address.limit, per_address.ms, "1" if create else "0", new_carts.limit, new_carts.ms,
+         min(settings.GUEST_CART_NEW_TTL_SECONDS, ttl)],  # fmt: skip
     )
 
 

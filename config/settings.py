@@ -294,6 +294,8 @@ CART_MAX_LINES = env_int("CART_MAX_LINES", 100)
 # How long a client or CDN may reuse a catalog answer (its `available` is a hint).
 CATALOG_MAX_AGE_SECONDS = env_int("CATALOG_MAX_AGE_SECONDS", 5)
 GUEST_CART_TTL_SECONDS = env_int("GUEST_CART_TTL_SECONDS", 7 * 24 * 3600)
+# A guest cart written once lives this long; its token's second write gives it GUEST_CART_TTL_SECONDS.
+GUEST_CART_NEW_TTL_SECONDS = env_int("GUEST_CART_NEW_TTL_SECONDS", 3600)
 CART_MAX_QUANTITY = env_int("CART_MAX_QUANTITY", 99)
 # Unpaid orders one shopper may hold at once (each reserves stock for 15 minutes).
 MAX_PENDING_ORDERS_PER_CUSTOMER = env_int("MAX_PENDING_ORDERS_PER_CUSTOMER", 3)
@@ -311,6 +313,7 @@ RATE_LIMITS = {
     "cart_write": env("RATE_LIMIT_CART_WRITE", "300/min"),
     "guest_cart_write": env("RATE_LIMIT_GUEST_CART_WRITE", "300/min"),  # per guest cart token
     "guest_cart_address": env("RATE_LIMIT_GUEST_CART_ADDRESS", "600/min"),  # guest cart writes per client address
+    "guest_cart_new": env("RATE_LIMIT_GUEST_CART_NEW", "50/day"),  # guest carts started per client address
     "auth": env("RATE_LIMIT_AUTH", "20/min"),
 }
 

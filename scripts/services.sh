@@ -74,7 +74,9 @@ redis_up() {
     local_host "$host" || fail "Redis at $host:$port does not answer; start it or fix REDIS_URL."
     command -v redis-server >/dev/null || fail "Redis is down and redis-server is missing: apt-get install redis-server, or set REDIS_URL."
     say "starting redis-server on 127.0.0.1:$port"
+    # volatile-lru: when full, only keys with a TTL go (docs/operations.md, Redis memory).
     redis-server --daemonize yes --bind 127.0.0.1 --port "$port" --save "" --appendonly no \
+      --maxmemory "${REDIS_MAXMEMORY:-512mb}" --maxmemory-policy volatile-lru \
       --dir "$PWD/$RUN_DIR" --pidfile "$PWD/$RUN_DIR/redis.pid" --logfile "$PWD/$RUN_DIR/redis.log" \
       || fail "redis-server did not start; see $RUN_DIR/redis.log."
     wait_for redis 10 port_open "$host" "$port" || fail "Redis did not open $host:$port within 10 s; see $RUN_DIR/redis.log."

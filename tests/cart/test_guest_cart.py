@@ -146,3 +146,22 @@ def test_a_shopper_token_wins_over_a_cart_token(redis):
     assert client.get("/api/cart", HTTP_CART_TOKEN=token).json()["items"] == []
     assert put(client, "A", 1, token).status_code == 200 and "Cart-Token" not in put(client, "A", 1, token)
     assert APIClient().get("/api/cart", HTTP_CART_TOKEN=token).json()["items"][0]["quantity"] == 2
+
+
+def test_a_guest_cart_written_once_lives_an_hour_and_one_address_starts_few_a_day(redis, settings):
+    product_with_stock(sku="A", available=5)
+    token = guest_cart({"A": 1})
+    cart, live = guest_cart_keys(_guest_digest(token))
+    assert 0 < redis.ttl(cart) <= 3600 and 0 < redis.ttl(live) <= 3600  # GUEST_CART_NEW_TTL_SECONDS
+    assert put(APIClient(), "A", 2, token).status_code == 200  # written again: a shopper, not a flood
+    assert redis.ttl(cart) > 6 * 24 * 3600 and redis.ttl(live) > 6 * 24 * 3600
+
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "guest_cart_new": "3/day", "guest_cart_address": "1000/min"}
+    one = "192.0.2.7"
+    first = put(APIClient(REMOTE_ADDR=one), "A", 1)
+    statuses = [first.status_code] + [put(APIClient(REMOTE_ADDR=one), "A", 1).status_code for _ in range(3)]
+    assert statuses == [200, 200, 200, 429]  # new carts (fresh tokens) from one address
+    refused = put(APIClient(REMOTE_ADDR=one), "A", 1)
+    assert refused.json()["error"]["code"] == "rate_limited"
+    assert put(APIClient(REMOTE_ADDR=one), "A", 3, first["Cart-Token"]).status_code == 200  # its carts go on
+    assert put(APIClient(REMOTE_ADDR="203.0.113.7"), "A", 1).status_code == 200  # another address
