@@ -44,8 +44,11 @@ PRODUCTION_LIKE_ENV = {
     "SECURE_SSL_REDIRECT": "0",
     "LOG_LEVEL": "WARNING",
     "MAX_PENDING_ORDERS_PER_CUSTOMER": "1000000000",  # bench shoppers hold many unpaid orders
+    "MAX_UNPAID_UNITS_PER_SKU": "1000000000",
+    "MAX_UNPAID_UNITS_PER_ADDRESS": "1000000000",
 }
-DEVELOPMENT_ENV = {"DEBUG": "1", "MAX_PENDING_ORDERS_PER_CUSTOMER": "1000000000"}
+DEVELOPMENT_ENV = {"DEBUG": "1", "MAX_PENDING_ORDERS_PER_CUSTOMER": "1000000000",
+                   "MAX_UNPAID_UNITS_PER_SKU": "1000000000", "MAX_UNPAID_UNITS_PER_ADDRESS": "1000000000"}
 
 
 def setup() -> None:
@@ -308,7 +311,7 @@ def fill_carts(carts: list[tuple[int, dict[str, int]]]) -> None:
 
 
 def delete_orders(customer_ids: list[int]) -> dict[str, int]:
-    """The one clean-up of bench orders: their open orders' reservations given back, their outbox
+    """The one clean-up of bench orders: their open orders' reservations and unpaid holds given back, their outbox
     events, refunds, payments, notifications, items and the orders deleted, the customers' pending
     slots freed; then their carts, checkout rate-limit windows, replay markers and queued checkouts
     (queue:key:{customer}:*, queue:order:{id}; written or not). Idempotent."""
@@ -316,6 +319,7 @@ def delete_orders(customer_ids: list[int]) -> dict[str, int]:
     from inventory import gate
     from orders.models import Notification, OrderItem, OrderStatus, Payment, Refund
     from orders.services import queue
+    from orders.services.holds import give_back_holds
 
     holding = [str(OrderStatus.PENDING_PAYMENT), str(OrderStatus.PAID)]  # a cancelled order gave it back
     connection.close_if_unusable_or_obsolete()  # a failed run may leave a broken connection behind
@@ -330,6 +334,7 @@ def delete_orders(customer_ids: list[int]) -> dict[str, int]:
                   WHERE o.id = ANY(%s) AND o.status = ANY(%s) GROUP BY i.sku) AS r
             WHERE s.sku = r.sku""", [ids, holding])  # fmt: skip
         restored = cursor.rowcount
+        give_back_holds(order_ids=[i for i, *_ in orders])  # before the items go: it reads them
         cursor.execute("DELETE FROM outbox_events WHERE aggregate_type = 'order' AND aggregate_id = ANY(%s)",
                        [[str(i) for i in ids]])  # fmt: skip
         events = cursor.rowcount

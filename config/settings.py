@@ -299,6 +299,13 @@ GUEST_CART_NEW_TTL_SECONDS = env_int("GUEST_CART_NEW_TTL_SECONDS", 3600)
 CART_MAX_QUANTITY = env_int("CART_MAX_QUANTITY", 99)
 # Unpaid orders one shopper may hold at once (each reserves stock for 15 minutes).
 MAX_PENDING_ORDERS_PER_CUSTOMER = env_int("MAX_PENDING_ORDERS_PER_CUSTOMER", 3)
+# Hoarding: units of one SKU that unpaid orders may hold, per account and per client
+# address (all its accounts together); an account younger than NEW_ACCOUNT_SECONDS
+# gets NEW_ACCOUNT_PAYMENT_TIMEOUT_SECONDS to pay (docs/architecture.md, Hoarding).
+MAX_UNPAID_UNITS_PER_SKU = env_int("MAX_UNPAID_UNITS_PER_SKU", 10)
+MAX_UNPAID_UNITS_PER_ADDRESS = env_int("MAX_UNPAID_UNITS_PER_ADDRESS", 20)
+NEW_ACCOUNT_SECONDS = env_int("NEW_ACCOUNT_SECONDS", 3600)
+NEW_ACCOUNT_PAYMENT_TIMEOUT_SECONDS = env_int("NEW_ACCOUNT_PAYMENT_TIMEOUT_SECONDS", 300)
 LOW_STOCK_THRESHOLD = env_int("LOW_STOCK_THRESHOLD", 10)
 HEALTH_CHECK_TIMEOUT_SECONDS = float(env("HEALTH_CHECK_TIMEOUT_SECONDS", "1.0"))
 # GET /metrics needs `Authorization: Bearer <METRICS_TOKEN>`; unset, it is open with DEBUG on and 404 without.

@@ -55,7 +55,8 @@ def remember_tokens(tokens: Iterable[AuthToken]) -> None:
             if ttl <= 0:
                 continue
             fields = {"id": user.id, "username": user.username, "email": user.email,
-                      "is_active": user.is_active, "is_staff": user.is_staff}  # fmt: skip
+                      "is_active": user.is_active, "is_staff": user.is_staff,
+                      "date_joined": user.date_joined.isoformat()}  # fmt: skip
             pipe.set(_redis_key(token.digest), json.dumps({"user": fields, "expiry": expiry}), ex=ttl)
         pipe.execute()
 
@@ -112,7 +113,10 @@ class CachedTokenAuthentication(TokenAuthentication):
         if raw is None:
             return None
         cached = json.loads(raw)
-        user = get_user_model()(**cached["user"])
+        fields = cached["user"]
+        joined = fields.pop("date_joined", None)  # absent from entries written before it was kept
+        user = get_user_model()(**fields)
+        user.date_joined = datetime.fromisoformat(joined) if joined else None  # None: unknown, not "now"
         user._state.adding = False
         if not user.is_active:
             raise AuthenticationFailed("User inactive or deleted.")

@@ -63,6 +63,7 @@ class ErrorCode(StrEnum):
     QUEUE_UNAVAILABLE = "queue_unavailable"
     SKU_UNAVAILABLE = "sku_unavailable"
     TOO_MANY_PENDING_ORDERS = "too_many_pending_orders"
+    HOLD_LIMIT_REACHED = "hold_limit_reached"
     ORDER_NOT_CANCELLABLE = "order_not_cancellable"
     ORDER_NOT_REFUNDABLE = "order_not_refundable"
     ORDER_NOT_SHIPPABLE = "order_not_shippable"

@@ -12,6 +12,7 @@ from rest_framework.viewsets import ViewSetMixin
 from core.authentication import CachedTokenAuthentication
 from core.hotcache import HotCacheApiView, hot_cache
 from core.openapi import BODY_ERRORS, ERRORS, page_serializer
+from core.ratelimit import client_address
 from orders.exceptions import IdempotencyKeyInvalid, IdempotencyKeyMissing
 from orders.models import OrderStatus
 from orders.selectors import customer_orders
@@ -152,7 +153,8 @@ class OrdersApi(ViewSetMixin, HotCacheApiView):
             given.is_valid(raise_exception=True)
             address = given.validated_data.get("shipping_address")
         result = place_order(
-            customer_id=request.user.id, idempotency_key=key, rate_limited=True, shipping_address=address
+            customer_id=request.user.id, idempotency_key=key, rate_limited=True, shipping_address=address,
+            client_address=client_address(request), account_created_at=request.user.date_joined,
         )
         body = OrderOutputSerializer(result.order).data
         headers = {"Idempotent-Replayed": "true"} if result.replayed else {}

@@ -68,6 +68,12 @@ class TooManyPendingOrders(DomainError):
     message = "You have too many orders awaiting payment: pay or cancel one first."
 
 
+class HoldLimitReached(DomainError):
+    code = ErrorCode.HOLD_LIMIT_REACHED
+    status = 409
+    message = "Unpaid orders already hold as many units of this product as one shopper may: pay or cancel one first."
+
+
 class QueueUnavailable(DomainError):
     code = ErrorCode.QUEUE_UNAVAILABLE
     status = 503

@@ -38,6 +38,10 @@ class Order(models.Model):
     # Where it goes, as it was at checkout (editing the saved address later changes
     # no order). Null only on orders placed before addresses existed.
     shipping_address = models.JSONField(null=True, blank=True)
+    # The client address checkout saw, and whether the order holds units in
+    # UnpaidHold (direct checkouts do; queued ones are bounded by the sale's gate).
+    hold_address = models.CharField(max_length=64, blank=True, default="", db_default="")
+    holds_units = models.BooleanField(default=False, db_default=False)
     rejection_reason = models.CharField(max_length=40, blank=True, default="", db_default="")  # REJECTED: why
 
     objects = OrderQuerySet.as_manager()
@@ -90,6 +94,30 @@ class PendingOrderCount(models.Model):
 
     def __str__(self) -> str:
         return f"customer {self.customer_id}: {self.pending} pending"
+
+
+class UnpaidHold(models.Model):
+    """Units of one SKU that unpaid orders hold, per holder: a customer
+    ("customer:42") or a client address ("address:192.0.2.1"), so that neither
+    one account nor many accounts from one address can keep a product off sale.
+    Checkout adds an order's units within the holder's cap (orders/services/holds.py);
+    the order leaving PENDING_PAYMENT takes them off."""
+
+    holder = models.CharField(max_length=80)
+    product = models.ForeignKey("shop.Product", on_delete=models.CASCADE, db_column="sku", related_name="+")
+    units = models.IntegerField()
+    cap = models.IntegerField()  # the cap in force when units last grew
+
+    class Meta:
+        db_table = "order_unpaid_holds"
+        constraints = [
+            models.UniqueConstraint(fields=["holder", "product"], name="unpaid_hold_unique"),
+            models.CheckConstraint(condition=Q(units__gte=0), name="unpaid_hold_not_negative"),
+            models.CheckConstraint(condition=Q(units__lte=F("cap")), name="unpaid_hold_within_cap"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.holder} holds {self.units} x {self.product_id}"
 
 
 class QueuedOrderAlias(models.Model):

@@ -39,6 +39,12 @@ def generous_rate_limits(settings):
 
 
 @pytest.fixture(autouse=True)
+def generous_holds(settings):
+    """Unpaid-hold caps out of the way; tests of hoarding set their own."""
+    settings.MAX_UNPAID_UNITS_PER_SKU = settings.MAX_UNPAID_UNITS_PER_ADDRESS = 1_000_000
+
+
+@pytest.fixture(autouse=True)
 def consumer_handlers():
     """The consumers' handler registry (outbox.consumers.HANDLERS) as the apps left it,
     whatever a test registers: restored in place, since the runner reads that very dict."""

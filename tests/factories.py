@@ -31,6 +31,9 @@ class UserFactory(factory.django.DjangoModelFactory[AbstractUser]):
     username = factory.Sequence(lambda n: f"shopper{n}")
     email = factory.LazyAttribute(lambda u: f"{u.username}@example.com")
     password = factory.django.Password(PASSWORD)
+    # A shopper of some standing: accounts made minutes ago get a shorter time to pay
+    # (NEW_ACCOUNT_SECONDS); a test of that makes its user with date_joined=timezone.now().
+    date_joined = factory.LazyFunction(lambda: timezone.now() - timedelta(days=30))
     # A shopper can check out without sending an address: they have a saved one.
     address = factory.RelatedFactory("tests.factories.AddressFactory", factory_related_name="customer")
 

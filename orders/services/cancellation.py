@@ -14,6 +14,7 @@ from inventory.services.flash_sales import gated_skus
 from orders.exceptions import OrderNotCancellable, OrderNotFound, OrderNotRefundable, OrderNotShippable
 from orders.metrics import ORDERS_EXPIRED
 from orders.models import Order, OrderItem, OrderStatus, Payment, Refund
+from orders.services.holds import give_back_holds
 from orders.services.payments import request_refund
 from orders.services.slots import release_pending_slots
 from orders.transitions import move_orders, sources
@@ -49,6 +50,7 @@ def _cancel_locked(orders: list[tuple[int, int]], *, reason: str, now: datetime)
     data = [{"order_id": order_id, "customer_id": customer, "reason": reason} for order_id, customer in orders]
     record_events([NewEvent("order", each["order_id"], "OrderCancelled", each) for each in data])
     release_pending_slots(customer_ids=[customer for _, customer in orders])
+    give_back_holds(order_ids=ids)
     return_reserved_stock(lines=reserved_lines(order_ids=ids))
     _reopen_gate_units(order_ids=ids)
     return ids

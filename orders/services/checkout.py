@@ -2,7 +2,7 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -17,6 +17,7 @@ from inventory.services import reserve_stock
 from inventory.services.flash_sales import queued_skus
 from orders.exceptions import (
     CartEmpty,
+    HoldLimitReached,
     IdempotencyKeyReused,
     OrderNotFound,
     ProductUnavailable,
@@ -26,6 +27,7 @@ from orders.exceptions import (
 from orders.metrics import CHECKOUT_REFUSALS, IDEMPOTENT_REPLAYS, ORDERS_CREATED, QUEUE_ADMITTED
 from orders.models import Order, OrderItem, OrderStatus
 from orders.services.admission import admit_cart
+from orders.services.holds import take_holds
 from orders.services.queue import (
     QUEUED,
     QueuedLine,
@@ -93,7 +95,8 @@ def _replay(order: Order, request_hash: str | None) -> PlacedOrder:
 
 
 def place_order(
-    *, customer_id: int, idempotency_key: str, rate_limited: bool = False, shipping_address: dict | None = None
+    *, customer_id: int, idempotency_key: str, rate_limited: bool = False, shipping_address: dict | None = None,
+    client_address: str = "", account_created_at: datetime | None = None,
 ) -> PlacedOrder:
     """Turn the shopper's cart into a PENDING_PAYMENT order, reserving its stock,
     shipped to `shipping_address` (validated by the caller) or else to the
@@ -104,6 +107,9 @@ def place_order(
     Flash-sale SKUs pass the Redis gate first: a refusal costs no SQL at all.
     With `rate_limited`, the shopper's checkout rate limit is counted by the
     same Redis call that reads the cart and passes the gate (RateLimited -> 429).
+    A direct order's units count against the shopper's and the client address's
+    unpaid holds (HoldLimitReached -> 409), and an account younger than
+    NEW_ACCOUNT_SECONDS gets NEW_ACCOUNT_PAYMENT_TIMEOUT_SECONDS to pay.
     """
     refuse_while_broker_down(customer_id=customer_id)
     try:
@@ -134,12 +140,13 @@ def place_order(
             )
         else:
             result = _create_order(
-                customer_id=customer_id, idempotency_key=idempotency_key, lines=lines, gated=gated, address=address
+                customer_id=customer_id, idempotency_key=idempotency_key, lines=lines, gated=gated, address=address,
+                client_address=client_address, payment_timeout=_payment_timeout(account_created_at),
             )
     except BaseException as error:
         if admitted:
             _release_best_effort(customer_id, gated)
-        if isinstance(error, OutOfStock | TooManyPendingOrders):
+        if isinstance(error, OutOfStock | TooManyPendingOrders | HoldLimitReached):
             CHECKOUT_REFUSALS.labels(error.code).inc()
         raise
     if result.replayed:
@@ -173,8 +180,18 @@ def _queue_order(
     return PlacedOrder(order=order, replayed=replayed, queued=order.status == QUEUED)
 
 
+def _payment_timeout(account_created_at: datetime | None) -> int:
+    """Seconds to pay: shorter for an account made minutes ago (a fresh account is
+    the cheapest way to hold stock without paying)."""
+    new = account_created_at is not None and timezone.now() - account_created_at < timedelta(
+        seconds=settings.NEW_ACCOUNT_SECONDS
+    )
+    return settings.NEW_ACCOUNT_PAYMENT_TIMEOUT_SECONDS if new else settings.ORDER_PAYMENT_TIMEOUT_SECONDS
+
+
 def _create_order(
-    *, customer_id: int, idempotency_key: str, lines: dict[str, int], gated: dict[str, int], address: dict
+    *, customer_id: int, idempotency_key: str, lines: dict[str, int], gated: dict[str, int], address: dict,
+    client_address: str, payment_timeout: int,
 ) -> PlacedOrder:
     priced = _price_cart(lines)
     currency = settings.SHOP_CURRENCY
@@ -188,8 +205,10 @@ def _create_order(
         total_amount=sum(line.quantity * line.unit_price for line in priced),
         currency=currency,
         created_at=now,
-        expires_at=now + timedelta(seconds=settings.ORDER_PAYMENT_TIMEOUT_SECONDS),
+        expires_at=now + timedelta(seconds=payment_timeout),
         shipping_address=address,
+        hold_address=client_address,
+        holds_units=True,
     )
     items = [
         OrderItem(order=order, product_id=li.sku, name=li.name, quantity=li.quantity, unit_price=li.unit_price)
@@ -208,6 +227,7 @@ def _create_order(
             return _replay(
                 _existing_order(customer_id=customer_id, idempotency_key=idempotency_key), request_hash=request_hash
             )
+        take_holds(customer_id=customer_id, address=client_address, lines={li.sku: li.quantity for li in priced})
         OrderItem.objects.bulk_create(items)
         record_event(
             aggregate_type="order",

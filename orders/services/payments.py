@@ -6,6 +6,7 @@ from django.utils import timezone
 from core.db import insert_unless_exists
 from orders.metrics import PAYMENTS, REFUNDS_REQUESTED
 from orders.models import Order, OrderStatus, Payment, Refund
+from orders.services.holds import give_back_holds
 from orders.services.slots import release_pending_slots
 from orders.transitions import move_orders
 from outbox.services import record_event
@@ -86,6 +87,7 @@ def handle_payment_webhook(
     else:
         if move_orders([order.id], OrderStatus.PAID, at=now):
             release_pending_slots(customer_ids=[order.customer_id])
+            give_back_holds(order_ids=[order.id])
             _announce_paid(order=order, payment=payment, paid_at=now)
         else:
             refund_reason = Refund.Reason.ORDER_NOT_PENDING

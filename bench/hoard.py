@@ -1,0 +1,81 @@
+"""The hoard probe (issue 25; bench/README.md): how many units of one SKU can one client
+address keep off sale with fresh accounts and unpaid orders?
+
+    python -m bench.hoard [--accounts 10] [--stock 145]
+
+One SKU with --stock units; --accounts accounts made just now, all checking out from one
+address. Each account places as many unpaid orders as it may (MAX_PENDING_ORDERS_PER_CUSTOMER),
+each for as many units as it can get: 99 (a cart line's most), else the largest quantity
+that is not refused. Run twice: with the anti-hoarding caps out of reach (before), and with
+the settings' caps (after). Prints the units held and for how long they are held.
+"""
+
+import argparse
+import sys
+import uuid
+
+from django.conf import settings
+from django.utils import timezone
+
+from bench import harness as h
+
+PREFIX = "BENCH-HOARD-"
+SKU, ADDRESS = f"{PREFIX}MUG", "192.0.2.99"
+
+
+def probe(accounts: list[int], *, caps: dict, run: str) -> tuple[int, float]:
+    """(units held, seconds until the first of them is back on sale)."""
+    from core.exceptions import DomainError
+    from orders.models import Order
+    from orders.services import place_order
+
+    for name, value in caps.items():
+        setattr(settings, name, value)
+    held, joined = 0, timezone.now()
+    for n, customer in enumerate(accounts):
+        for attempt in range(settings.MAX_PENDING_ORDERS_PER_CUSTOMER):
+            for quantity in (99, 50, 20, 10, 5, 2, 1):
+                h.fill_carts([(customer, {SKU: quantity})])
+                try:
+                    place_order(customer_id=customer, idempotency_key=f"{run}-{n}-{attempt}-{quantity}",
+                                client_address=ADDRESS, account_created_at=joined)  # fmt: skip
+                except DomainError:
+                    continue
+                held += quantity
+                break
+    first = Order.objects.filter(customer_id__in=accounts, status="PENDING_PAYMENT").order_by("expires_at").first()
+    return held, (first.expires_at - first.created_at).total_seconds() if first else 0.0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.hoard", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--accounts", type=int, default=10)
+    p.add_argument("--stock", type=int, default=145)
+    args = p.parse_args(argv)
+    h.setup()
+    from inventory.services.stock import set_available_stock
+
+    accounts = h.ensure_users(args.accounts, prefix=f"{PREFIX}A")
+    run = uuid.uuid4().hex[:8]
+    h.ensure_products([SKU], 0)
+    # The settings' defaults (the bench harness lifts them for the other benches' shoppers).
+    after = {"MAX_UNPAID_UNITS_PER_SKU": 10, "MAX_UNPAID_UNITS_PER_ADDRESS": 20, "MAX_PENDING_ORDERS_PER_CUSTOMER": 3,
+             "NEW_ACCOUNT_PAYMENT_TIMEOUT_SECONDS": 300}
+    before = {"MAX_UNPAID_UNITS_PER_SKU": 10**9, "MAX_UNPAID_UNITS_PER_ADDRESS": 10**9,
+              "MAX_PENDING_ORDERS_PER_CUSTOMER": 3, "NEW_ACCOUNT_PAYMENT_TIMEOUT_SECONDS": 900}  # fmt: skip
+    print(f"hoard probe {run}: one address, {args.accounts} accounts made just now, {SKU} with {args.stock} units")
+    try:
+        for name, caps in (("before (no unpaid-hold caps)", before), ("after (the settings' caps)", after)):
+            h.delete_orders(accounts)
+            set_available_stock(sku=SKU, available=args.stock, note="hoard probe")
+            held, hold_seconds = probe(accounts, caps=caps, run=f"{run}-{name[:5]}")
+            print(f"  {name}: {held} of {args.stock} units held unpaid ({held / args.stock:.0%}), for "
+                  f"{hold_seconds:.0f} s; caps {caps}")  # fmt: skip
+    finally:
+        h.delete_orders(accounts)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
