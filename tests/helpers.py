@@ -232,3 +232,18 @@ def start_broker(port: int, log) -> subprocess.Popen:
             time.sleep(0.2)
     broker.kill()
     raise AssertionError("the test broker did not start")
+
+
+def run_until_stopped(runner, stop: threading.Event) -> threading.Thread:
+    """runner.run(should_stop=stop.is_set) in a thread of its own (a consumer, the
+    queue's writer), its database connection closed when it returns."""
+
+    def run() -> None:
+        try:
+            runner.run(should_stop=stop.is_set)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread

@@ -27,7 +27,7 @@ from orders.services import queue as queue_service
 from orders.services.queue import QueuedLine, QueuedRequest, allocate_order_id, queue_depths, write_batch
 from outbox.models import OutboxEvent
 from tests.factories import SHIPPING_ADDRESS, UserFactory, product_with_stock
-from tests.helpers import expire_now, fill_cart, post_webhook, shopper_client, wait_until
+from tests.helpers import expire_now, fill_cart, post_webhook, run_until_stopped, shopper_client, wait_until
 from tests.orders.conftest import SKU, checkout, drain, queue_sale, shopper_with_cart, stock
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.kafka, pytest.mark.usefixtures("queue_topic")]
@@ -370,16 +370,8 @@ def test_a_redis_error_in_the_clean_up_keeps_the_batch_until_the_clean_up_is_don
         real(outcomes)
 
     monkeypatch.setattr(queue_service, "clean_up", clean_up)
-    writer, stop = QueueWriter(), threading.Event()
-
-    def run():
-        try:
-            writer.run(should_stop=stop.is_set)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
+    stop = threading.Event()
+    thread = run_until_stopped(QueueWriter(), stop)
     try:
         assert wait_until(lambda: queue_depths() == {SKU: 0}, 30)
     finally:

@@ -22,7 +22,7 @@ from outbox.consumers import EventConsumer, failed_service
 from outbox.models import OutboxEvent
 from outbox.topics import dead_letter_topic, ensure_topics
 from tests.factories import UserFactory, product_with_stock
-from tests.helpers import free_port, place_pending_order, post_webhook, start_broker, wait_until
+from tests.helpers import free_port, place_pending_order, post_webhook, run_until_stopped, start_broker, wait_until
 from tests.outbox.conftest import read_topic
 
 PG_CLUSTER = ["15", "main"]
@@ -77,18 +77,6 @@ def produce(topic: str, message: tuple[bytes, bytes]) -> None:
     assert producer.flush(10) == 0
 
 
-def start_consumer(consumer: EventConsumer, stop: threading.Event) -> threading.Thread:
-    def run() -> None:
-        try:
-            consumer.run(should_stop=stop.is_set)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
-
-
 def lines(caplog, text: str) -> int:
     return sum(text in record.getMessage() for record in caplog.records)
 
@@ -104,7 +92,7 @@ def test_a_database_restart_under_a_consumer_delays_the_shipment_and_dead_letter
     held = order_paid_message(during)  # read now: while PostgreSQL is down this process cannot
     produce(kafka_topic, order_paid_message(before))
     warehouse, stop = EventConsumer(name="warehouse"), threading.Event()
-    thread = start_consumer(warehouse, stop)
+    thread = run_until_stopped(warehouse, stop)
     try:
         # Its first shipment leaves the consumer a connection that the restart breaks.
         assert wait_until(lambda: warehouse.processed == 1, 30)
@@ -144,7 +132,7 @@ def test_a_kafka_outage_is_logged_once_and_so_is_the_recovery(settings, caplog, 
     ensure_topics(topics=[topic, dead_letter_topic(topic)])
     consumer, stop = EventConsumer(name="warehouse"), threading.Event()
     seen = ignored()
-    thread = start_consumer(consumer, stop)
+    thread = run_until_stopped(consumer, stop)
     try:
         body = {"event_id": str(uuid.uuid4()), "event_type": "NotForTheWarehouse", "aggregate_type": "order",
                 "aggregate_id": "1", "occurred_at": "2026-01-01T00:00:00+00:00", "data": {}}  # fmt: skip
