@@ -85,12 +85,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 def queued(n: int, customers: list[int], tag: str) -> tuple[list[int], list[tuple[bytes, bytes]]]:
     """n admitted checkouts of the hot SKU as the API hands them to Kafka (key: the SKU), their ids from
     the orders' sequence as allocate_order_id() takes them (here in one statement); (ids, messages)."""
-    from orders.services.queue import SKUS_KEY, QueuedLine, QueuedRequest, pending_key
+    from orders.services.builder import PricedLine
+    from orders.services.queue import SKUS_KEY, QueuedRequest, pending_key
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT nextval(pg_get_serial_sequence('orders', 'id')) FROM generate_series(1, %s)", [n])
         ids = [row[0] for row in cursor.fetchall()]
-    currency, lines = settings.SHOP_CURRENCY, [QueuedLine(HOT, NAME, 1, PRICE)]
+    currency, lines = settings.SHOP_CURRENCY, [PricedLine(HOT, NAME, 1, PRICE)]
     address = h.BENCH_ADDRESS  # each shopper's saved one (harness.ensure_users)
     digest = hashlib.sha256(json.dumps([currency, [(HOT, 1, PRICE)], address], sort_keys=True).encode()).hexdigest()
     redis, now = get_redis_connection("default"), time.time()  # pending, as queue_checkout counts them

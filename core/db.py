@@ -1,4 +1,4 @@
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import cache
 
 from django.db import connection, models
@@ -19,23 +19,63 @@ def _insert_sql(model: type[models.Model], conflict_fields: tuple[str, ...]) -> 
     return sql, fields
 
 
-def insert_unless_exists(instance: models.Model, *, conflict_fields: list[str]) -> int | None:
+@cache
+def _with_children_sql(
+    model: type[models.Model], conflict_fields: tuple[str, ...], child_model: type[models.Model]
+) -> tuple[str, list[models.Field], models.Field, list[models.Field]]:
+    """The parent's INSERT as a data-modifying CTE, the children inserted from
+    it with one array per column: no parent row (a conflict), no children."""
+    parent_sql, fields = _insert_sql(model, conflict_fields)
+    link = next(f for f in child_model._meta.concrete_fields if f.is_relation and f.related_model is model)
+    child_fields = [f for f in child_model._meta.concrete_fields if not f.primary_key and f is not link]
+    quote = connection.ops.quote_name
+    pk = quote(model._meta.pk.column)
+    columns = ", ".join(quote(f.column) for f in [link, *child_fields])
+    arrays = ", ".join(f"%s::{f.db_type(connection)}[]" for f in child_fields)
+    sql = (
+        f"WITH parent AS ({parent_sql}), children AS ("
+        f"INSERT INTO {quote(child_model._meta.db_table)} ({columns}) "
+        f"SELECT parent.{pk}, child.* FROM parent, unnest({arrays}) AS child RETURNING 1) "
+        f"SELECT {pk} FROM parent"
+    )
+    return sql, fields, link, child_fields
+
+
+def insert_unless_exists(
+    instance: models.Model, *, conflict_fields: list[str], children: Sequence[models.Model] = ()
+) -> int | None:
     """INSERT ... ON CONFLICT (conflict_fields) DO NOTHING RETURNING id.
 
     The unique index decides who wins: a concurrent twin waits for the winner's
     transaction and then finds the key taken. Returns the new primary key, or
     None when a row with the same key exists. One statement, no savepoint.
+
+    `children`, rows of one model with a foreign key to the instance (an order's
+    items), are inserted by the same statement when the instance is, and not at
+    all when it is not: a k-line checkout sends one statement for the order and
+    its items where bulk_create added a second (bench/checkout.py counts them).
     """
-    sql, fields = _insert_sql(type(instance), tuple(conflict_fields))
-    values = [f.get_db_prep_save(f.pre_save(instance, add=True), connection) for f in fields]
+    if not children:
+        sql, fields = _insert_sql(type(instance), tuple(conflict_fields))
+        values = _prepared(fields, instance)
+    else:
+        sql, fields, link, child_fields = _with_children_sql(type(instance), tuple(conflict_fields), type(children[0]))
+        values = _prepared(fields, instance) + [[_prepared([f], child)[0] for child in children] for f in child_fields]
     with connection.cursor() as cursor:
         cursor.execute(sql, values)
         row = cursor.fetchone()
     if row:
         instance.pk = row[0]
         instance._state.adding = False
+        for child in children:
+            setattr(child, link.attname, row[0])
+            child._state.adding = False
         return row[0]
     return None
+
+
+def _prepared(fields: list[models.Field], instance: models.Model) -> list:
+    return [f.get_db_prep_save(f.pre_save(instance, add=True), connection) for f in fields]
 
 
 def copy_rows(model: type[models.Model], fields: list[str], rows: Iterable[tuple]) -> None:

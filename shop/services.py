@@ -1,3 +1,5 @@
+import json
+import logging
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -7,12 +9,16 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.password_validation import validate_password
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from django_redis import get_redis_connection
 from knox.models import AuthToken
+from redis.exceptions import RedisError
 
+from core.exceptions import CacheUnavailable
 from shop.exceptions import InvalidCredentials, UsernameTaken, WrongPassword
 from shop.models import ADDRESS_FIELDS, Address
 
 User = get_user_model()
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -73,13 +79,49 @@ def change_password(*, user: AbstractBaseUser, current_token: AuthToken, old_pas
     user.save(update_fields=["password"])
 
 
-def default_address(*, customer_id: int) -> dict | None:
-    """The shopper's saved address as a dict of ADDRESS_FIELDS, or None."""
+# The saved address, kept in Redis beside the cart so that checkout reads it in
+# the admission script's round-trip instead of a statement of its own. The
+# database is the truth: a key Redis lost (evicted, restarted) is filled again
+# from it; "null" remembers that a shopper has none.
+ADDRESS_KEPT_SECONDS = 24 * 3600
+
+
+def address_key(customer_id: int) -> str:
+    return f"address:{customer_id}"
+
+
+def default_address(*, customer_id: int, cached: bytes | None = None) -> dict | None:
+    """The shopper's saved address as a dict of ADDRESS_FIELDS, or None. `cached`:
+    what Redis holds under address_key (checkout's admission script read it);
+    None when Redis has nothing, then the database answers and Redis learns it."""
+    if cached is not None:
+        return json.loads(cached)
     row = Address.objects.filter(customer_id=customer_id).values(*ADDRESS_FIELDS).first()
+    try:  # NX: an address saved meanwhile has set the key after its commit, and wins
+        get_redis_connection("default").set(address_key(customer_id), json.dumps(row), nx=True, ex=ADDRESS_KEPT_SECONDS)
+    except RedisError:
+        logger.warning("could not cache the saved address of customer %s", customer_id, exc_info=True)
     return row
 
 
 def set_default_address(*, customer_id: int, address: dict) -> dict:
+    """Save the shopper's address. Redis forgets the old one before the database
+    changes (CacheUnavailable, nothing saved, when it cannot) and learns the new
+    one after the commit: a checkout never ships to an address replaced before it."""
     values = {name: address.get(name, "") for name in ADDRESS_FIELDS}
-    Address.objects.update_or_create(customer_id=customer_id, defaults=values)
+    key, redis = address_key(customer_id), get_redis_connection("default")
+    try:
+        redis.delete(key)
+    except RedisError as error:
+        raise CacheUnavailable() from error
+    with transaction.atomic():
+        Address.objects.update_or_create(customer_id=customer_id, defaults=values)
+        transaction.on_commit(lambda: _remember_address(redis, key, values))
     return values
+
+
+def _remember_address(redis, key: str, values: dict) -> None:
+    try:
+        redis.set(key, json.dumps(values), ex=ADDRESS_KEPT_SECONDS)
+    except RedisError:  # the key stays deleted: the next checkout reads the database
+        logger.warning("could not cache the saved address under %s", key, exc_info=True)

@@ -7,6 +7,7 @@ own, the cart is read first and the gate called after.
 
 from dataclasses import dataclass
 
+from django_redis import get_redis_connection
 from redis.exceptions import RedisError
 
 from cart import storage
@@ -15,6 +16,7 @@ from core.hotcache import GENERATION_KEY, hot_cache
 from core.redis_scripts import GENERATION_LUA, compose, load_lua, run_script
 from inventory import gate
 from inventory.services.flash_sales import gated_skus
+from shop.services import address_key
 
 
 @dataclass(frozen=True)
@@ -22,9 +24,17 @@ class Admission:
     lines: dict[str, int]  # the cart
     gated: dict[str, int]  # its flash-sale lines
     admitted: bool  # gate units were taken: give them back if the checkout fails
+    saved_address: bytes | None = None  # what Redis holds under shop's address_key (None: nothing)
 
 
 _ADMISSION = compose(GENERATION_LUA, ratelimit.LUA, storage.LUA, gate.LUA, load_lua("orders", "admission"))
+
+
+def _cached_address(customer_id: int) -> bytes | None:
+    try:
+        return get_redis_connection("default").get(address_key(customer_id))
+    except RedisError:  # the database answers instead
+        return None
 
 
 def admit_cart(*, customer_id: int, idempotency_key: str, rate_limited: bool) -> Admission:
@@ -39,7 +49,7 @@ def admit_cart(*, customer_id: int, idempotency_key: str, rate_limited: bool) ->
         admitted = bool(gated) and gate.admit(
             customer_id=customer_id, idempotency_key=idempotency_key, lines=gated, limits=limits
         )
-        return Admission(lines, gated, admitted)
+        return Admission(lines, gated, admitted, _cached_address(customer_id))
 
     limit = ratelimit.shopper_window(scope, customer_id)
     keys = [
@@ -48,17 +58,18 @@ def admit_cart(*, customer_id: int, idempotency_key: str, rate_limited: bool) ->
         limit.key,
         gate.replay_key(customer_id, idempotency_key),
         gate.REFUSALS_KEY,
+        address_key(customer_id),
     ]
     args: list = [generation, limit.limit, limit.ms, customer_id]
     for sku, per_customer in limits.items():
         keys += [gate.remaining_key(sku), gate.bought_key(sku)]
         args += [sku, per_customer]
     try:
-        status, flat, verdict, sku = run_script(_ADMISSION, keys=keys, args=args)
+        status, flat, verdict, sku, *rest = run_script(_ADMISSION, keys=keys, args=args)
     except RedisError as exc:
         raise storage.unavailable(exc) from exc
     storage.check_status(status, flat)
     lines = storage.as_lines(flat)
     gated = {sku: quantity for sku, quantity in lines.items() if sku in limits}
     admitted = bool(gated) and gate.judge(verdict, sku, limits)
-    return Admission(lines, gated, admitted)
+    return Admission(lines, gated, admitted, rest[0] if rest else None)

@@ -1,5 +1,3 @@
-import hashlib
-import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -20,24 +18,22 @@ from orders.exceptions import (
     HoldLimitReached,
     IdempotencyKeyReused,
     OrderNotFound,
-    ProductUnavailable,
     ShippingAddressRequired,
     TooManyPendingOrders,
 )
 from orders.metrics import CHECKOUT_REFUSALS, IDEMPOTENT_REPLAYS, ORDERS_CREATED, QUEUE_ADMITTED
-from orders.models import Order, OrderItem, OrderStatus
+from orders.models import Order, OrderItem
 from orders.services.admission import admit_cart
+from orders.services.builder import OrderDraft, build_order, price_cart
 from orders.services.holds import take_holds
 from orders.services.queue import (
     QUEUED,
-    QueuedLine,
     queue_checkout,
     queued_or_written_order,
     refuse_while_broker_down,
 )
 from orders.services.slots import release_pending_slots, take_pending_slot
-from outbox.services import record_event
-from shop.selectors import cached_products
+from outbox.services import record_events
 from shop.services import default_address
 
 logger = logging.getLogger(__name__)
@@ -48,36 +44,6 @@ class PlacedOrder:
     order: Order
     replayed: bool
     queued: bool = False  # handed to the flash-sale queue: written later by write_queued_orders
-
-
-@dataclass(frozen=True)
-class _PricedLine:
-    sku: str
-    name: str
-    quantity: int
-    unit_price: int
-
-
-def _price_cart(lines: dict[str, int]) -> list[_PricedLine]:
-    """The cart at the catalog's prices: the products the cart shows, from the
-    hot cache (filled through the ORM, kept honest by the generation the
-    admission script has just checked in Redis), so a warm checkout prices its
-    cart without a query."""
-    skus = sorted(lines)
-    products = cached_products(skus=skus)
-    priced = []
-    for sku in skus:
-        product = products.get(sku)
-        if product is None or not product.is_active:
-            raise ProductUnavailable(sku=sku)
-        priced.append(_PricedLine(sku, product.name, lines[sku], product.price))
-    return priced
-
-
-def _request_hash(lines: list[_PricedLine], currency: str, address: dict | None) -> str:
-    lines_part = [(li.sku, li.quantity, li.unit_price) for li in lines]
-    canonical = json.dumps([currency, lines_part, address] if address else [currency, lines_part], sort_keys=True)
-    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def _existing_order(*, customer_id: int, idempotency_key: str) -> Order | None:
@@ -128,21 +94,20 @@ def place_order(
         return _replay(existing, request_hash=None)
 
     try:
-        # After the gate: a refused checkout makes no query, a saved address costs one.
-        address = shipping_address or default_address(customer_id=customer_id)
+        # After the gate: a refused checkout makes no query; the saved address came
+        # with the admission (a statement only when Redis has forgotten it).
+        address = shipping_address or default_address(customer_id=customer_id, cached=admission.saved_address)
         if address is None:
             raise ShippingAddressRequired()
+        draft = OrderDraft(
+            customer_id, idempotency_key, price_cart(lines), settings.SHOP_CURRENCY, address,
+            _payment_timeout(account_created_at), client_address,
+        )
         queue = queued_skus()
         if queue and not queue.isdisjoint(lines):
-            result = _queue_order(
-                customer_id=customer_id, idempotency_key=idempotency_key, lines=lines,
-                gated=gated if admitted else {}, queue=queue, address=address,
-            )
+            result = _queue_order(lines=lines, gated=gated if admitted else {}, queue=queue, draft=draft)
         else:
-            result = _create_order(
-                customer_id=customer_id, idempotency_key=idempotency_key, lines=lines, gated=gated, address=address,
-                client_address=client_address, payment_timeout=_payment_timeout(account_created_at),
-            )
+            result = _create_order(draft=draft, gated=gated)
     except BaseException as error:
         if admitted:
             _release_best_effort(customer_id, gated)
@@ -160,23 +125,11 @@ def place_order(
     return result
 
 
-def _queue_order(
-    *, customer_id: int, idempotency_key: str, lines: dict[str, int], gated: dict[str, int], queue: set[str],
-    address: dict,
-) -> PlacedOrder:
+def _queue_order(*, lines: dict[str, int], gated: dict[str, int], queue: set[str], draft: OrderDraft) -> PlacedOrder:
     """A cart with a queue-mode flash-sale SKU: priced as any, then handed to
-    Kafka (orders/services/queue.py); the order is written by the queue's writer."""
-    priced = _price_cart(lines)
-    request_hash = _request_hash(priced, settings.SHOP_CURRENCY, address)
-    order, replayed = queue_checkout(
-        customer_id=customer_id,
-        idempotency_key=idempotency_key,
-        lines=[QueuedLine(li.sku, li.name, li.quantity, li.unit_price) for li in priced],
-        request_hash=request_hash,
-        gated=gated,
-        partition_key=min(queue.intersection(lines)),
-        shipping_address=address,
-    )
+    Kafka (orders/services/queue.py); the queue's writer builds the order from
+    the same draft."""
+    order, replayed = queue_checkout(draft=draft, gated=gated, partition_key=min(queue.intersection(lines)))
     return PlacedOrder(order=order, replayed=replayed, queued=order.status == QUEUED)
 
 
@@ -189,31 +142,12 @@ def _payment_timeout(account_created_at: datetime | None) -> int:
     return settings.NEW_ACCOUNT_PAYMENT_TIMEOUT_SECONDS if new else settings.ORDER_PAYMENT_TIMEOUT_SECONDS
 
 
-def _create_order(
-    *, customer_id: int, idempotency_key: str, lines: dict[str, int], gated: dict[str, int], address: dict,
-    client_address: str, payment_timeout: int,
-) -> PlacedOrder:
-    priced = _price_cart(lines)
-    currency = settings.SHOP_CURRENCY
-    request_hash = _request_hash(priced, currency, address)
-    now = timezone.now()
-    order = Order(
-        customer_id=customer_id,
-        idempotency_key=idempotency_key,
-        request_hash=request_hash,
-        status=OrderStatus.PENDING_PAYMENT,
-        total_amount=sum(line.quantity * line.unit_price for line in priced),
-        currency=currency,
-        created_at=now,
-        expires_at=now + timedelta(seconds=payment_timeout),
-        shipping_address=address,
-        hold_address=client_address,
-        holds_units=True,
-    )
-    items = [
-        OrderItem(order=order, product_id=li.sku, name=li.name, quantity=li.quantity, unit_price=li.unit_price)
-        for li in priced
-    ]
+def _create_order(*, draft: OrderDraft, gated: dict[str, int]) -> PlacedOrder:
+    customer_id, idempotency_key = draft.customer_id, draft.idempotency_key
+    built = build_order(draft, now=timezone.now(), takes_holds=True)
+    request_hash = built.fields["request_hash"]
+    order = Order(**built.fields)
+    items = [OrderItem(order=order, **item) for item in built.items]
     with transaction.atomic():
         if not take_pending_slot(customer_id=customer_id):
             existing = _existing_order(customer_id=customer_id, idempotency_key=idempotency_key)
@@ -221,37 +155,22 @@ def _create_order(
                 raise TooManyPendingOrders(limit=settings.MAX_PENDING_ORDERS_PER_CUSTOMER)
             return _replay(existing, request_hash=request_hash)
         # The unique (customer, key) decides between twins: the second waits for the
-        # first's commit, then inserts nothing and replays the first's order.
-        if insert_unless_exists(order, conflict_fields=["customer", "idempotency_key"]) is None:
+        # first's commit, then inserts nothing and replays the first's order. The
+        # items go with the order, in its statement.
+        if insert_unless_exists(order, conflict_fields=["customer", "idempotency_key"], children=items) is None:
             release_pending_slots(customer_ids=[customer_id])
             return _replay(
                 _existing_order(customer_id=customer_id, idempotency_key=idempotency_key), request_hash=request_hash
             )
-        take_holds(customer_id=customer_id, address=client_address, lines={li.sku: li.quantity for li in priced})
-        OrderItem.objects.bulk_create(items)
-        record_event(
-            aggregate_type="order",
-            aggregate_id=order.id,
-            event_type="OrderCreated",
-            data={
-                "order_id": order.id,
-                "customer_id": customer_id,
-                "items": [
-                    {"sku": li.sku, "name": li.name, "quantity": li.quantity, "unit_price": li.unit_price}
-                    for li in priced
-                ],
-                "total": order.total_amount,
-                "currency": currency,
-                "expires_at": order.expires_at.isoformat(),
-                "shipping_address": address,
-            },
-        )
+        lines = {line.sku: line.quantity for line in draft.lines}
+        take_holds(customer_id=customer_id, address=draft.client_address, lines=lines)
+        record_events([built.event(order.id)])
         transaction.on_commit(lambda: _after_commit(customer_id, idempotency_key, order.id, bool(gated)))
         # Reserve last: a hot SKU's row stays locked only from its UPDATE to the
         # COMMIT, not while the items and the event are written (measured in
         # bench/checkout.py). Out of stock rolls back all of the above, and
         # drops the on_commit callback.
-        reserve_stock(lines={line.sku: line.quantity for line in priced})
+        reserve_stock(lines=lines)
     order._prefetched_objects_cache = {"items": items, "refunds": []}
     return PlacedOrder(order=order, replayed=False)
 

@@ -26,11 +26,10 @@ import os
 import signal
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import timedelta
+from datetime import datetime
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
 from django.utils import timezone
 from django_redis import get_redis_connection
 from psycopg.types.json import Jsonb
@@ -42,8 +41,7 @@ from core.db import copy_rows
 from core.hotcache import hot_cache
 from core.redis_scripts import load_lua, run_script
 from inventory import gate
-from inventory.models import Stock
-from inventory.services import lock_stock
+from inventory.services import lock_stock, reserve_stock
 from inventory.services.flash_sales import queued_skus
 from orders.exceptions import IdempotencyKeyReused, QueueUnavailable
 from orders.metrics import (
@@ -55,8 +53,9 @@ from orders.metrics import (
 )
 from orders.models import Order, OrderItem, OrderStatus, QueuedOrderAlias
 from orders.queue_producer import queue_producer
+from orders.services.builder import BuiltOrder, OrderDraft, PricedLine, build_order
 from orders.services.slots import count_pending_orders
-from outbox.services import NewEvent, record_events
+from outbox.services import record_events
 from shop.models import Product
 
 logger = logging.getLogger(__name__)
@@ -82,28 +81,39 @@ def pending_key(sku: str) -> str:
 
 
 @dataclass(frozen=True)
-class QueuedLine:
-    sku: str
-    name: str
-    quantity: int
-    unit_price: int
-
-
-@dataclass(frozen=True)
 class QueuedRequest:
+    """An admitted checkout on its way to the writer: the order's draft
+    (orders/services/builder.py), flat as it travels in Kafka, and the id the
+    shopper was given."""
+
     order_id: int
     customer_id: int
     idempotency_key: str
     request_hash: str
     currency: str
-    lines: list[QueuedLine]
+    lines: list[PricedLine]
     gated: dict[str, int] = field(default_factory=dict)  # units the gate let through
     queue_sku: str = ""  # the sale's SKU: the Kafka key, and whose queue depth it counts in
     shipping_address: dict | None = None
+    payment_seconds: int = 0  # 0 in a request queued before the field: ORDER_PAYMENT_TIMEOUT_SECONDS
+    client_address: str = ""
+
+    @classmethod
+    def of(cls, order_id: int, draft: OrderDraft, *, gated: dict[str, int], queue_sku: str) -> "QueuedRequest":
+        return cls(
+            order_id, draft.customer_id, draft.idempotency_key, draft.request_hash, draft.currency, draft.lines,
+            gated, queue_sku, draft.shipping_address, draft.payment_seconds, draft.client_address,
+        )
 
     @property
-    def total(self) -> int:
-        return sum(line.quantity * line.unit_price for line in self.lines)
+    def draft(self) -> OrderDraft:
+        return OrderDraft(
+            self.customer_id, self.idempotency_key, self.lines, self.currency, self.shipping_address,
+            self.payment_seconds or settings.ORDER_PAYMENT_TIMEOUT_SECONDS, self.client_address,
+        )
+
+    def build(self, *, now: datetime, rejection: str = "") -> BuiltOrder:
+        return build_order(self.draft, now=now, request_hash=self.request_hash, takes_holds=False, rejection=rejection)
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":")).encode()
@@ -111,24 +121,16 @@ class QueuedRequest:
     @classmethod
     def from_json(cls, raw: bytes | str) -> "QueuedRequest":
         data = json.loads(raw)
-        data["lines"] = [QueuedLine(**line) for line in data["lines"]]
+        data["lines"] = [PricedLine(**line) for line in data["lines"]]
         return cls(**data)
 
-    def as_order(self, *, status: str = QUEUED) -> Order:
-        """The order as the API shows it before it is written."""
-        order = Order(
-            id=self.order_id, customer_id=self.customer_id, idempotency_key=self.idempotency_key,
-            request_hash=self.request_hash, status=status, total_amount=self.total, currency=self.currency,
-            shipping_address=self.shipping_address,
-        )
-        order._prefetched_objects_cache = {"items": self.items(order), "refunds": []}
+    def as_order(self) -> Order:
+        """The order as the API shows it before it is written: QUEUED, its payment
+        deadline not yet running."""
+        built = self.build(now=timezone.now())
+        order = Order(id=self.order_id, **{**built.fields, "status": QUEUED, "expires_at": None})
+        order._prefetched_objects_cache = {"items": [OrderItem(order=order, **i) for i in built.items], "refunds": []}
         return order
-
-    def items(self, order: Order) -> list[OrderItem]:
-        return [
-            OrderItem(order=order, product_id=li.sku, name=li.name, quantity=li.quantity, unit_price=li.unit_price)
-            for li in self.lines
-        ]
 
 
 def _redis():
@@ -166,15 +168,13 @@ def refuse_while_broker_down(*, customer_id: int) -> None:
         queue_producer().refuse_early()
 
 
-def queue_checkout(
-    *, customer_id: int, idempotency_key: str, lines: list[QueuedLine], request_hash: str,
-    gated: dict[str, int], partition_key: str, shipping_address: dict | None = None,
-) -> tuple[Order, bool]:
+def queue_checkout(*, draft: OrderDraft, gated: dict[str, int], partition_key: str) -> tuple[Order, bool]:
     """Hand an admitted checkout to the queue: (the order as the API shows it,
     replayed). Raises QueueUnavailable (the caller gives the gate units back)
     with nothing of the request left in Redis."""
     producer = queue_producer()
     producer.refuse_early()  # the broker is known to be down: no thread held, nothing written
+    customer_id, idempotency_key, request_hash = draft.customer_id, draft.idempotency_key, draft.request_hash
     conn = _redis()
     try:
         known = conn.get(key_key(customer_id, idempotency_key))
@@ -185,10 +185,7 @@ def queue_checkout(
         if written is not None:
             return _check_hash(written, request_hash), True
         order_id = allocate_order_id()
-        request = QueuedRequest(
-            order_id, customer_id, idempotency_key, request_hash, settings.SHOP_CURRENCY, lines, gated, partition_key,
-            shipping_address,
-        )
+        request = QueuedRequest.of(order_id, draft, gated=gated, queue_sku=partition_key)
         if not conn.set(key_key(customer_id, idempotency_key), order_id, nx=True, ex=KEPT_SECONDS):
             known = conn.get(key_key(customer_id, idempotency_key))  # a twin request won the key
             return _replay(int(known), customer_id, request_hash), True
@@ -320,7 +317,7 @@ def write_batch(requests: list[QueuedRequest]) -> BatchResult:
                     left[line.sku] -= line.quantity
                 accepted.append(request)
         _reserve(accepted)
-        _insert(fresh, accepted, result, now)
+        _insert(fresh, result, now)
         result.written = [request.order_id for request in accepted]
         result.outcomes += [(r, r.order_id, r.order_id not in result.rejected) for r in fresh]
         QueuedOrderAlias.objects.bulk_create(
@@ -370,54 +367,42 @@ def _not_yet_written(requests: list[QueuedRequest], result: BatchResult) -> list
 
 
 def _reserve(accepted: list[QueuedRequest]) -> None:
-    """The stock rule, once per SKU for the batch: the rows are locked and the
-    demand was checked, so each conditional UPDATE takes its units."""
+    """The batch's demand per SKU, through the one stock writer: the rows are
+    locked and the demand checked, so each SKU's conditional UPDATE takes its
+    units (an OutOfStock here would roll the whole batch back)."""
     demand: dict[str, int] = {}
     for request in accepted:
         for line in request.lines:
             demand[line.sku] = demand.get(line.sku, 0) + line.quantity
-    for sku in sorted(demand):
-        units = demand[sku]
-        taken = Stock.objects.filter(product_id=sku, available__gte=units).update(
-            available=F("available") - units, reserved=F("reserved") + units
-        )
-        if not taken:  # cannot happen under the lock; never write orders the stock does not cover
-            raise RuntimeError(f"stock of {sku} moved under its lock")
+    reserve_stock(lines=demand)
 
 
-def _insert(fresh: list[QueuedRequest], accepted: list[QueuedRequest], result: BatchResult, now) -> None:
-    # Orders and items by COPY (core/db.py copy_rows), the one place the shop
-    # writes rows past the ORM: with bulk_create, compiling the INSERTs and
-    # quoting their 8,500 values was a third of the writer's profile, and it
-    # drained 10,000 queued orders in 2.5-3.6 s; with COPY in 1.7-1.9 s
-    # (107 us of writer CPU per order; bench/queue.py part 1 for the figures).
-    expires_at = now + timedelta(seconds=settings.ORDER_PAYMENT_TIMEOUT_SECONDS)
+def _insert(fresh: list[QueuedRequest], result: BatchResult, now: datetime) -> None:
+    """Each request built as checkout builds its order (orders/services/builder.py),
+    the rows sent by COPY (core/db.py copy_rows), the one place the shop writes
+    rows past the ORM: with bulk_create, compiling the INSERTs and quoting their
+    8,500 values was a third of the writer's profile, and it drained 10,000
+    queued orders in 2.5-3.6 s; with COPY in 1.7-1.9 s (bench/queue.py part 1)."""
     orders, items, events = [], [], []
     for request in fresh:
-        reason = result.rejected.get(request.order_id, "")
-        status = OrderStatus.REJECTED if reason else OrderStatus.PENDING_PAYMENT
-        orders.append((request.order_id, request.customer_id, request.idempotency_key, request.request_hash,
-                       str(status), request.total, request.currency, now, expires_at, reason,
-                       Jsonb(request.shipping_address) if request.shipping_address is not None else None))  # fmt: skip
-        items += [(request.order_id, li.sku, li.name, li.quantity, li.unit_price) for li in request.lines]
-        lines = [asdict(line) for line in request.lines]
-        data = {"order_id": request.order_id, "customer_id": request.customer_id, "items": lines,
-                "total": request.total, "currency": request.currency,
-                "shipping_address": request.shipping_address}  # fmt: skip
-        if reason:
-            events.append(NewEvent("order", request.order_id, "OrderRejected", {**data, "reason": reason}))
-        else:
-            events.append(NewEvent("order", request.order_id, "OrderCreated",
-                                   {**data, "expires_at": expires_at.isoformat()}))  # fmt: skip
-    copy_rows(Order, ORDER_COLUMNS, orders)
-    copy_rows(OrderItem, ITEM_COLUMNS, items)
+        built = request.build(now=now, rejection=result.rejected.get(request.order_id, ""))
+        values = built.fields
+        orders.append([request.order_id] + [values[name] for name in ORDER_FIELDS])
+        if values["shipping_address"] is not None:
+            orders[-1][ADDRESS_AT] = Jsonb(values["shipping_address"])
+        orders[-1][STATUS_AT] = str(values["status"])
+        items += [(request.order_id, *(item[name] for name in ITEM_FIELDS)) for item in built.items]
+        events.append(built.event(request.order_id))
+    copy_rows(Order, ["id", *ORDER_FIELDS], orders)
+    copy_rows(OrderItem, ["order_id", *ITEM_FIELDS], items)
     record_events(events)
-    count_pending_orders(customer_ids=[request.customer_id for request in accepted])
+    count_pending_orders(customer_ids=[r.customer_id for r in fresh if r.order_id not in result.rejected])
 
 
-ORDER_COLUMNS = ["id", "customer", "idempotency_key", "request_hash", "status", "total_amount", "currency",
-                 "created_at", "expires_at", "rejection_reason", "shipping_address"]  # fmt: skip
-ITEM_COLUMNS = ["order", "product", "name", "quantity", "unit_price"]
+ORDER_FIELDS = ["customer_id", "idempotency_key", "request_hash", "status", "total_amount", "currency", "created_at",
+                "expires_at", "rejection_reason", "shipping_address", "hold_address", "holds_units"]  # fmt: skip
+ADDRESS_AT, STATUS_AT = 1 + ORDER_FIELDS.index("shipping_address"), 1 + ORDER_FIELDS.index("status")
+ITEM_FIELDS = ["product_id", "name", "quantity", "unit_price"]
 
 
 def _after_commit(result: BatchResult) -> None:

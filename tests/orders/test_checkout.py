@@ -14,9 +14,11 @@ from inventory.services.flash_sales import gated_skus
 from orders.exceptions import TooManyPendingOrders
 from orders.models import Order, OrderItem, OrderStatus, PendingOrderCount
 from orders.services import cancel_customer_order, expire_unpaid_orders, place_order
+from orders.services.builder import OrderDraft, price_cart
 from orders.services.checkout import _create_order
 from outbox.models import OutboxEvent
 from shop.selectors import cached_products
+from shop.services import _remember_address, address_key, set_default_address
 from tests.factories import SHIPPING_ADDRESS, UserFactory, product_with_stock
 from tests.helpers import checkout, expire_now, fill_cart, post_webhook, run_in_threads, shopper_client
 
@@ -95,28 +97,68 @@ def test_checkout_same_key_from_10_threads_makes_one_order(redis):
 
 
 @pytest.mark.django_db
-def test_checkout_statement_count_is_k_plus_7(shopper, redis):
+@pytest.mark.parametrize("address_in_body", [True, False])
+def test_checkout_statement_count_is_k_plus_6(shopper, redis, address_in_body):
     """k-line cart in a warm process (prices from the hot catalog cache, as the cart
-    showed them): BEGIN, UPDATE the pending-order slot, INSERT order, INSERT the
-    unpaid holds (one upsert for every line and both holders), INSERT items,
-    INSERT event, k UPDATEs (last, to hold hot rows for the shortest time),
-    COMMIT = k + 7. Inside the test's own transaction, BEGIN/COMMIT show as
-    SAVEPOINT/RELEASE. The token lookup belongs to authentication; the address
-    comes with the request (the saved one would cost one SELECT more)."""
+    showed them): BEGIN, UPDATE the pending-order slot, INSERT the order with its
+    items (one statement), INSERT the unpaid holds (one upsert for every line and
+    both holders), INSERT event, k UPDATEs (last, to hold hot rows for the
+    shortest time), COMMIT = k + 6. Inside the test's own transaction, BEGIN/COMMIT
+    show as SAVEPOINT/RELEASE. The token lookup belongs to authentication; the
+    address comes with the request, or the saved one from Redis with the cart."""
     for sku in ("A", "B", "C"):
         product_with_stock(sku=sku, available=5)
     fill_cart(redis, shopper.user.id, {"A": 1, "B": 1, "C": 1})
     gated_skus()  # a warm process knows its flash sales
     cached_products(skus=["A", "B", "C"])  # and the products its carts show
+    set_default_address(customer_id=shopper.user.id, address=SHIPPING_ADDRESS)
+    _remember_address(redis, address_key(shopper.user.id), SHIPPING_ADDRESS)  # as after the save's commit
 
     with CaptureQueriesContext(connection) as captured:
-        result = place_order(customer_id=shopper.user.id, idempotency_key="count-me", shipping_address=SHIPPING_ADDRESS)
+        result = place_order(
+            customer_id=shopper.user.id, idempotency_key="count-me",
+            shipping_address=SHIPPING_ADDRESS if address_in_body else None,
+        )  # fmt: skip
 
-    assert not result.replayed
+    assert not result.replayed and result.order.shipping_address == SHIPPING_ADDRESS
     verbs = [query["sql"].split()[0].upper() for query in captured.captured_queries]
-    assert verbs == ["SAVEPOINT", "UPDATE", "INSERT", "INSERT", "INSERT", "INSERT", "UPDATE", "UPDATE", "UPDATE",
-                     "RELEASE"]  # fmt: skip
-    assert len(verbs) == 3 + 7
+    assert verbs == ["SAVEPOINT", "UPDATE", "WITH", "INSERT", "INSERT", "UPDATE", "UPDATE", "UPDATE", "RELEASE"]
+    assert len(verbs) == 3 + 6
+    written = OrderItem.objects.filter(order=result.order).values_list("product_id", "quantity")
+    assert sorted(written) == [("A", 1), ("B", 1), ("C", 1)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_saved_address_is_read_from_redis_and_follows_a_change(redis, settings):
+    """Checkout reads the saved address with the cart: the database only when
+    Redis has forgotten it (then Redis learns it), and a changed address ships
+    the next order, never the one it replaced."""
+    settings.MAX_PENDING_ORDERS_PER_CUSTOMER = 4
+    product_with_stock(sku="MUG", available=10)
+    client = shopper_client()
+    user = client.user
+    madrid, bilbao = {**SHIPPING_ADDRESS, "city": "Madrid"}, {**SHIPPING_ADDRESS, "city": "Bilbao"}
+
+    def order_to(key: str) -> tuple[str, list[str]]:
+        fill_cart(redis, user.id, {"MUG": 1})
+        with CaptureQueriesContext(connection) as captured:
+            response = checkout(client, key)
+        assert response.status_code == 201, response.json()
+        return response.json()["shipping_address"]["city"], [q["sql"] for q in captured.captured_queries]
+
+    assert client.put("/api/auth/me/address", madrid, format="json").status_code == 200
+    city, sql = order_to("a")
+    assert city == "Madrid" and not any("shop_address" in s for s in sql)  # Redis learnt it when it was saved
+
+    redis.delete(address_key(user.id))  # evicted, or Redis restarted
+    city, sql = order_to("b")
+    assert city == "Madrid" and any("shop_address" in s for s in sql)
+    assert redis.get(address_key(user.id)) is not None  # and learnt again
+    city, sql = order_to("c")
+    assert not any("shop_address" in s for s in sql)
+
+    assert client.put("/api/auth/me/address", bilbao, format="json").status_code == 200
+    assert order_to("d")[0] == "Bilbao"
 
 
 # --- MAX_PENDING_ORDERS_PER_CUSTOMER: one account cannot hoard stock with unpaid orders ---
@@ -193,10 +235,8 @@ def test_concurrent_checkouts_of_one_shopper_get_exactly_the_limit(settings):
     def attempt(key):
         def run():
             try:
-                return _create_order(
-                    customer_id=customer.id, idempotency_key=key, lines={"MUG": 1}, gated={}, address=SHIPPING_ADDRESS,
-                    client_address="192.0.2.1", payment_timeout=900,
-                )
+                draft = OrderDraft(customer.id, key, price_cart({"MUG": 1}), "EUR", SHIPPING_ADDRESS, 900, "192.0.2.1")
+                return _create_order(draft=draft, gated={})
             except TooManyPendingOrders:
                 return "refused"
 

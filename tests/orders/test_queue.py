@@ -24,7 +24,8 @@ from orders.models import Order, OrderStatus
 from orders.queue_writer import QueueWriter
 from orders.services import expire_unpaid_orders, place_order
 from orders.services import queue as queue_service
-from orders.services.queue import QueuedLine, QueuedRequest, allocate_order_id, queue_depths, write_batch
+from orders.services.builder import PricedLine
+from orders.services.queue import QueuedRequest, allocate_order_id, queue_depths, write_batch
 from outbox.models import OutboxEvent
 from tests.factories import SHIPPING_ADDRESS, UserFactory, product_with_stock
 from tests.helpers import expire_now, fill_cart, post_webhook, run_until_stopped, shopper_client, wait_until
@@ -252,7 +253,7 @@ def request_for(customer, key: str) -> QueuedRequest:
         idempotency_key=key,
         request_hash="h",
         currency="EUR",
-        lines=[QueuedLine(SKU, "Flash", 1, 500)],
+        lines=[PricedLine(SKU, "Flash", 1, 500)],
         queue_sku=SKU,
     )
 
@@ -268,7 +269,7 @@ def produce_requests(topic: str, customers: list, per_customer: int) -> int:
                 idempotency_key=f"kill-{n}",
                 request_hash="h",
                 currency="EUR",
-                lines=[QueuedLine(SKU, "Flash", 1, 500)],
+                lines=[PricedLine(SKU, "Flash", 1, 500)],
             )
             producer.produce(topic, key=SKU, value=request.to_json())
             count += 1
@@ -400,3 +401,40 @@ def test_a_queued_request_never_written_is_counted_as_stale(redis, settings, cap
     assert "STALE 1" in capsys.readouterr().out
     drain(1)
     assert queue_service.stale_queued() == {SKU: 0} and queue_depths() == {SKU: 0}
+
+
+def test_the_writer_builds_the_order_checkout_builds_from_the_same_cart(redis):
+    """One order builder (orders/services/builder.py) for both paths: the same
+    shopper and cart, once in direct mode and once through the queue, give the
+    same order, items and event, but for ids, keys and clocks, and the holds
+    (the queue's orders are bounded by the sale's gate, not by unpaid holds)."""
+    queue_sale(10, mode="direct")
+    client = shopper_with_cart(redis, {SKU: 2})
+    direct = checkout(client, "same-cart-direct")
+    assert direct.status_code == 201
+    set_flash_sale_mode(sku=SKU, mode="queue")
+    fill_cart(redis, client.user.id, {SKU: 2})
+    queued = checkout(client, "same-cart-queued")
+    assert queued.status_code == 202
+    drain(2)
+
+    def written(order_id: int) -> dict:
+        order = Order.objects.get(id=order_id)
+        values = {f.attname: getattr(order, f.attname) for f in Order._meta.concrete_fields}
+        for name in ("id", "idempotency_key", "created_at", "expires_at", "holds_units"):
+            values.pop(name)
+        [event] = OutboxEvent.objects.filter(aggregate_type="order", aggregate_id=str(order_id))
+        payload = {k: v for k, v in event.payload.items() if k not in ("order_id", "expires_at")}
+        return {
+            "order": values,
+            "payment window": order.expires_at - order.created_at,
+            "items": list(order.items.values("product_id", "name", "quantity", "unit_price")),
+            "event": (event.event_type, payload, event.payload["order_id"] == order_id),
+        }
+
+    by_checkout, by_writer = written(direct.json()["id"]), written(queued.json()["id"])
+    assert by_checkout == by_writer
+    assert by_checkout["order"]["total_amount"] == 1000 and by_checkout["order"]["shipping_address"]
+    assert by_checkout["order"]["status"] == OrderStatus.PENDING_PAYMENT
+    assert Order.objects.get(id=direct.json()["id"]).holds_units
+    assert not Order.objects.get(id=queued.json()["id"]).holds_units
