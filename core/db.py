@@ -1,7 +1,9 @@
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from functools import cache
 
-from django.db import connection, models
+from django.db import connection, connections, models, transaction
+from django.db.models import sql
 
 
 @cache
@@ -88,3 +90,80 @@ def copy_rows(model: type[models.Model], fields: list[str], rows: Iterable[tuple
     with connection.cursor() as cursor, cursor.cursor.copy(sql) as copy:
         for row in rows:
             copy.write_row(row)
+
+
+class CompiledUpdate:
+    """An ORM conditional UPDATE, compiled once per process and run with fresh
+    values: the rule reads as the ORM states it, and a call costs one execute.
+
+        take = CompiledUpdate(
+            lambda sku, quantity: (
+                Stock.objects.filter(product_id=sku, available__gte=quantity),
+                {"available": F("available") - quantity},
+            ),
+            sku=str, quantity=int,
+        )
+        taken = take(sku="MUG", quantity=2)  # rows updated, as QuerySet.update()
+
+    `build` gets one value per name (of the given type) and returns what
+    QuerySet.update would take: the queryset and the field values. It is called
+    twice, with two sets of stand-in values, to learn the SQL and which of its
+    parameters is which value; anything else in the statement (a setting read
+    inside `build`) is fixed at that moment, so pass it as a value instead.
+    Building and compiling the queryset was a third of checkout's CPU, paid on
+    every call (bench/checkout.py; docs/architecture.md, Performance).
+    """
+
+    _STAND_INS = {int: (2_000_000_011, 2_000_000_017), str: ("\x1estand-in-a\x1e", "\x1estand-in-b\x1e")}
+
+    def __init__(self, build, **types: type) -> None:
+        if not set(types.values()) <= set(self._STAND_INS):
+            raise TypeError("values must be int or str")
+        self._build, self._types = build, types
+        self._compiled: tuple[str, str, list] | None = None
+
+    def _stand_ins(self, which: int) -> dict:
+        # distinct per name: the type's stand-in, shifted by the name's position
+        return {
+            name: (self._STAND_INS[kind][which] + n if kind is int else f"{self._STAND_INS[kind][which]}{n}")
+            for n, (name, kind) in enumerate(self._types.items())
+        }
+
+    def _sql(self, values: dict) -> tuple[str, str, list]:
+        queryset, updates = self._build(**values)
+        if queryset.query.is_sliced:
+            raise TypeError("Cannot update a query once a slice has been taken.")
+        query = queryset.query.chain(sql.UpdateQuery)
+        query.add_update_values(updates)
+        text, params = query.get_compiler(queryset.db).as_sql()
+        return queryset.db, text, list(params)
+
+    def _compile(self) -> tuple[str, str, list]:
+        first, second = self._stand_ins(0), self._stand_ins(1)
+        alias, text, params = self._sql(first)
+        _, text_again, params_again = self._sql(second)
+        names = {value: name for name, value in first.items()}
+        slots: list = []
+        for a, b in zip(params, params_again, strict=True):
+            if isinstance(a, int | str) and a in names and second[names[a]] == b:
+                slots.append(_Slot(names[a]))
+            elif a == b:
+                slots.append(a)
+            else:
+                raise ValueError(f"a parameter of {text!r} depends on the values in a way no slot describes")
+        if text != text_again:
+            raise ValueError(f"the SQL of {text!r} depends on the values")
+        self._compiled = (alias, text, slots)
+        return self._compiled
+
+    def __call__(self, **values) -> int:
+        alias, text, slots = self._compiled or self._compile()
+        params = [values[slot.name] if type(slot) is _Slot else slot for slot in slots]
+        with transaction.mark_for_rollback_on_error(alias), connections[alias].cursor() as cursor:
+            cursor.execute(text, params)
+            return cursor.rowcount
+
+
+@dataclass(frozen=True)
+class _Slot:
+    name: str

@@ -5,6 +5,7 @@ from django.db import connection, transaction
 from django.db.models import F, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce
 
+from core.db import CompiledUpdate
 from inventory.exceptions import OutOfStock, StockLimitExceeded, WriteOffBelowZero
 from inventory.models import MAX_UNITS, Stock, StockMovement
 
@@ -107,12 +108,18 @@ def reserve_stock(*, lines: Mapping[str, int]) -> None:
     take the row locks in the same order and cannot deadlock."""
     for sku in sorted(lines):
         quantity = lines[sku]
-        taken = Stock.objects.filter(product_id=sku, available__gte=quantity).update(
-            available=F("available") - quantity, reserved=F("reserved") + quantity
-        )
-        if not taken:
+        if not _RESERVE(sku=sku, quantity=quantity):
             available = Stock.objects.filter(product_id=sku).values_list("available", flat=True).first()
             raise OutOfStock(sku=sku, requested=quantity, available=available or 0)
+
+
+_RESERVE = CompiledUpdate(
+    lambda sku, quantity: (
+        Stock.objects.filter(product_id=sku, available__gte=quantity),
+        {"available": F("available") - quantity, "reserved": F("reserved") + quantity},
+    ),
+    sku=str, quantity=int,
+)  # the rule above, compiled once per process (core/db.py)
 
 
 def _move_reserved(*, lines: Mapping[str, int], to: str) -> None:

@@ -5,6 +5,7 @@ from django.conf import settings
 from django.db.models import F
 from django.db.models.functions import Greatest
 
+from core.db import CompiledUpdate
 from orders.models import PendingOrderCount
 
 
@@ -13,16 +14,23 @@ def take_pending_slot(*, customer_id: int) -> bool:
     order, or False when all are taken: one conditional UPDATE of the counter
     every account gets when created (orders/signals.py). Its row lock also
     orders the customer's concurrent checkouts."""
-    free = PendingOrderCount.objects.filter(
-        customer_id=customer_id, pending__lt=settings.MAX_PENDING_ORDERS_PER_CUSTOMER
-    )
-    if free.update(pending=F("pending") + 1):
+    limit = settings.MAX_PENDING_ORDERS_PER_CUSTOMER
+    if _TAKE_SLOT(customer_id=customer_id, limit=limit):
         return True
     # An account made without signals (a bulk load) has no counter yet: give it one.
     PendingOrderCount.objects.bulk_create(
         [PendingOrderCount(customer_id=customer_id, pending=0)], ignore_conflicts=True
     )
-    return bool(free.update(pending=F("pending") + 1))
+    return bool(_TAKE_SLOT(customer_id=customer_id, limit=limit))
+
+
+_TAKE_SLOT = CompiledUpdate(
+    lambda customer_id, limit: (
+        PendingOrderCount.objects.filter(customer_id=customer_id, pending__lt=limit),
+        {"pending": F("pending") + 1},
+    ),
+    customer_id=int, limit=int,
+)
 
 
 def release_pending_slots(*, customer_ids: list[int]) -> None:

@@ -1,0 +1,54 @@
+"""core/db.py CompiledUpdate: an ORM UPDATE compiled once, run with fresh values,
+sends what QuerySet.update sends and counts what it counts."""
+
+import pytest
+from django.db import connection
+from django.db.models import F
+from django.test.utils import CaptureQueriesContext
+
+from core.db import CompiledUpdate
+from inventory.models import Stock
+from tests.factories import product_with_stock
+
+pytestmark = pytest.mark.django_db
+
+
+def take(sku, quantity):
+    return (
+        Stock.objects.filter(product_id=sku, available__gte=quantity),
+        {"available": F("available") - quantity, "reserved": F("reserved") + quantity},
+    )
+
+
+def test_it_sends_what_the_orm_sends_and_counts_the_rows():
+    product_with_stock(sku="A", available=3)
+    compiled = CompiledUpdate(take, sku=str, quantity=int)
+    with CaptureQueriesContext(connection) as orm:
+        queryset, values = take("A", 2)
+        assert queryset.update(**values) == 1
+    with CaptureQueriesContext(connection) as ours:
+        assert compiled(sku="A", quantity=1) == 1
+        assert compiled(sku="A", quantity=1) == 0  # the condition holds: 0 left
+        assert compiled(sku="NONE", quantity=1) == 0
+
+    stock = Stock.objects.get(product_id="A")
+    assert (stock.available, stock.reserved) == (0, 3)
+    assert ours.captured_queries[0]["sql"] == orm.captured_queries[0]["sql"].replace("2", "1")
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda sku, quantity: (Stock.objects.filter(product_id=sku), {"available": quantity * 2}),  # computed in Python
+        lambda sku, quantity: (Stock.objects.filter(product_id=sku)[:1], {"available": quantity}),  # as update() refuses
+    ],
+)
+def test_what_a_slot_cannot_describe_is_refused(build):
+    compiled = CompiledUpdate(build, sku=str, quantity=int)
+    with pytest.raises((ValueError, TypeError)):
+        compiled(sku="A", quantity=1)
+
+
+def test_only_int_and_str_values():
+    with pytest.raises(TypeError):
+        CompiledUpdate(take, sku=str, quantity=float)
