@@ -122,6 +122,13 @@ def _psycopg_order(conn, cur, job: Job) -> bool:
     return False  # not a replay
 
 
+def django_cursor(conn):
+    """The cursor Django's settings give it: parameters bound on the server (and statements psycopg
+    prepares once run prepare_threshold times) with OPTIONS server_side_binding, else on the client."""
+    server_side = connection.settings_dict["OPTIONS"].get("server_side_binding")
+    return psycopg.Cursor(conn) if server_side else psycopg.ClientCursor(conn)
+
+
 STALE_RETRIES = [0]  # place_order calls retried after StaleCache
 
 
@@ -171,7 +178,7 @@ def run_threads(side: str, jobs: list[Job], warm: list[Job], threads: int) -> Ru
             import psycopg
 
             conn = h.pg_connect(autocommit=False)
-            cur = psycopg.ClientCursor(conn)  # as Django: parameters bound client-side
+            cur = django_cursor(conn)
             one, close = (lambda job: psycopg_order(conn, cur, job)), conn.close
         try:
             for job in warm[slot::threads]:
@@ -213,7 +220,7 @@ def same_work(customer_id: int, sku: str, key: str) -> list[str]:
     h.fill_carts([(customer_id, {sku: 1})])
     django_order(Job(customer_id, f"{key}-d", sku))
     with h.pg_connect(autocommit=False) as conn:
-        psycopg_order(conn, psycopg.ClientCursor(conn), Job(customer_id, f"{key}-p", sku))
+        psycopg_order(conn, django_cursor(conn), Job(customer_id, f"{key}-p", sku))
     with connection.cursor() as cursor:
         cursor.execute("""
             SELECT o.request_hash, o.status, o.total_amount, o.currency, o.expires_at - o.created_at,

@@ -23,21 +23,23 @@ def _insert_sql(model: type[models.Model], conflict_fields: tuple[str, ...]) -> 
 
 @cache
 def _with_children_sql(
-    model: type[models.Model], conflict_fields: tuple[str, ...], child_model: type[models.Model]
+    model: type[models.Model], conflict_fields: tuple[str, ...], child_model: type[models.Model], count: int
 ) -> tuple[str, list[models.Field], models.Field, list[models.Field]]:
-    """The parent's INSERT as a data-modifying CTE, the children inserted from
-    it with one array per column: no parent row (a conflict), no children."""
+    """The parent's INSERT as a data-modifying CTE, `count` children inserted
+    from it: no parent row (a conflict), no children. A VALUES row per child,
+    not an array per column: psycopg dumps arrays element by element in Python,
+    which was a fifth of checkout's CPU (py-spy, bench/checkout.py)."""
     parent_sql, fields = _insert_sql(model, conflict_fields)
     link = next(f for f in child_model._meta.concrete_fields if f.is_relation and f.related_model is model)
     child_fields = [f for f in child_model._meta.concrete_fields if not f.primary_key and f is not link]
     quote = connection.ops.quote_name
     pk = quote(model._meta.pk.column)
     columns = ", ".join(quote(f.column) for f in [link, *child_fields])
-    arrays = ", ".join(f"%s::{f.db_type(connection)}[]" for f in child_fields)
+    row = "(" + ", ".join(f"%s::{f.db_type(connection)}" for f in child_fields) + ")"
     sql = (
         f"WITH parent AS ({parent_sql}), children AS ("
         f"INSERT INTO {quote(child_model._meta.db_table)} ({columns}) "
-        f"SELECT parent.{pk}, child.* FROM parent, unnest({arrays}) AS child RETURNING 1) "
+        f"SELECT parent.{pk}, child.* FROM parent, (VALUES {', '.join([row] * count)}) AS child RETURNING 1) "
         f"SELECT {pk} FROM parent"
     )
     return sql, fields, link, child_fields
@@ -61,8 +63,10 @@ def insert_unless_exists(
         sql, fields = _insert_sql(type(instance), tuple(conflict_fields))
         values = _prepared(fields, instance)
     else:
-        sql, fields, link, child_fields = _with_children_sql(type(instance), tuple(conflict_fields), type(children[0]))
-        values = _prepared(fields, instance) + [[_prepared([f], child)[0] for child in children] for f in child_fields]
+        sql, fields, link, child_fields = _with_children_sql(
+            type(instance), tuple(conflict_fields), type(children[0]), len(children)
+        )
+        values = _prepared(fields, instance) + [value for child in children for value in _prepared(child_fields, child)]
     with connection.cursor() as cursor:
         cursor.execute(sql, values)
         row = cursor.fetchone()
@@ -77,7 +81,55 @@ def insert_unless_exists(
 
 
 def _prepared(fields: list[models.Field], instance: models.Model) -> list:
-    return [f.get_db_prep_save(f.pre_save(instance, add=True), connection) for f in fields]
+    """The instance's values as Field.get_db_prep_save(Field.pre_save(...))
+    would give them. A checkout prepares some twenty values, and the field
+    machinery cost more CPU than sending the statement (bench/checkout.py,
+    py-spy): values of the plain kinds below are prepared by one cached step."""
+    values = []
+    for field in fields:
+        raw_from, plain = _preparer(field)
+        value = getattr(instance, field.attname) if raw_from else field.pre_save(instance, add=True)
+        if plain is not None and type(value) is plain[0]:
+            values.append(value if plain[1] is None else plain[1](value))
+        else:
+            values.append(field.get_db_prep_save(value, connection))
+    return values
+
+
+_TEXT = {"CharField", "TextField", "SlugField", "EmailField"}
+_INTEGERS = {
+    "IntegerField", "BigIntegerField", "SmallIntegerField", "PositiveIntegerField", "PositiveBigIntegerField",
+    "PositiveSmallIntegerField", "AutoField", "BigAutoField", "SmallAutoField",
+}  # fmt: skip (get_db_prep_value of each: int(value), then the backend's adapter if it has one)
+
+
+@cache
+def _preparer(field: models.Field) -> tuple[bool, tuple[type, object] | None]:
+    """(whether pre_save is a plain read of the attribute, (the Python type whose
+    values need no field conversion, the backend's adapter or None) or None)."""
+    raw_from = type(field).pre_save is models.Field.pre_save or (
+        isinstance(field, models.DateTimeField | models.DateField) and not (field.auto_now or field.auto_now_add)
+    )
+    target = field.target_field if field.is_relation else field
+    if field.is_relation and type(field).get_db_prep_save is not models.ForeignKey.get_db_prep_save:
+        return raw_from, None
+    if type(target).get_db_prep_save is not models.Field.get_db_prep_save:
+        return raw_from, None
+    kind = target.get_internal_type()
+    if kind in _TEXT:
+        return raw_from, (str, None)
+    if kind == "BooleanField":
+        return raw_from, (bool, None)
+    if kind in _INTEGERS:  # the backend's typed int where it has one (Int4, Int8); auto fields as they are
+        return raw_from, (int, getattr(connection.ops, "integerfield_type_map", {}).get(kind))
+    return raw_from, None
+    if kind in _TEXT:
+        return raw_from, (str, None)
+    if kind == "BooleanField":
+        return raw_from, (bool, None)
+    if kind in _INTEGERS:  # the backend's typed int where it has one (Int4, Int8); auto fields as they are
+        return raw_from, (int, getattr(connection.ops, "integerfield_type_map", {}).get(kind))
+    return raw_from, None
 
 
 def copy_rows(model: type[models.Model], fields: list[str], rows: Iterable[tuple]) -> None:

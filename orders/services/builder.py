@@ -9,7 +9,7 @@ send the rows (one INSERT each, or COPY for a batch). What prices a line
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from orders.exceptions import ProductUnavailable
@@ -87,7 +87,10 @@ class BuiltOrder:
         data = {
             "order_id": order_id,
             "customer_id": self.draft.customer_id,
-            "items": [asdict(line) for line in self.draft.lines],
+            "items": [
+                {"sku": li.sku, "name": li.name, "quantity": li.quantity, "unit_price": li.unit_price}
+                for li in self.draft.lines
+            ],
             "total": self.fields["total_amount"],
             "currency": self.draft.currency,
             "shipping_address": self.draft.shipping_address,

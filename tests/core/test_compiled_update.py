@@ -52,3 +52,23 @@ def test_what_a_slot_cannot_describe_is_refused(build):
 def test_only_int_and_str_values():
     with pytest.raises(TypeError):
         CompiledUpdate(take, sku=str, quantity=float)
+
+
+def test_prepared_values_are_what_the_fields_would_give():
+    """core/db.py prepares plain values in one cached step: the same values the
+    field machinery gives, for every field of the models checkout writes."""
+    from django.utils import timezone
+
+    from core.db import _prepared
+    from orders.models import Order, OrderItem
+    from tests.factories import SHIPPING_ADDRESS
+
+    order = Order(customer_id=7, idempotency_key="k", request_hash="h" * 64, status="PENDING_PAYMENT",
+                  total_amount=1500, currency="EUR", created_at=timezone.now(), expires_at=timezone.now(),
+                  shipping_address=SHIPPING_ADDRESS, hold_address="192.0.2.1", holds_units=True)  # fmt: skip
+    item = OrderItem(order_id=3, product_id="MUG", name="Mug", quantity=2, unit_price=750)
+    for instance in (order, item):
+        fields = [f for f in type(instance)._meta.concrete_fields if not f.primary_key]
+        slow = [f.get_db_prep_save(f.pre_save(instance, add=True), connection) for f in fields]
+        fast = _prepared(fields, instance)
+        assert [(type(v), str(v)) for v in fast] == [(type(v), str(v)) for v in slow]
