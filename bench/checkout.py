@@ -175,7 +175,6 @@ def run_threads(side: str, jobs: list[Job], warm: list[Job], threads: int) -> Ru
             connection.ensure_connection()
             one, close = (lambda job: django_order(job).replayed), connection.close
         else:
-            import psycopg
 
             conn = h.pg_connect(autocommit=False)
             cur = django_cursor(conn)

@@ -39,8 +39,8 @@ def test_it_sends_what_the_orm_sends_and_counts_the_rows():
 @pytest.mark.parametrize(
     "build",
     [
-        lambda sku, quantity: (Stock.objects.filter(product_id=sku), {"available": quantity * 2}),  # computed in Python
-        lambda sku, quantity: (Stock.objects.filter(product_id=sku)[:1], {"available": quantity}),  # as update() refuses
+        lambda sku, quantity: (Stock.objects.filter(product_id=sku), {"available": quantity * 2}),  # computed
+        lambda sku, quantity: (Stock.objects.filter(product_id=sku)[:1], {"available": quantity}),  # update() refuses
     ],
 )
 def test_what_a_slot_cannot_describe_is_refused(build):
