@@ -160,7 +160,7 @@ def part1(args, env: dict, hot: list[int], run_id: str) -> list:
     d = sorted(drains, key=lambda x: x["rate"])[(len(drains) - 1) // 2]
     ratio = d["rate"] / p.rate if p.rate else 0.0
     ok = all(x["written"] == args.requests and not x["rejected"] for x in drains)
-    return [("1. writer orders/s (median)", ">= 5,000", f"{d['rate']:,.0f}", d["rate"] >= 5000),
+    return [("1. writer orders/s (median)", ">= 6,000", f"{d['rate']:,.0f}", d["rate"] >= 6000),
             ("1. writer / place_order (medians)", ">= 6", f"{d['rate']:,.0f} / {p.rate:,.0f} = {ratio:.1f}",
              ratio >= 6),
             ("1. every request written, none rejected", "all", "yes" if ok else "NO", ok)]  # fmt: skip

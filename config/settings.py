@@ -196,7 +196,7 @@ DATABASES = {
         DATABASE_URL, conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60), conn_health_checks=True
     )
 }
-DATABASES["default"]["OPTIONS"] = {"connect_timeout": 5, "server_side_binding": True}
+DATABASES["default"]["OPTIONS"] = {"connect_timeout": 5}
 DATABASES["default"]["TEST"] = {"NAME": env("TEST_DATABASE_NAME", "test_shop")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
