@@ -219,3 +219,25 @@ class CompiledUpdate:
 @dataclass(frozen=True)
 class _Slot:
     name: str
+
+
+class AnyOf(models.Lookup):
+    """`field__any=values`: `field = ANY(%s)` with the values as one array
+    parameter, where `__in` binds one parameter each. For the large batches
+    (the queue writer's 500 ids, customers and keys): preparing 500 values one
+    by one and parsing a statement with 500 placeholders was a third of the
+    writer's CPU (cProfile of write_batch)."""
+
+    lookup_name = "any"
+    prepare_rhs = False
+
+    def get_prep_lookup(self):
+        return [self.lhs.output_field.get_prep_value(value) for value in self.rhs]
+
+    def as_sql(self, compiler, connection):
+        lhs, lhs_params = self.process_lhs(compiler, connection)
+        return f"{lhs} = ANY(%s)", [*lhs_params, list(self.rhs)]
+
+
+models.Field.register_lookup(AnyOf)
+models.ForeignObject.register_lookup(AnyOf)  # relations look their lookups up from ForeignObject down

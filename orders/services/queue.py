@@ -339,13 +339,13 @@ def _not_yet_written(requests: list[QueuedRequest], result: BatchResult) -> list
     by_id: dict[int, QueuedRequest] = {}
     for request in requests:
         by_id.setdefault(request.order_id, request)
-    written = dict(Order.objects.filter(id__in=list(by_id)).values_list("id", "status"))
+    written = dict(Order.objects.filter(id__any=list(by_id)).values_list("id", "status"))
     candidates = [request for order_id, request in by_id.items() if order_id not in written]
     customers, keys_given = {r.customer_id for r in candidates}, {r.idempotency_key for r in candidates}
     written_keys = {
         (customer_id, key): (order_id, status)
         for customer_id, key, order_id, status in Order.objects.filter(
-            customer_id__in=customers, idempotency_key__in=keys_given
+            customer_id__any=list(customers), idempotency_key__any=list(keys_given)
         ).values_list("customer_id", "idempotency_key", "id", "status")
     }
     fresh, keys = [], {}

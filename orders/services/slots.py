@@ -57,4 +57,4 @@ def _count_pending(customer_ids: list[int], *, taken: bool) -> None:
         by_count.setdefault(count, []).append(customer_id)
     for count, customers in sorted(by_count.items()):
         pending = F("pending") + count if taken else Greatest(F("pending") - count, 0)
-        PendingOrderCount.objects.filter(customer_id__in=customers).update(pending=pending)
+        PendingOrderCount.objects.filter(customer_id__any=customers).update(pending=pending)

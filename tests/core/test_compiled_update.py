@@ -72,3 +72,20 @@ def test_prepared_values_are_what_the_fields_would_give():
         slow = [f.get_db_prep_save(f.pre_save(instance, add=True), connection) for f in fields]
         fast = _prepared(fields, instance)
         assert [(type(v), str(v)) for v in fast] == [(type(v), str(v)) for v in slow]
+
+
+def test_any_of_finds_what_in_finds_with_one_parameter():
+    """core/db.py's `__any` lookup: `= ANY(array)`, the same rows as `__in`."""
+    from orders.models import Order
+    from tests.factories import OrderFactory
+
+    orders = [OrderFactory() for _ in range(3)]
+    ids = [orders[0].id, orders[2].id, 10**9]
+    customers = [orders[1].customer_id]
+    assert set(Order.objects.filter(id__any=ids).values_list("id", flat=True)) == {orders[0].id, orders[2].id}
+    assert list(Order.objects.filter(customer_id__any=customers)) == list(Order.objects.filter(customer_id__in=customers))
+    assert list(Order.objects.filter(customer__any=customers)) == [orders[1]]
+    assert not Order.objects.filter(idempotency_key__any=[]).exists()
+    with CaptureQueriesContext(connection) as captured:
+        list(Order.objects.filter(idempotency_key__any=[o.idempotency_key for o in orders]))
+    assert "= ANY(" in captured.captured_queries[0]["sql"]
