@@ -83,7 +83,8 @@ def test_any_of_finds_what_in_finds_with_one_parameter():
     ids = [orders[0].id, orders[2].id, 10**9]
     customers = [orders[1].customer_id]
     assert set(Order.objects.filter(id__any=ids).values_list("id", flat=True)) == {orders[0].id, orders[2].id}
-    assert list(Order.objects.filter(customer_id__any=customers)) == list(Order.objects.filter(customer_id__in=customers))
+    by_in = list(Order.objects.filter(customer_id__in=customers))
+    assert list(Order.objects.filter(customer_id__any=customers)) == by_in
     assert list(Order.objects.filter(customer__any=customers)) == [orders[1]]
     assert not Order.objects.filter(idempotency_key__any=[]).exists()
     with CaptureQueriesContext(connection) as captured:
