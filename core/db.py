@@ -123,13 +123,6 @@ def _preparer(field: models.Field) -> tuple[bool, tuple[type, object] | None]:
     if kind in _INTEGERS:  # the backend's typed int where it has one (Int4, Int8); auto fields as they are
         return raw_from, (int, getattr(connection.ops, "integerfield_type_map", {}).get(kind))
     return raw_from, None
-    if kind in _TEXT:
-        return raw_from, (str, None)
-    if kind == "BooleanField":
-        return raw_from, (bool, None)
-    if kind in _INTEGERS:  # the backend's typed int where it has one (Int4, Int8); auto fields as they are
-        return raw_from, (int, getattr(connection.ops, "integerfield_type_map", {}).get(kind))
-    return raw_from, None
 
 
 def copy_rows(model: type[models.Model], fields: list[str], rows: Iterable[tuple]) -> None:

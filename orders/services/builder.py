@@ -11,6 +11,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cached_property
 
 from orders.exceptions import ProductUnavailable
 from orders.models import OrderStatus
@@ -59,11 +60,11 @@ class OrderDraft:
     payment_seconds: int
     client_address: str = ""  # whose unpaid holds the order counts in (orders/services/holds.py)
 
-    @property
+    @cached_property
     def total(self) -> int:
         return sum(line.amount for line in self.lines)
 
-    @property
+    @cached_property
     def request_hash(self) -> str:
         """What the Idempotency-Key promises: the same key with another cart,
         price or address is refused (IdempotencyKeyReused)."""

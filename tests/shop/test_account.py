@@ -28,6 +28,23 @@ def test_the_default_address_is_saved_and_read_back(shopper):
     assert changed.json()["city"] == "Sevilla" and Address.objects.count() == 1
 
 
+def test_an_address_redis_cannot_forget_is_not_saved(shopper, monkeypatch):
+    """Redis keeps the saved address for checkout: when it cannot drop the old
+    one, the save is refused (503) and the database keeps what it had, so a
+    checkout never ships to a replaced address."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    assert shopper.put("/api/auth/me/address", SHIPPING_ADDRESS, format="json").status_code == 200
+
+    def down(self, *names):
+        raise RedisConnectionError("Redis is restarting")
+
+    monkeypatch.setattr("redis.Redis.delete", down)
+    refused = shopper.put("/api/auth/me/address", {**SHIPPING_ADDRESS, "city": "Sevilla"}, format="json")
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "cache_unavailable"
+    assert Address.objects.get(customer=shopper.user).city == SHIPPING_ADDRESS["city"]
+
+
 @pytest.mark.parametrize(
     "field, value",
     [("country", "XX"), ("country", "ESP"), ("country", ""), ("phone", "call me"), ("phone", "1" * 21),
