@@ -55,14 +55,17 @@ def test_webhook_bad_signature_is_401_and_records_nothing(client, order, tamper)
     body = json.dumps(
         {"payment_id": "pay_1", "order_id": order.id, "amount": 500, "currency": "EUR", "status": "succeeded"}
     ).encode()
-    from orders.signatures import sign
+    from orders.signatures import TOLERANCE_SECONDS, sign
 
+    # Past the window by a margin: a slow run that crosses a second between signing and
+    # checking must not bring a +301 s stamp back inside the 300 s tolerance.
     now = int(time.time())
+    outside = TOLERANCE_SECONDS + 60
     headers = {
         "wrong_secret": sign(body=body, secret="not-the-secret"),
         "tampered_body": sign(body=body.replace(b"500", b"5"), secret=settings.PAYMENT_WEBHOOK_SECRET),
-        "old_timestamp": sign(body=body, secret=settings.PAYMENT_WEBHOOK_SECRET, timestamp=now - 301),
-        "future_timestamp": sign(body=body, secret=settings.PAYMENT_WEBHOOK_SECRET, timestamp=now + 301),
+        "old_timestamp": sign(body=body, secret=settings.PAYMENT_WEBHOOK_SECRET, timestamp=now - outside),
+        "future_timestamp": sign(body=body, secret=settings.PAYMENT_WEBHOOK_SECRET, timestamp=now + outside),
         "missing": None,
         "garbage": "v1=abc,t=notanumber",
     }
