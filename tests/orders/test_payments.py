@@ -77,6 +77,21 @@ def test_webhook_bad_signature_is_401_and_records_nothing(client, order, tamper)
     assert Order.objects.get().status == OrderStatus.PENDING_PAYMENT
 
 
+@pytest.mark.parametrize("offset", [-300, 300, -301, 301])
+def test_signature_window_edge_is_exactly_the_tolerance(offset):
+    """At a fixed `now`: a stamp TOLERANCE_SECONDS away is accepted, one second more is not."""
+    from orders.exceptions import InvalidSignature
+    from orders.signatures import TOLERANCE_SECONDS, sign, verify_signature
+
+    now, body, secret = 1_800_000_000, b'{"x": 1}', "s3cret"
+    header = sign(body=body, secret=secret, timestamp=now + offset)
+    if abs(offset) <= TOLERANCE_SECONDS:
+        verify_signature(header=header, body=body, secret=secret, now=now)
+    else:
+        with pytest.raises(InvalidSignature):
+            verify_signature(header=header, body=body, secret=secret, now=now)
+
+
 @pytest.mark.parametrize(
     "payload",
     [
