@@ -3,8 +3,9 @@
     python -m bench.relay                                     # 50,000 events; 200 orders/s for 20 s
     python -m bench.relay --events 10000 --rounds 1 --rate 100 --seconds 5 [--profile]
 
-Part 1: OutboxRelay().drain() on --events events against a bare producer (the ceiling, goal >= 0.5)
-and the case study's relay (the floor, goal >= 20x). Part 2: relay_outbox and a real consumer as
+Part 1: OutboxRelay().drain() on --events events against a producer that encodes the same envelopes
+(goal >= 0.8; a producer of pre-encoded envelopes is shown too) and the case study's relay (the floor,
+goal >= 20x). Part 2: relay_outbox and a real consumer as
 subprocesses, place_order at a steady --rate: commit -> consumer effect lag (goal: p99 < 1 s)."""
 
 import argparse
@@ -36,7 +37,9 @@ PREFIX = "BENCH-RL-"
 BENCH_MARK = "relay"  # payload["bench"] of the part-1 events: how a killed run's leftovers are found
 AGGREGATE_BASE = 9_100_000_000  # fake order ids of the part-1 events (aggregate_id only, no FK)
 LOCK_KEY = 0x42_52_4C_01  # pg advisory lock: one relay bench at a time on a database
-GOALS = {"ceiling": 0.5, "floor": 20.0, "p99_ms": 1000.0}
+# issue 26: the relay against a producer that encodes the same envelopes in Python (it was 0.5 of the
+# pre-encoded producer, which measures the broker and librdkafka more than any relay).
+GOALS = {"encoding": 0.8, "floor": 20.0, "p99_ms": 1000.0}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -123,7 +126,9 @@ def time_relay(topic: str, ids: list[int], batch_size: int | None) -> tuple[floa
     from outbox.models import OutboxEvent
     from outbox.relay import OutboxRelay
 
-    left = OutboxEvent.objects.filter(id__in=ids, published_at__isnull=True)
+    # By range, not id__in: binding 50,000 ids took about a second per check, inside the timing
+    # (bulk_create gives one run of ids; another process's event in the range is published too).
+    left = OutboxEvent.objects.filter(id__range=(min(ids), max(ids)), published_at__isnull=True)
     relay = OutboxRelay(topic=topic, batch_size=batch_size)
     warm_up(relay._producer(), topic)  # as in relay_outbox, which keeps its producer
     published = failures = 0
@@ -231,8 +236,9 @@ def part1(args, topic: str, original_topic: str, lock) -> dict:
             "alone": args.floor_events / alone_s, "alone_ms": alone_s / args.floor_events * 1000,
             "failures": failures, "extra": relay_published - args.events, "errors": bare_errors + alone_errors,
         })  # fmt: skip
-        print(f"  round {round_no}: relay {run['relay']:,.0f}/s, ceiling {run['bare']:,.0f}/s, ceiling incl. encoding "
-              f"{run['inline']:,.0f}/s, floor {run['floor']:,.0f}/s, send-and-wait alone {run['alone']:,.0f}/s")
+        print(f"  round {round_no}: relay {run['relay']:,.0f}/s, producer encoding the envelopes {run['inline']:,.0f}/s "
+              f"(= {run['relay'] / run['inline']:.2f}), pre-encoded {run['bare']:,.0f}/s, floor {run['floor']:,.0f}/s, "
+              f"send-and-wait alone {run['alone']:,.0f}/s")  # fmt: skip
 
     def med(key: str) -> float:
         return statistics.median(r[key] for r in runs)
@@ -246,22 +252,22 @@ def part1(args, topic: str, original_topic: str, lock) -> dict:
         ["relay: OutboxRelay().drain()", f"{args.events:,}", f"{med('relay'):,.0f}", spread("relay"),
          f"batch {args.batch_size or 'default'}, {sum(r['failures'] for r in runs)} failed batch(es)"
          + (f", +{extra // len(runs):,} others' events/round" if extra else "")],
-        ["(a) ceiling: bare producer, 1 flush", f"{args.events:,}", f"{med('bare'):,.0f}", spread("bare"),
-         "pre-encoded envelopes, new_producer() config"],
+        ["(a) bare producer, 1 flush", f"{args.events:,}", f"{med('bare'):,.0f}", spread("bare"),
+         "info: pre-encoded envelopes, new_producer() config"],
         ["    same, envelope() encoded inline", f"{args.events:,}", f"{med('inline'):,.0f}", spread("inline"),
-         "info: the JSON encoding the relay also does"],
+         "the goal's producer: the JSON encoding the relay also does"],
         ["(b) floor: the case study's relay", f"{args.floor_events:,}", f"{med('floor'):,.0f}", spread("floor"),
          f"{med('floor_ms'):.2f} ms per event: send-and-wait + UPDATE"],
         ["    send-and-wait alone, no database", f"{args.floor_events:,}", f"{med('alone'):,.0f}", spread("alone"),
          f"info: {med('alone_ms'):.2f} ms per produce + flush"],
     ])  # fmt: skip
-    ratio_ceiling, ratio_floor = med("relay") / med("bare"), med("relay") / med("floor")
-    ok_c, ok_f = ratio_ceiling >= GOALS["ceiling"], ratio_floor >= GOALS["floor"]
-    print(f"\n  relay / ceiling = {ratio_ceiling:.2f}   (goal >= {GOALS['ceiling']})  {'OK' if ok_c else 'MISSED'}")
-    print(f"  relay / floor   = {ratio_floor:.1f}x  (goal >= {GOALS['floor']:.0f}x)  {'OK' if ok_f else 'MISSED'}")
-    print(f"  (ceiling / floor = {med('bare') / med('floor'):.1f}x: the most any relay could reach against this broker;"
-          " "
-          f"relay / ceiling incl. encoding = {med('relay') / med('inline'):.2f}; "
+    ratio_encoding, ratio_floor = med("relay") / med("inline"), med("relay") / med("floor")
+    ok_c, ok_f = ratio_encoding >= GOALS["encoding"], ratio_floor >= GOALS["floor"]
+    print(f"\n  relay / producer encoding the envelopes = {ratio_encoding:.2f}  (goal >= {GOALS['encoding']})  "
+          f"{'OK' if ok_c else 'MISSED'}")  # fmt: skip
+    print(f"  relay / floor = {ratio_floor:.1f}x  (goal >= {GOALS['floor']:.0f}x)  {'OK' if ok_f else 'MISSED'}")
+    print(f"  (relay / pre-encoded producer = {med('relay') / med('bare'):.2f}; pre-encoded / floor = "
+          f"{med('bare') / med('floor'):.1f}x: the most any relay could reach against this broker; "
           f"relay / send-and-wait alone = {med('relay') / med('alone'):.1f}x)")  # fmt: skip
     print(f"  every producer above was connected before its timing began (a first delivery: {startup_s:.2f} s, "
           "once per process)")  # fmt: skip
@@ -269,7 +275,7 @@ def part1(args, topic: str, original_topic: str, lock) -> dict:
         print(f"  note: the relay also published {extra} event(s) that other processes wrote meanwhile")
     if errors := sum(r["errors"] for r in runs):
         print(f"  note: {errors} delivery error(s) in the ceiling/floor runs")
-    return {"ok": ok_c and ok_f, "ceiling": med("bare")}
+    return {"ok": ok_c and ok_f, "ceiling": med("inline")}
 
 
 def timed(function, times: dict[str, list[float]], phase):
@@ -368,7 +374,7 @@ def phase_split(topic: str, args, lock, ceiling: float | None) -> None:
               for _ in range(args.rounds)]  # fmt: skip
     bound = statistics.median(bounds)
     print(f"bound: marking switched off, {args.events:,} events, median of {args.rounds}: {bound:,.0f} events/s"
-          + (f" = {bound / ceiling:.2f} of the ceiling" if ceiling else "")
+          + (f" = {bound / ceiling:.2f} of the producer encoding the envelopes" if ceiling else "")
           + f" (rounds {', '.join(f'{b:,.0f}' for b in bounds)})")  # fmt: skip
     profiler = cProfile.Profile()
     published, seconds, *_ = drain_once(topic, args.profile_events, args, lock, profiler=profiler)
