@@ -236,9 +236,9 @@ def part1(args, topic: str, original_topic: str, lock) -> dict:
             "alone": args.floor_events / alone_s, "alone_ms": alone_s / args.floor_events * 1000,
             "failures": failures, "extra": relay_published - args.events, "errors": bare_errors + alone_errors,
         })  # fmt: skip
-        print(f"  round {round_no}: relay {run['relay']:,.0f}/s, producer encoding the envelopes {run['inline']:,.0f}/s "
-              f"(= {run['relay'] / run['inline']:.2f}), pre-encoded {run['bare']:,.0f}/s, floor {run['floor']:,.0f}/s, "
-              f"send-and-wait alone {run['alone']:,.0f}/s")  # fmt: skip
+        print(f"  round {round_no}: relay {run['relay']:,.0f}/s, producer encoding the envelopes "
+              f"{run['inline']:,.0f}/s (= {run['relay'] / run['inline']:.2f}), pre-encoded {run['bare']:,.0f}/s, "
+              f"floor {run['floor']:,.0f}/s, send-and-wait alone {run['alone']:,.0f}/s")  # fmt: skip
 
     def med(key: str) -> float:
         return statistics.median(r[key] for r in runs)

@@ -143,6 +143,8 @@ MIDDLEWARE = [
     "core.views.RefuseNulMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
+    # Before everything else a checkout costs: refusals of a sold-out sale (orders/early_refusal.py).
+    "orders.early_refusal.EarlyRefusalMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

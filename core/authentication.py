@@ -17,6 +17,7 @@ from django_redis import get_redis_connection
 from knox.auth import TokenAuthentication as KnoxTokenAuthentication
 from knox.crypto import hash_token
 from knox.models import AuthToken
+from knox.settings import knox_settings
 from redis.exceptions import RedisError
 from rest_framework.exceptions import AuthenticationFailed
 
@@ -131,6 +132,22 @@ class CachedTokenAuthentication(TokenAuthentication):
         except RedisError:
             pass  # the cache is an optimisation; the database answered
         return (user, auth_token), auth_token.expiry.timestamp() if auth_token.expiry else None
+
+
+def remembered_user(authorization: str):
+    """The user of an `Authorization: Token ...` header from this process's
+    memory only (what CachedTokenAuthentication keeps), or None: never a query
+    or a Redis call, never an error. For answers given before DRF runs, which
+    check the cache generation themselves (orders/early_refusal.py)."""
+    prefix, _, token = authorization.partition(" ")
+    if prefix.lower() != knox_settings.AUTH_HEADER_PREFIX.lower() or not _TOKEN.fullmatch(token.encode()):
+        return None
+    from core.hotcache import hot_cache  # see authenticate_credentials
+
+    cached = hot_cache.tokens.get(token_digest(token))
+    if cached is None or cached[1] <= time.monotonic() or not _alive(cached[2]):
+        return None
+    return cached[0][0]
 
 
 def _alive(expiry: float | None) -> bool:

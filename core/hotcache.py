@@ -54,6 +54,7 @@ class HotCache:
         self.products: dict[str, CachedProduct | None] = {}  # None: no such SKU
         self.flash_sales: dict | None = None  # inventory's flash sales (inventory/services/flash_sales.py)
         self.catalog = None  # inventory's browsable catalog (inventory/catalog_browse.py)
+        self.sold_out: frozenset[str] = frozenset()  # what the gate last said (orders/services/admission.py)
 
     def ensure_generation(self) -> str:
         """The generation to fill the caches under; read before any database read
@@ -70,6 +71,7 @@ class HotCache:
             self.products.clear()
             self.flash_sales = None
             self.catalog = None
+            self.sold_out = frozenset()
 
     def check_generation(self) -> None:
         """For views whose own Redis call does not check the generation (the

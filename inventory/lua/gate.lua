@@ -1,23 +1,39 @@
--- The gate's public Lua function, shared with checkout's one-call admission.
--- admit(customer, lines, refusals_key): `lines` holds {sku, quantity, limit (0:
--- none), remaining key, bought key} per gated line; all pass or nothing is
--- taken. Returns a verdict (admitted, sold_out, limit_reached, missing) and the SKU.
--- A refusal counts in the refusals hash under the SKU (all of them) and, for
--- the per-customer limit, under "SKU|limit_reached" too.
-local function admit(customer, lines, refusals)
+-- The gate's public Lua functions, shared with checkout's one-call admission
+-- and its early refusal (orders/lua/admission.lua, orders/lua/refusal.lua).
+-- `lines` holds {sku, quantity, limit (0: none), remaining key, bought key}
+-- per gated line.
+--
+-- refused(customer, lines): the verdict admit() would give, taking and
+-- counting nothing: sold_out, limit_reached or missing (the counter is gone)
+-- and the SKU; nil when every line passes.
+local function refused(customer, lines)
   for _, line in ipairs(lines) do
     local sku, quantity, limit, remaining, bought = unpack(line)
     local left = redis.call('GET', remaining)
     if not left then return 'missing', sku end
-    if tonumber(left) < quantity then
-      redis.call('HINCRBY', refusals, sku, 1)
-      return 'sold_out', sku
-    end
+    if tonumber(left) < quantity then return 'sold_out', sku end
     if limit > 0 and tonumber(redis.call('HGET', bought, customer) or '0') + quantity > limit then
-      redis.call('HINCRBY', refusals, sku, 1)
-      redis.call('HINCRBY', refusals, sku .. '|limit_reached', 1)
       return 'limit_reached', sku
     end
+  end
+  return nil
+end
+
+-- count_refusal(refusals_key, verdict, sku): a refusal counts in the refusals
+-- hash under the SKU (all of them) and, for the per-customer limit, under
+-- "SKU|limit_reached" too.
+local function count_refusal(refusals, verdict, sku)
+  redis.call('HINCRBY', refusals, sku, 1)
+  if verdict == 'limit_reached' then redis.call('HINCRBY', refusals, sku .. '|limit_reached', 1) end
+end
+
+-- admit(customer, lines, refusals_key): all lines pass or nothing is taken.
+-- Returns a verdict (admitted, sold_out, limit_reached, missing) and the SKU.
+local function admit(customer, lines, refusals)
+  local verdict, sku = refused(customer, lines)
+  if verdict then
+    if verdict ~= 'missing' then count_refusal(refusals, verdict, sku) end
+    return verdict, sku
   end
   for _, line in ipairs(lines) do
     redis.call('DECRBY', line[4], line[2])

@@ -24,6 +24,12 @@ def gated_skus() -> dict[str, int]:
     return {sku: limit for sku, (limit, _) in _sales().items()}
 
 
+def gated_skus_in_memory() -> dict[str, int] | None:
+    """gated_skus() when this process holds them, else None (and no query)."""
+    sales = hot_cache.flash_sales
+    return None if sales is None else {sku: limit for sku, (limit, _) in sales.items()}
+
+
 def queued_skus() -> set[str]:
     """The gated SKUs whose admitted checkouts go through the queue."""
     return {sku for sku, (_, mode) in _sales().items() if mode == FlashSale.Mode.QUEUE}

@@ -3,8 +3,15 @@ limit and pass the flash-sale gate. When the gate lives on the cart's Redis
 (the default), that is one Lua script, so one round-trip: a flash-sale
 refusal costs a single Redis call and no SQL. With the gate on a Redis of its
 own, the cart is read first and the gate called after.
+
+While a sale is sold out, `early_refusal` gives the same refusals for the
+cost of one Lua call before anything else of the request is done
+(orders/early_refusal.py). `hot_cache.sold_out` holds the gated SKUs this
+process last heard the gate call sold out (either script reports them), so
+that nobody pays for that call while no sale is sold out.
 """
 
+import math
 from dataclasses import dataclass
 
 from django_redis import get_redis_connection
@@ -12,10 +19,13 @@ from redis.exceptions import RedisError
 
 from cart import storage
 from core import ratelimit
+from core.exceptions import DomainError, RateLimited
 from core.hotcache import GENERATION_KEY, hot_cache
 from core.redis_scripts import GENERATION_LUA, compose, load_lua, run_script
 from inventory import gate
-from inventory.services.flash_sales import gated_skus
+from inventory.services.flash_sales import gated_skus, gated_skus_in_memory, queued_skus
+from orders.metrics import CHECKOUT_REFUSALS
+from orders.queue_producer import queue_producer
 from shop.services import address_key
 
 
@@ -28,6 +38,7 @@ class Admission:
 
 
 _ADMISSION = compose(GENERATION_LUA, ratelimit.LUA, storage.LUA, gate.LUA, load_lua("orders", "admission"))
+_REFUSAL = compose(GENERATION_LUA, ratelimit.LUA, storage.LUA, gate.LUA, load_lua("orders", "refusal"))
 
 
 def _cached_address(customer_id: int) -> bytes | None:
@@ -71,5 +82,51 @@ def admit_cart(*, customer_id: int, idempotency_key: str, rate_limited: bool) ->
     storage.check_status(status, flat)
     lines = storage.as_lines(flat)
     gated = {sku: quantity for sku, quantity in lines.items() if sku in limits}
+    if verdict == b"sold_out":
+        hot_cache.sold_out = hot_cache.sold_out | {sku.decode()}
     admitted = bool(gated) and gate.judge(verdict, sku, limits)
     return Admission(lines, gated, admitted, rest[0] if rest else None)
+
+
+def early_refusal(*, customer_id: int, idempotency_key: str) -> DomainError | None:
+    """What admit_cart would refuse this checkout with (RateLimited, SoldOut,
+    LimitReached), counted as admit_cart counts it, or None: the checkout goes
+    on and admit_cart decides (nothing counted). Only while a sale is sold out
+    and every answer can come from process memory and one Lua call; None
+    whenever anything would need more (a query, a stale cache, Redis down, the
+    queue's broker down, a gate on a Redis of its own)."""
+    limits = gated_skus_in_memory()
+    generation = hot_cache.generation
+    if not hot_cache.sold_out or not limits or generation is None or not gate.shares_cart_redis():
+        return None
+    if queued_skus() and queue_producer().breaker.refusing():
+        return None  # checkout answers 503 queue_unavailable first
+    limit = ratelimit.shopper_window("checkout", customer_id)
+    keys = [
+        storage.cart_key(customer_id),
+        GENERATION_KEY,
+        limit.key,
+        gate.replay_key(customer_id, idempotency_key),
+        gate.REFUSALS_KEY,
+    ]
+    args: list = [generation, limit.limit, limit.ms, customer_id]
+    for sku, per_customer in limits.items():
+        keys += [gate.remaining_key(sku), gate.bought_key(sku)]
+        args += [sku, per_customer]
+    try:
+        verdict, detail, *now_sold_out = run_script(_REFUSAL, keys=keys, args=args)
+    except RedisError:
+        return None
+    if verdict == b"stale":
+        return None
+    hot_cache.sold_out = frozenset(sku.decode() for sku in now_sold_out)
+    if verdict == b"pass":
+        return None
+    if verdict == b"rate_limited":
+        refusal: DomainError = RateLimited(retry_after=max(1, math.ceil(detail / 1000)))
+    elif verdict == b"limit_reached":
+        refusal = gate.LimitReached(sku=detail.decode(), limit=limits.get(detail.decode()))
+    else:
+        refusal = gate.SoldOut(sku=detail.decode())
+    CHECKOUT_REFUSALS.labels(refusal.code).inc()
+    return refusal
