@@ -17,11 +17,11 @@ from functools import cache
 from django.conf import settings
 from django.db import connection
 
+from core.db import kept_cursor
 from orders.exceptions import HoldLimitReached
 from orders.models import OrderItem, UnpaidHold
 
 _TABLE = UnpaidHold._meta.db_table
-
 
 
 @cache
@@ -63,9 +63,9 @@ def take_holds(*, customer_id: int, address: str, lines: dict[str, int]) -> None
     for _, sku, units, cap in rows:
         if units > cap:  # a first hold is an INSERT, which the upsert's condition does not cover
             raise HoldLimitReached(sku=sku, limit=cap)
-    with connection.cursor() as cursor:
-        cursor.execute(_take_sql(len(rows)), [value for row in rows for value in row])
-        taken = set(cursor.fetchall())
+    cursor = kept_cursor()
+    cursor.execute(_take_sql(len(rows)), [value for row in rows for value in row])
+    taken = set(cursor.fetchall())
     for holder, sku, _, cap in rows:
         if (holder, sku) not in taken:
             raise HoldLimitReached(sku=sku, limit=cap)
@@ -91,4 +91,3 @@ def give_back_holds(*, order_ids: list[int]) -> None:
 def held_units(*, sku: str, customer_id: int | None = None, address: str | None = None) -> int:
     holder = customer_holder(customer_id) if customer_id is not None else address_holder(address or "")
     return UnpaidHold.objects.filter(holder=holder, product_id=sku).values_list("units", flat=True).first() or 0
-
