@@ -158,12 +158,3 @@ def merge_guest_cart(*, token: str, customer_id: int) -> int:
 
 def remove_cart_item(*, customer_id: int, sku: str) -> None:
     storage.write_line(customer_id=customer_id, sku=sku, quantity=0, generation=hot_cache.ensure_generation())
-
-
-def clear_cart(*, customer_id: int) -> None:
-    storage.delete_carts(customer_ids=[customer_id])
-
-
-def clear_carts(*, customer_ids: list[int]) -> None:
-    """Several shoppers' carts in one round-trip (a batch of queued orders written)."""
-    storage.delete_carts(customer_ids=customer_ids)

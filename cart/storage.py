@@ -34,10 +34,17 @@ _READ = compose(GENERATION_LUA, ratelimit.LUA, LUA, load_lua("cart", "read"))
 _GUEST_WRITE = compose(GENERATION_LUA, ratelimit.LUA, LUA, load_lua("cart", "guest_write"))
 _GUEST_READ = compose(GENERATION_LUA, LUA, load_lua("cart", "guest_read"))
 _MERGE = load_lua("cart", "merge")
+_TAKE = compose(GENERATION_LUA, ratelimit.LUA, LUA, load_lua("cart", "take"))
+_GIVE_BACK = load_lua("cart", "give_back")
 
 
 def cart_key(customer_id: int) -> str:
     return f"cart:{customer_id}"
+
+
+def taken_key(customer_id: int) -> str:
+    """Where a checkout sets the shopper's cart aside (cart.lua, take_cart)."""
+    return f"cart:{customer_id}:taken"
 
 
 def guest_cart_keys(digest: str) -> tuple[str, str]:
@@ -114,9 +121,33 @@ def read_lines(*, customer_id: int, generation: str, rate_scope: str | None = No
     return _run(_READ, [cart_key(customer_id), GENERATION_KEY, limit.key], [generation, limit.limit, limit.ms])
 
 
-def delete_carts(*, customer_ids: list[int]) -> None:
-    if customer_ids:
-        _connection().delete(*[cart_key(customer_id) for customer_id in customer_ids])
+def take_lines(
+    *, customer_id: int, idempotency_key: str, generation: str, rate_scope: str | None = None
+) -> tuple[dict[str, int], bool]:
+    """The cart a checkout under `idempotency_key` orders, taken (cart.lua,
+    take_cart), and whether it was taken now (False: empty, or what an earlier
+    attempt under the key took). For a gate on a Redis of its own: by default
+    orders/lua/admission.lua does this in the gate's call."""
+    limit = ratelimit.shopper_window(rate_scope, customer_id)
+    keys = [cart_key(customer_id), GENERATION_KEY, limit.key, taken_key(customer_id)]
+    args = [generation, limit.limit, limit.ms, idempotency_key, settings.TAKEN_CART_TTL_SECONDS]
+    try:
+        status, flat, taken = run_script(_TAKE, keys=keys, args=args)
+    except RedisError as exc:
+        raise unavailable(exc) from exc
+    check_status(status, flat)
+    return as_lines(flat), bool(taken)
+
+
+def give_back(carts: list[tuple[int, str]]) -> int:
+    """The carts that checkouts took, back to their shoppers (customer id,
+    checkout key), for checkouts that wrote no order; lines set since win.
+    One call; returns how many were given back. Raises RedisError."""
+    if not carts:
+        return 0
+    keys = [key for customer_id, _ in carts for key in (cart_key(customer_id), taken_key(customer_id))]
+    args = [settings.CART_TTL_SECONDS, *[checkout for _, checkout in carts]]
+    return run_script(_GIVE_BACK, keys=keys, args=args)
 
 
 def guest_write_line(

@@ -293,6 +293,10 @@ SHOP_CURRENCY = env("SHOP_CURRENCY", "EUR")
 ORDER_PAYMENT_TIMEOUT_SECONDS = env_int("ORDER_PAYMENT_TIMEOUT_SECONDS", 900)
 CART_TTL_SECONDS = env_int("CART_TTL_SECONDS", 30 * 24 * 3600)
 CART_MAX_LINES = env_int("CART_MAX_LINES", 100)
+# A checkout takes the cart as it admits it (no call once the order is written); the
+# taken cart is kept this long for a retry under the same Idempotency-Key after an
+# answer that never came, and is given back when the checkout writes no order.
+TAKEN_CART_TTL_SECONDS = env_int("TAKEN_CART_TTL_SECONDS", 600)
 # How long a client or CDN may reuse a catalog answer (its `available` is a hint).
 CATALOG_MAX_AGE_SECONDS = env_int("CATALOG_MAX_AGE_SECONDS", 5)
 GUEST_CART_TTL_SECONDS = env_int("GUEST_CART_TTL_SECONDS", 7 * 24 * 3600)

@@ -27,3 +27,28 @@ local function set_line(cart_key, sku, quantity, ttl, max_lines)
   if redis.call('EXPIRE', cart_key, ttl) == 0 then return {0, {}} end
   return {0, cart_lines(cart_key)}
 end
+
+-- checkout_lines(cart_key, taken_key, checkout): the cart a checkout under the
+-- idempotency key `checkout` orders (flat list) and whether it is the cart in
+-- place: the cart, or when that is empty, what an earlier attempt under the
+-- same key took (a retry of a checkout that died before its answer).
+local function checkout_lines(cart_key, taken_key, checkout)
+  local lines = redis.call('HGETALL', cart_key)
+  if #lines > 0 then return lines, true end
+  if redis.call('HGET', taken_key, '@checkout') ~= checkout then return lines, false end
+  local taken = redis.call('HGETALL', taken_key)
+  for i = 1, #taken, 2 do
+    if taken[i] ~= '@checkout' then lines[#lines + 1] = taken[i]; lines[#lines + 1] = taken[i + 1] end
+  end
+  return lines, false
+end
+
+-- take_cart(cart_key, taken_key, checkout, ttl): the checkout takes the cart:
+-- set aside under taken_key for ttl seconds, for a retry under the same key, or
+-- to be given back (give_back.lua) when the checkout writes no order. A SKU
+-- never contains '@' (shop's CHECK), so the key's field cannot be a line.
+local function take_cart(cart_key, taken_key, checkout, ttl)
+  redis.call('RENAME', cart_key, taken_key)
+  redis.call('HSET', taken_key, '@checkout', checkout)
+  redis.call('EXPIRE', taken_key, ttl)
+end

@@ -1,15 +1,26 @@
 -- The queue writer's clean-up after a batch, once per request however often
 -- the batch is delivered: a request still in its SKU's pending set leaves it
--- and, when its order was written, its cart is cleared; its queued copy is
--- dropped either way.
--- KEYS: per request: pending set, queued copy, cart. ARGV: per request: order
--- id, 1 to clear the cart. Returns how many requests were cleaned up now.
+-- and, when no order was written for it, the cart its checkout took is given
+-- back (as cart/lua/give_back.lua: lines set since win, and only the cart this
+-- checkout took); its queued copy is dropped either way.
+-- KEYS: per request: pending set, queued copy, cart, taken cart. ARGV: cart
+-- TTL, then per request: order id, 1 when written, checkout key. Returns how
+-- many requests were cleaned up now.
 local done = 0
-for i = 1, #ARGV / 2 do
-  if redis.call('ZREM', KEYS[3*i-2], ARGV[2*i-1]) == 1 then
+for i = 1, (#ARGV - 1) / 3 do
+  local pending, copy, cart, taken = KEYS[4*i - 3], KEYS[4*i - 2], KEYS[4*i - 1], KEYS[4*i]
+  local order_id, written, checkout = ARGV[3*i - 1], ARGV[3*i], ARGV[3*i + 1]
+  if redis.call('ZREM', pending, order_id) == 1 then
     done = done + 1
-    if ARGV[2*i] == '1' then redis.call('DEL', KEYS[3*i]) end
+    if written == '0' and redis.call('HGET', taken, '@checkout') == checkout then
+      local lines = redis.call('HGETALL', taken)
+      for j = 1, #lines, 2 do
+        if lines[j] ~= '@checkout' then redis.call('HSETNX', cart, lines[j], lines[j + 1]) end
+      end
+      redis.call('DEL', taken)
+      redis.call('EXPIRE', cart, ARGV[1])
+    end
   end
-  redis.call('DEL', KEYS[3*i-1])
+  redis.call('DEL', copy)
 end
 return done

@@ -11,9 +11,11 @@ process last heard the gate call sold out (either script reports them), so
 that nobody pays for that call while no sale is sold out.
 """
 
+import logging
 import math
 from dataclasses import dataclass
 
+from django.conf import settings
 from django_redis import get_redis_connection
 from redis.exceptions import RedisError
 
@@ -28,6 +30,8 @@ from orders.metrics import CHECKOUT_REFUSALS
 from orders.queue_producer import queue_producer
 from shop.services import address_key
 
+logger = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class Admission:
@@ -35,6 +39,7 @@ class Admission:
     gated: dict[str, int]  # its flash-sale lines
     admitted: bool  # gate units were taken: give them back if the checkout fails
     saved_address: bytes | None = None  # what Redis holds under shop's address_key (None: nothing)
+    took_cart: bool = False  # the cart was taken now: give it back if the checkout writes no order
 
 
 _ADMISSION = compose(GENERATION_LUA, ratelimit.LUA, storage.LUA, gate.LUA, load_lua("orders", "admission"))
@@ -50,17 +55,28 @@ def _cached_address(customer_id: int) -> bytes | None:
 
 def admit_cart(*, customer_id: int, idempotency_key: str, rate_limited: bool) -> Admission:
     """Raises RateLimited, SoldOut, LimitReached, GateUnavailable, CartUnavailable
-    or StaleCache; an empty cart is admitted with no lines."""
+    or StaleCache; an empty cart is admitted with no lines. An admitted cart is
+    taken (cart/lua/cart.lua, take_cart): the order's commit needs no call to
+    clear it, and a failed checkout gives it back (orders/services/checkout.py).
+    A retry under the same key after an answer that never came orders what the
+    first attempt took."""
     generation = hot_cache.ensure_generation()
     scope = "checkout" if rate_limited else None
     limits = gated_skus()
     if not gate.shares_cart_redis():
-        lines = storage.read_lines(customer_id=customer_id, generation=generation, rate_scope=scope)
-        gated = {sku: quantity for sku, quantity in lines.items() if sku in limits}
-        admitted = bool(gated) and gate.admit(
-            customer_id=customer_id, idempotency_key=idempotency_key, lines=gated, limits=limits
+        lines, took = storage.take_lines(
+            customer_id=customer_id, idempotency_key=idempotency_key, generation=generation, rate_scope=scope
         )
-        return Admission(lines, gated, admitted, _cached_address(customer_id))
+        gated = {sku: quantity for sku, quantity in lines.items() if sku in limits}
+        try:
+            admitted = bool(gated) and gate.admit(
+                customer_id=customer_id, idempotency_key=idempotency_key, lines=gated, limits=limits
+            )
+        except BaseException:
+            if took:
+                give_back_cart(customer_id, idempotency_key)
+            raise
+        return Admission(lines, gated, admitted, _cached_address(customer_id), took)
 
     limit = ratelimit.shopper_window(scope, customer_id)
     keys = [
@@ -70,8 +86,9 @@ def admit_cart(*, customer_id: int, idempotency_key: str, rate_limited: bool) ->
         gate.replay_key(customer_id, idempotency_key),
         gate.REFUSALS_KEY,
         address_key(customer_id),
+        storage.taken_key(customer_id),
     ]
-    args: list = [generation, limit.limit, limit.ms, customer_id]
+    args: list = [generation, limit.limit, limit.ms, customer_id, idempotency_key, settings.TAKEN_CART_TTL_SECONDS]
     for sku, per_customer in limits.items():
         keys += [gate.remaining_key(sku), gate.bought_key(sku)]
         args += [sku, per_customer]
@@ -85,7 +102,17 @@ def admit_cart(*, customer_id: int, idempotency_key: str, rate_limited: bool) ->
     if verdict == b"sold_out":
         hot_cache.sold_out = hot_cache.sold_out | {sku.decode()}
     admitted = bool(gated) and gate.judge(verdict, sku, limits)
-    return Admission(lines, gated, admitted, rest[0] if rest else None)
+    return Admission(lines, gated, admitted, rest[0], bool(rest[1]))
+
+
+def give_back_cart(customer_id: int, idempotency_key: str) -> None:
+    """Best effort: the cart this checkout took, back to the shopper (it wrote
+    no order). When Redis fails here the cart stays taken for
+    TAKEN_CART_TTL_SECONDS, where a retry under the same key finds it."""
+    try:
+        storage.give_back([(customer_id, idempotency_key)])
+    except RedisError:
+        logger.exception("could not give the cart of checkout %r back to customer %s", idempotency_key, customer_id)
 
 
 def early_refusal(*, customer_id: int, idempotency_key: str) -> DomainError | None:

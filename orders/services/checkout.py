@@ -6,7 +6,6 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from cart.services import clear_cart
 from core.db import insert_unless_exists
 from core.exceptions import RateLimited
 from inventory import gate
@@ -23,7 +22,7 @@ from orders.exceptions import (
 )
 from orders.metrics import CHECKOUT_REFUSALS, IDEMPOTENT_REPLAYS, ORDERS_CREATED, QUEUE_ADMITTED
 from orders.models import Order, OrderItem
-from orders.services.admission import admit_cart
+from orders.services.admission import admit_cart, give_back_cart
 from orders.services.builder import OrderDraft, build_order, price_cart
 from orders.services.holds import take_holds
 from orders.services.queue import (
@@ -111,6 +110,8 @@ def place_order(
     except BaseException as error:
         if admitted:
             _release_best_effort(customer_id, gated)
+        if admission.took_cart:
+            give_back_cart(customer_id, idempotency_key)
         if isinstance(error, OutOfStock | TooManyPendingOrders | HoldLimitReached):
             CHECKOUT_REFUSALS.labels(error.code).inc()
         raise
@@ -118,6 +119,8 @@ def place_order(
         IDEMPOTENT_REPLAYS.inc()
         if admitted:
             _release_best_effort(customer_id, gated)
+        if admission.took_cart:  # this cart is not the replayed order's
+            give_back_cart(customer_id, idempotency_key)
     elif result.queued:
         QUEUE_ADMITTED.inc()
     else:
@@ -165,7 +168,8 @@ def _create_order(*, draft: OrderDraft, gated: dict[str, int]) -> PlacedOrder:
         lines = {line.sku: line.quantity for line in draft.lines}
         take_holds(customer_id=customer_id, address=draft.client_address, lines=lines)
         record_events([built.event(order.id)])
-        transaction.on_commit(lambda: _after_commit(customer_id, idempotency_key, order.id, bool(gated)))
+        if gated:  # later replays of this key pass the gate without taking units
+            transaction.on_commit(lambda: _mark_order_exists(customer_id, idempotency_key, order.id))
         # Reserve last: a hot SKU's row stays locked only from its UPDATE to the
         # COMMIT, not while the items and the event are written (measured in
         # bench/checkout.py). Out of stock rolls back all of the above, and
@@ -175,14 +179,13 @@ def _create_order(*, draft: OrderDraft, gated: dict[str, int]) -> PlacedOrder:
     return PlacedOrder(order=order, replayed=False)
 
 
-def _after_commit(customer_id: int, idempotency_key: str, order_id: int, gated: bool) -> None:
-    """Best effort: a failure here is logged, never fails the committed order."""
+def _mark_order_exists(customer_id: int, idempotency_key: str, order_id: int) -> None:
+    """Best effort: a failure here is logged, never fails the committed order
+    (without the mark a replay of the key takes gate units, then gives them back)."""
     try:
-        clear_cart(customer_id=customer_id)
-        if gated:  # later replays of this key pass the gate without taking units
-            gate.mark_order_exists(customer_id=customer_id, idempotency_key=idempotency_key, order_id=order_id)
+        gate.mark_order_exists(customer_id=customer_id, idempotency_key=idempotency_key, order_id=order_id)
     except Exception:
-        logger.exception("after-commit clean-up failed for order %s of customer %s", order_id, customer_id)
+        logger.exception("could not mark order %s of customer %s in the gate", order_id, customer_id)
 
 
 def _release_best_effort(customer_id: int, lines: dict[str, int]) -> None:

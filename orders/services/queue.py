@@ -36,7 +36,7 @@ from psycopg.types.json import Jsonb
 from redis.exceptions import RedisError
 
 from cart import storage
-from cart.storage import cart_key
+from cart.storage import cart_key, taken_key
 from core.db import copy_rows
 from core.hotcache import hot_cache
 from core.redis_scripts import load_lua, run_script
@@ -406,9 +406,10 @@ ITEM_FIELDS = ["product_id", "name", "quantity", "unit_price"]
 
 
 def _after_commit(result: BatchResult) -> None:
-    """Once the orders are written, two round-trips for the whole batch: carts
-    cleared, replay markers set and the queued copies dropped for the written
-    orders; gate units back for the rejected ones and for duplicates. Each
+    """Once the orders are written, two round-trips for the whole batch: replay
+    markers set for the written orders; the carts checkout took given back and
+    gate units back for the rejected ones (and units for duplicates); queued
+    copies dropped. Each
     request's clean-up happens once however often the batch is delivered, so
     it runs for redelivered requests too: a writer killed before this ran, or
     a Redis error here (raised: the writer keeps the batch and retries it),
@@ -434,9 +435,10 @@ def clean_up(outcomes: list[tuple[QueuedRequest, int, bool]]) -> None:
         [(f"queue:{request.order_id}", request.customer_id, request.gated) for request, order_id, written in outcomes
          if request.gated and (not written or order_id != request.order_id)]
     )  # fmt: skip
-    keys, args = [], []
+    keys, args = [], [settings.CART_TTL_SECONDS]
     for request, _, written in outcomes:
         sku = request.queue_sku or min(line.sku for line in request.lines)
-        keys += [pending_key(sku), order_key(request.order_id), cart_key(request.customer_id)]
-        args += [request.order_id, int(written)]
+        keys += [pending_key(sku), order_key(request.order_id), cart_key(request.customer_id),
+                 taken_key(request.customer_id)]  # fmt: skip
+        args += [request.order_id, int(written), request.idempotency_key]
     run_script(_DONE, keys=keys, args=args)

@@ -2,6 +2,8 @@
 nothing per cart, units given back when the database refuses or an order ends, fail
 closed without its Redis, and no SQL for a refused shopper."""
 
+import threading
+
 import pytest
 from django.db import connection
 
@@ -10,6 +12,7 @@ from inventory import gate
 from inventory.models import Stock
 from inventory.services.flash_sales import gated_skus
 from orders.models import Order
+from orders.services import checkout as checkout_service
 from tests.factories import UserFactory, product_with_stock
 from tests.helpers import checkout, fill_cart, redis_commands, run_in_threads, shopper_client
 from tests.inventory.conftest import counter, seed
@@ -118,7 +121,16 @@ def test_per_customer_limit_under_concurrency(redis, monkeypatch):
     seed(stock=100, limit=1)
     user = UserFactory()
     fill_cart(redis, user.id, {"HOT": 1})
-    monkeypatch.setattr("orders.services.checkout.clear_cart", lambda **kw: None)  # keep the cart for all 20
+    # Each checkout takes the cart it admits: put it back before each admission, so that all 20 reach the gate
+    # with it (Redis runs the admission scripts one at a time anyway; the rest of the checkouts run at once).
+    real_admit, lock = checkout_service.admit_cart, threading.Lock()
+
+    def admit_with_a_full_cart(**kwargs):
+        with lock:
+            fill_cart(redis, user.id, {"HOT": 1})
+            return real_admit(**kwargs)
+
+    monkeypatch.setattr(checkout_service, "admit_cart", admit_with_a_full_cart)
     clients = [shopper_client(user) for _ in range(20)]
     _warm(clients)
     responses = run_in_threads([lambda c=c, i=i: checkout(c, key=f"tab-{i}") for i, c in enumerate(clients)])
@@ -172,6 +184,8 @@ def test_gate_on_a_redis_of_its_own_admits_in_a_second_call(redis, settings):
         response = checkout(second)
         assert response.status_code == 409 and response.json()["error"]["code"] == "sold_out"
         assert counter() == 0 and redis.get(gate.remaining_key("HOT")) is None  # on db 13 only
+        assert redis.hgetall(f"cart:{second.user.id}") == {b"HOT": b"1"}  # taken, then given back on the refusal
+        assert not redis.exists(f"cart:{first.user.id}")  # taken by the order
     finally:
         gate.connection().flushdb()
 

@@ -3,11 +3,17 @@ shopper's own orders."""
 
 import pytest
 
+from cart import storage
+from cart.storage import cart_key, taken_key
+from inventory.exceptions import OutOfStock
 from inventory.models import Stock
 from orders.models import Order, OrderStatus
+from orders.services import checkout as checkout_service
+from orders.services import place_order
+from orders.services.admission import admit_cart
 from outbox.models import OutboxEvent
-from tests.factories import product_with_stock
-from tests.helpers import checkout, fill_cart, shopper_client
+from tests.factories import SHIPPING_ADDRESS, product_with_stock
+from tests.helpers import checkout, fill_cart, redis_commands, shopper_client
 
 pytestmark = pytest.mark.django_db
 
@@ -34,7 +40,7 @@ def test_checkout_creates_order_reserves_stock_and_writes_event(shopper, redis, 
     assert event.event_type == "OrderCreated" and event.aggregate_id == str(body["id"])
     assert event.payload["total"] == 1600 and len(event.payload["items"]) == 2
     assert event.published_at is None
-    assert not redis.exists(f"cart:{shopper.user.id}")  # cleared after commit
+    assert not redis.exists(f"cart:{shopper.user.id}")  # taken by the checkout
     order = Order.objects.get()
     delta = (order.expires_at - order.created_at).total_seconds()
     assert delta == 900
@@ -44,7 +50,7 @@ def test_checkout_same_key_same_cart_replays(shopper, redis):
     product_with_stock(sku="A", available=5)
     fill_cart(redis, shopper.user.id, {"A": 1})
     first = checkout(shopper)
-    second = checkout(shopper)  # cart not cleared (on_commit does not run here): same cart
+    second = checkout(shopper)  # the same key finds the cart the first attempt took
     assert (first.status_code, second.status_code) == (201, 200)
     assert second.headers["Idempotent-Replayed"] == "true"
     assert second.json() == first.json()
@@ -72,6 +78,70 @@ def test_checkout_same_key_different_cart_is_422(shopper, redis):
     assert response.status_code == 422
     assert response.json()["error"]["code"] == "idempotency_key_reused"
     assert Order.objects.count() == 1
+    assert redis.hgetall(cart_key(shopper.user.id)) == {b"A": b"1", b"B": b"1"}  # this cart was not ordered: back
+
+
+def test_a_written_order_costs_one_redis_call_in_all(shopper, redis, monkeypatch, django_capture_on_commit_callbacks):
+    """The admission's script takes the cart: nothing is left to clear once the order is written."""
+    product_with_stock(sku="A", available=5)
+    fill_cart(redis, shopper.user.id, {"A": 1})
+    place_order(customer_id=shopper.user.id, idempotency_key="warm", shipping_address=SHIPPING_ADDRESS)
+    fill_cart(redis, shopper.user.id, {"A": 2})
+
+    sent = redis_commands(redis, monkeypatch)
+    with django_capture_on_commit_callbacks(execute=True):
+        placed = place_order(customer_id=shopper.user.id, idempotency_key="k", shipping_address=SHIPPING_ADDRESS)
+
+    assert not placed.replayed and sent == ["EVALSHA"]
+    assert not redis.exists(cart_key(shopper.user.id))
+    assert redis.hgetall(taken_key(shopper.user.id)) == {b"A": b"2", b"@checkout": b"k"}
+
+
+def test_a_retry_after_a_lost_answer_orders_what_the_first_attempt_took(shopper, redis):
+    product_with_stock(sku="A", available=5)
+    fill_cart(redis, shopper.user.id, {"A": 2})
+    admit_cart(customer_id=shopper.user.id, idempotency_key="lost", rate_limited=False)  # then the process died
+
+    assert shopper.get("/api/cart").json()["items"] == []
+    assert checkout(shopper, key="another").json()["error"]["code"] == "cart_empty"
+    retried = checkout(shopper, key="lost")
+    assert retried.status_code == 201 and [(i["sku"], i["quantity"]) for i in retried.json()["items"]] == [("A", 2)]
+    again = checkout(shopper, key="lost")  # and once written, the same key replays it; the cart stays empty
+    assert (again.status_code, again.json()["id"]) == (200, retried.json()["id"])
+    assert not redis.exists(cart_key(shopper.user.id)) and Order.objects.count() == 1
+
+
+def test_a_failed_checkout_gives_the_cart_back_and_lines_set_since_win(shopper, redis, monkeypatch):
+    product_with_stock(sku="A", available=5)
+    product_with_stock(sku="B", available=5)
+    fill_cart(redis, shopper.user.id, {"A": 1, "B": 1})
+    real = checkout_service.reserve_stock
+
+    def shopper_edits_then_stock_runs_out(**kwargs):
+        redis.hset(cart_key(shopper.user.id), mapping={"B": 4, "C": 1})  # another tab, meanwhile
+        real(**kwargs)
+        raise OutOfStock(sku="A", requested=1, available=0)
+
+    monkeypatch.setattr(checkout_service, "reserve_stock", shopper_edits_then_stock_runs_out)
+    assert checkout(shopper, key="k").status_code == 409
+
+    assert redis.hgetall(cart_key(shopper.user.id)) == {b"A": b"1", b"B": b"4", b"C": b"1"}
+    assert not redis.exists(taken_key(shopper.user.id))
+    assert not Order.objects.exists() and Stock.objects.filter(reserved=0).count() == 2
+    assert storage.give_back([(shopper.user.id, "k")]) == 0  # once
+
+
+def test_a_cart_taken_by_another_checkout_is_not_given_back_to_the_wrong_one(shopper, redis):
+    product_with_stock(sku="A", available=5)
+    fill_cart(redis, shopper.user.id, {"A": 1})
+    admit_cart(customer_id=shopper.user.id, idempotency_key="first", rate_limited=False)
+    fill_cart(redis, shopper.user.id, {"A": 3})
+    admit_cart(customer_id=shopper.user.id, idempotency_key="second", rate_limited=False)
+
+    assert storage.give_back([(shopper.user.id, "first")]) == 0  # its cart was ordered or replaced
+    assert not redis.exists(cart_key(shopper.user.id))
+    assert storage.give_back([(shopper.user.id, "second")]) == 1
+    assert redis.hgetall(cart_key(shopper.user.id)) == {b"A": b"3"}
 
 
 def test_checkout_empty_cart_is_422(shopper):

@@ -11,6 +11,7 @@ from inventory import gate
 from inventory.services.flash_sales import set_flash_sale_mode
 from orders import apis
 from orders.models import Order
+from orders.services import admission
 from tests.factories import product_with_stock
 from tests.helpers import checkout, fill_cart, redis_commands, shopper_client
 from tests.inventory.conftest import counter, seed
@@ -43,6 +44,7 @@ def test_the_early_refusal_is_the_ordinary_one_without_sql_or_the_view(redis, vi
     ordinary = checkout(shopper, key="first")  # the ordinary path: it hears the gate say sold out
     assert views == [shopper.user.id] and hot_cache.sold_out == {"HOT"}
 
+    redis.script_load(admission._REFUSAL)  # in Redis's script cache, as after any process's first refusal
     sent = redis_commands(redis, monkeypatch)
     with CaptureQueriesContext(connection) as queries:
         early = checkout(shopper, key="second")

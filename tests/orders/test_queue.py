@@ -16,7 +16,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from cart.storage import cart_key
+from cart.storage import cart_key, taken_key
 from core.kafka import client_config
 from inventory import gate
 from inventory.services.flash_sales import set_flash_sale_mode
@@ -46,7 +46,8 @@ def test_queued_checkout_is_202_then_queued_then_written(redis):
     assert response["Location"] == f"/api/orders/{body['id']}"
     assert not Order.objects.exists()  # nothing written yet: the API knows it from Redis
     assert client.get(response["Location"]).json()["status"] == "QUEUED"
-    assert redis.hlen(cart_key(client.user.id)) == 1  # the cart is kept until the order is written
+    assert redis.hlen(cart_key(client.user.id)) == 0  # taken by the checkout, for a retry or to be given back
+    assert redis.hget(taken_key(client.user.id), SKU) == b"1"
     assert queue_depths() == {SKU: 1}
 
     drain(1)
@@ -339,7 +340,7 @@ def test_a_writer_killed_between_commit_and_clean_up_cleans_up_on_redelivery(red
         writer.kill()
     written = Order.objects.count()
     assert written > 0 and len(redis.keys("queue:order:*")) == 20  # committed, nothing cleaned up
-    assert all(redis.hlen(cart_key(client.user.id)) == 1 for client in clients)
+    assert all(redis.hlen(cart_key(client.user.id)) == 0 for client in clients)  # taken at admission
 
     writer = start_writer(tmp_path, queue_topic)
     try:
