@@ -134,20 +134,34 @@ class CachedTokenAuthentication(TokenAuthentication):
         return (user, auth_token), auth_token.expiry.timestamp() if auth_token.expiry else None
 
 
-def remembered_user(authorization: str):
+def remembered_user(authorization: str, *, or_from_redis: bool = False):
     """The user of an `Authorization: Token ...` header from this process's
-    memory only (what CachedTokenAuthentication keeps), or None: never a query
-    or a Redis call, never an error. For answers given before DRF runs, which
-    check the cache generation themselves (orders/early_refusal.py)."""
+    memory only (what CachedTokenAuthentication keeps), or None: never a query,
+    never an error. For answers given before DRF runs, which check the cache
+    generation themselves (orders/early_refusal.py). With `or_from_redis`, a
+    token this process no longer holds (its memory lasts TOKEN_CACHE_SECONDS)
+    is looked up in Redis as authentication would, with one call, and kept
+    again: without it, a shopper refused for longer than a minute took the
+    whole ordinary path once a minute in every worker (bench/flash_sale.py)."""
     prefix, _, token = authorization.partition(" ")
     if prefix.lower() != knox_settings.AUTH_HEADER_PREFIX.lower() or not _TOKEN.fullmatch(token.encode()):
         return None
     from core.hotcache import hot_cache  # see authenticate_credentials
 
-    cached = hot_cache.tokens.get(token_digest(token))
-    if cached is None or cached[1] <= time.monotonic() or not _alive(cached[2]):
+    digest = token_digest(token)
+    cached = hot_cache.tokens.get(digest)
+    if cached is not None and cached[1] > time.monotonic() and _alive(cached[2]):
+        return cached[0][0]
+    if not or_from_redis:
         return None
-    return cached[0][0]
+    try:
+        found = CachedTokenAuthentication()._from_redis(digest)
+    except (AuthenticationFailed, ValueError, KeyError, TypeError):
+        return None
+    if found is None or not _alive(found[1]):
+        return None
+    hot_cache.remember(hot_cache.tokens, digest, (found[0], time.monotonic() + TOKEN_CACHE_SECONDS, found[1]))
+    return found[0][0]
 
 
 def _alive(expiry: float | None) -> bool:

@@ -5,8 +5,8 @@ Once a sale is sold out, nearly every checkout a busy process serves is a
 refusal, and through the ordinary path each costs the session, CSRF and
 authentication middleware, DRF's dispatch and the view before the one Lua
 call that decides it. For `POST /api/orders` without a body, with a token
-this process already holds in memory and while this process has heard from
-the gate that a sale is sold out, this middleware asks that call's question
+this process holds in memory (or Redis holds: one call more) and while this
+process has heard from the gate that a sale is sold out, this middleware asks that call's question
 first (orders.services.admission.early_refusal): the gate's refusal (409) or
 the rate limit's (429) is answered here with the body and headers the view
 would send; any other answer lets the request take the ordinary path, which
@@ -47,7 +47,7 @@ class EarlyRefusalMiddleware:
         meta = request.META
         if meta.get("CONTENT_LENGTH") not in (None, "", "0") or "HTTP_TRANSFER_ENCODING" in meta:
             return None  # a body to validate first: the view does it
-        user = remembered_user(meta.get("HTTP_AUTHORIZATION", ""))
+        user = remembered_user(meta.get("HTTP_AUTHORIZATION", ""), or_from_redis=True)
         if user is None:
             return None
         try:

@@ -169,3 +169,21 @@ def test_queue_mode_refuses_early_as_well(redis, views):
 
     assert response.status_code == 409 and response.json()["error"]["code"] == "sold_out"
     assert views == [shopper.user.id]
+
+
+def test_a_token_past_its_minute_in_memory_is_read_from_redis_and_refused_early(redis, views, monkeypatch):
+    seed(stock=0)
+    shopper = sold_out_shopper(redis)
+    assert checkout(shopper, key="first").status_code == 409  # the ordinary path: the token is remembered
+    hot_cache.tokens = {digest: (found, 0.0, expiry) for digest, (found, _, expiry) in hot_cache.tokens.items()}
+    redis.script_load(admission._REFUSAL)
+
+    sent = redis_commands(redis, monkeypatch)
+    with CaptureQueriesContext(connection) as queries:
+        response = checkout(shopper, key="second")
+
+    assert response.status_code == 409 and response.json()["error"]["code"] == "sold_out"
+    assert views == [shopper.user.id] and len(queries) == 0  # the second never reached the view
+    assert sent == ["GET", "EVALSHA"]  # the token from Redis, then the refusal
+    [(_, deadline, _)] = hot_cache.tokens.values()
+    assert deadline > 0  # remembered again
