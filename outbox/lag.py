@@ -13,12 +13,19 @@ def consumer_positions(*, extra: dict[str, str] | None = None, timeout: float = 
     name -> topic) against the partitions' ends.
     (The dev broker reports end offsets loosely; real Kafka is exact.)"""
     groups = {name: settings.KAFKA_ORDERS_TOPIC for name in sorted(HANDLERS)} | (extra or {})
-    positions = {}
+    positions, unreachable = {}, None
     for name, topic in groups.items():
+        if unreachable is not None:  # the broker did not answer the last group: it would not answer this one
+            positions[name] = {"error": unreachable}
+            continue
         group = f"{settings.KAFKA_CONSUMER_GROUP_PREFIX}{name}"
         consumer = Consumer(client_config(**{"group.id": group, "enable.auto.commit": False}))
         try:
-            metadata = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+            try:
+                metadata = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+            except Exception as error:
+                unreachable = str(error)[:200]
+                raise
             partitions = [TopicPartition(topic, p) for p in (metadata.partitions if metadata else {})]
             committed = consumer.committed(partitions, timeout=timeout) if partitions else []
             done = end = 0
