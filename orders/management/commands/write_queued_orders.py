@@ -1,3 +1,5 @@
+import os
+
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
@@ -12,6 +14,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         stop = stop_on_sigterm()
+        if settings.QUEUE_WRITER_NICE:
+            os.nice(settings.QUEUE_WRITER_NICE)  # the web tier first on a shared host (settings.py)
         serve_own_metrics()
         ensure_topics(topics=[settings.KAFKA_CHECKOUT_TOPIC])  # checkouts cannot be queued before it exists
         writer = QueueWriter()
