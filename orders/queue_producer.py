@@ -111,6 +111,17 @@ class QueueProducer:
             raise
         self.breaker.succeeded()
 
+    def warm(self) -> None:
+        """Connect before the first queue checkout needs it: a new producer's first
+        message waited half a second for librdkafka to set up its idempotent
+        session, and every checkout a worker took meanwhile waited with it
+        (bench/flash_sale.py --mode queue: the sale's first second). Best
+        effort: a broker that does not answer is the breaker's business later."""
+        try:
+            self._current().producer.list_topics(settings.KAFKA_CHECKOUT_TOPIC, timeout=5)
+        except Exception as error:  # noqa: BLE001 - logged; the first checkout connects instead
+            logger.info("queue producer not warmed: %r", error)
+
     def _current(self) -> "_Client":
         with self._lock:
             if self._client is None:
@@ -183,6 +194,12 @@ def queue_producer() -> QueueProducer:
         if _queue_producer is None:
             _queue_producer = QueueProducer()
         return _queue_producer
+
+
+def warm_queue_producer_in_background() -> None:
+    """For a web process at start (config/wsgi.py): the queue's producer connects
+    in a daemon thread while the process starts serving."""
+    threading.Thread(target=lambda: queue_producer().warm(), name="queue-producer-warm", daemon=True).start()
 
 
 def forget_queue_producer() -> None:
