@@ -35,7 +35,7 @@ _GUEST_WRITE = compose(GENERATION_LUA, ratelimit.LUA, LUA, load_lua("cart", "gue
 _GUEST_READ = compose(GENERATION_LUA, LUA, load_lua("cart", "guest_read"))
 _MERGE = load_lua("cart", "merge")
 _TAKE = compose(GENERATION_LUA, ratelimit.LUA, LUA, load_lua("cart", "take"))
-_GIVE_BACK = load_lua("cart", "give_back")
+_GIVE_BACK = compose(LUA, load_lua("cart", "give_back"))
 
 
 def cart_key(customer_id: int) -> str:

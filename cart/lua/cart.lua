@@ -52,3 +52,17 @@ local function take_cart(cart_key, taken_key, checkout, ttl)
   redis.call('HSET', taken_key, '@checkout', checkout)
   redis.call('EXPIRE', taken_key, ttl)
 end
+
+-- give_back_cart(cart_key, taken_key, checkout, ttl): the cart the checkout
+-- under `checkout` took, back into the cart (lines the shopper set since win),
+-- unless another checkout took the cart since or it is gone: 1 when given back.
+local function give_back_cart(cart_key, taken_key, checkout, ttl)
+  if redis.call('HGET', taken_key, '@checkout') ~= checkout then return 0 end
+  local lines = redis.call('HGETALL', taken_key)
+  for i = 1, #lines, 2 do
+    if lines[i] ~= '@checkout' then redis.call('HSETNX', cart_key, lines[i], lines[i + 1]) end
+  end
+  redis.call('DEL', taken_key)
+  redis.call('EXPIRE', cart_key, ttl)
+  return 1
+end

@@ -1,8 +1,7 @@
 -- The queue writer's clean-up after a batch, once per request however often
 -- the batch is delivered: a request still in its SKU's pending set leaves it
 -- and, when no order was written for it, the cart its checkout took is given
--- back (as cart/lua/give_back.lua: lines set since win, and only the cart this
--- checkout took); its queued copy is dropped either way.
+-- back (cart.lua's give_back_cart); its queued copy is dropped either way.
 -- KEYS: per request: pending set, queued copy, cart, taken cart. ARGV: cart
 -- TTL, then per request: order id, 1 when written, checkout key. Returns how
 -- many requests were cleaned up now.
@@ -12,14 +11,7 @@ for i = 1, (#ARGV - 1) / 3 do
   local order_id, written, checkout = ARGV[3*i - 1], ARGV[3*i], ARGV[3*i + 1]
   if redis.call('ZREM', pending, order_id) == 1 then
     done = done + 1
-    if written == '0' and redis.call('HGET', taken, '@checkout') == checkout then
-      local lines = redis.call('HGETALL', taken)
-      for j = 1, #lines, 2 do
-        if lines[j] ~= '@checkout' then redis.call('HSETNX', cart, lines[j], lines[j + 1]) end
-      end
-      redis.call('DEL', taken)
-      redis.call('EXPIRE', cart, ARGV[1])
-    end
+    if written == '0' then give_back_cart(cart, taken, checkout, ARGV[1]) end
   end
   redis.call('DEL', copy)
 end

@@ -39,7 +39,7 @@ from cart import storage
 from cart.storage import cart_key, taken_key
 from core.db import copy_rows
 from core.hotcache import hot_cache
-from core.redis_scripts import load_lua, run_script
+from core.redis_scripts import compose, load_lua, run_script
 from inventory import gate
 from inventory.services import lock_stock, reserve_stock
 from inventory.services.flash_sales import queued_skus
@@ -65,7 +65,7 @@ ID_BLOCK = 100
 KEPT_SECONDS = 24 * 3600
 IDS_KEY = "queue:ids"
 SKUS_KEY = "queue:skus"
-_DONE = load_lua("orders", "queue_done")
+_DONE = compose(storage.LUA, load_lua("orders", "queue_done"))
 
 
 def key_key(customer_id: int, idempotency_key: str) -> str:
