@@ -27,7 +27,7 @@ def shop_status() -> dict:
         "expiring_soon": pending.filter(expires_at__lte=now + timedelta(minutes=1)).count(),
         "outbox_backlog": waiting,
         "outbox_oldest_age_seconds": (now - oldest).total_seconds() if oldest else None,
-        "consumers": consumer_positions(extra={WRITER_GROUP: settings.KAFKA_CHECKOUT_TOPIC}),
+        "consumers": consumer_positions(extra={WRITER_GROUP: settings.KAFKA_CHECKOUT_TOPIC}, timeout=2.0),
         "flash_sales": sales,
         "queued": _from_redis(queue_depths),
         "stale": _from_redis(stale_queued),
