@@ -100,11 +100,9 @@ class CachedTokenAuthentication(TokenAuthentication):
             return cached[0]
         hot_cache.ensure_generation()
         found = self._from_redis(digest) or self._from_database(token)
-        user_and_token, expiry = found
-        if not _alive(expiry):
+        if not _alive(found[1]):
             raise AuthenticationFailed("Invalid token.")
-        hot_cache.remember(hot_cache.tokens, digest, (user_and_token, time.monotonic() + TOKEN_CACHE_SECONDS, expiry))
-        return user_and_token
+        return _remember(digest, found)
 
     def _from_redis(self, digest: str):
         try:
@@ -160,8 +158,16 @@ def remembered_user(authorization: str, *, or_from_redis: bool = False):
         return None
     if found is None or not _alive(found[1]):
         return None
+    return _remember(digest, found)[0]
+
+
+def _remember(digest: str, found: tuple) -> tuple:
+    """(user, token) of `found` ((user, token), expiry), kept in this process's
+    memory for TOKEN_CACHE_SECONDS."""
+    from core.hotcache import hot_cache  # see authenticate_credentials
+
     hot_cache.remember(hot_cache.tokens, digest, (found[0], time.monotonic() + TOKEN_CACHE_SECONDS, found[1]))
-    return found[0][0]
+    return found[0]
 
 
 def _alive(expiry: float | None) -> bool:

@@ -6,11 +6,11 @@ refusal, and through the ordinary path each costs the session, CSRF and
 authentication middleware, DRF's dispatch and the view before the one Lua
 call that decides it. For `POST /api/orders` without a body, with a token
 this process holds in memory (or Redis holds: one call more) and while this
-process has heard from the gate that a sale is sold out, this middleware asks that call's question
-first (orders.services.admission.early_refusal): the gate's refusal (409) or
-the rate limit's (429) is answered here with the body and headers the view
-would send; any other answer lets the request take the ordinary path, which
-decides it as before. Nothing here is a second rule: the verdict is the
+process has heard from the gate that a sale is sold out, this middleware asks
+that call's question first (orders.services.admission.early_refusal): the
+gate's refusal (409) or the rate limit's (429) is answered here with the body
+and headers the view would send; any other answer lets the request take the
+ordinary path, which decides it as before. Nothing here is a second rule: the verdict is the
 gate's, from the same Lua functions.
 """
 

@@ -28,19 +28,25 @@ local function set_line(cart_key, sku, quantity, ttl, max_lines)
   return {0, cart_lines(cart_key)}
 end
 
+-- taken_lines(taken_key): what a checkout set aside, as a flat list without
+-- its key's field.
+local function taken_lines(taken_key)
+  local taken, lines = redis.call('HGETALL', taken_key), {}
+  for i = 1, #taken, 2 do
+    if taken[i] ~= '@checkout' then lines[#lines + 1] = taken[i]; lines[#lines + 1] = taken[i + 1] end
+  end
+  return lines
+end
+
 -- checkout_lines(cart_key, taken_key, checkout): the cart a checkout under the
 -- idempotency key `checkout` orders (flat list) and whether it is the cart in
 -- place: the cart, or when that is empty, what an earlier attempt under the
 -- same key took (a retry of a checkout that died before its answer).
 local function checkout_lines(cart_key, taken_key, checkout)
-  local lines = redis.call('HGETALL', cart_key)
+  local lines = cart_lines(cart_key)
   if #lines > 0 then return lines, true end
   if redis.call('HGET', taken_key, '@checkout') ~= checkout then return lines, false end
-  local taken = redis.call('HGETALL', taken_key)
-  for i = 1, #taken, 2 do
-    if taken[i] ~= '@checkout' then lines[#lines + 1] = taken[i]; lines[#lines + 1] = taken[i + 1] end
-  end
-  return lines, false
+  return taken_lines(taken_key), false
 end
 
 -- take_cart(cart_key, taken_key, checkout, ttl): the checkout takes the cart:
@@ -58,10 +64,8 @@ end
 -- unless another checkout took the cart since or it is gone: 1 when given back.
 local function give_back_cart(cart_key, taken_key, checkout, ttl)
   if redis.call('HGET', taken_key, '@checkout') ~= checkout then return 0 end
-  local lines = redis.call('HGETALL', taken_key)
-  for i = 1, #lines, 2 do
-    if lines[i] ~= '@checkout' then redis.call('HSETNX', cart_key, lines[i], lines[i + 1]) end
-  end
+  local lines = taken_lines(taken_key)
+  for i = 1, #lines, 2 do redis.call('HSETNX', cart_key, lines[i], lines[i + 1]) end
   redis.call('DEL', taken_key)
   redis.call('EXPIRE', cart_key, ttl)
   return 1

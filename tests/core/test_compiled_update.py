@@ -1,6 +1,9 @@
 """core/db.py CompiledUpdate: an ORM UPDATE compiled once, run with fresh values,
 sends what QuerySet.update sends and counts what it counts."""
 
+import warnings
+from datetime import datetime
+
 import pytest
 from django.db import connection
 from django.db.models import F
@@ -67,10 +70,15 @@ def test_prepared_values_are_what_the_fields_would_give():
                   total_amount=1500, currency="EUR", created_at=timezone.now(), expires_at=timezone.now(),
                   shipping_address=SHIPPING_ADDRESS, hold_address="192.0.2.1", holds_units=True)  # fmt: skip
     item = OrderItem(order_id=3, product_id="MUG", name="Mug", quantity=2, unit_price=750)
-    for instance in (order, item):
+    naive = Order(customer_id=7, idempotency_key="n", request_hash="h" * 64, status="PENDING_PAYMENT",
+                  total_amount=1, currency="EUR", created_at=datetime(2026, 1, 2, 3, 4, 5),
+                  expires_at=datetime(2026, 1, 2, 3, 4, 5), shipping_address=None)  # fmt: skip - the field's path
+    for instance in (order, item, naive):
         fields = [f for f in type(instance)._meta.concrete_fields if not f.primary_key]
-        slow = [f.get_db_prep_save(f.pre_save(instance, add=True), connection) for f in fields]
-        fast = _prepared(fields, instance)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # Django's "naive datetime" warning
+            slow = [f.get_db_prep_save(f.pre_save(instance, add=True), connection) for f in fields]
+            fast = _prepared(fields, instance)
         assert [(type(v), str(v)) for v in fast] == [(type(v), str(v)) for v in slow]
 
 
@@ -90,3 +98,21 @@ def test_any_of_finds_what_in_finds_with_one_parameter():
     with CaptureQueriesContext(connection) as captured:
         list(Order.objects.filter(idempotency_key__any=[o.idempotency_key for o in orders]))
     assert "= ANY(" in captured.captured_queries[0]["sql"]
+
+
+@pytest.mark.django_db(transaction=True)  # closes the connection: not inside the test's transaction
+def test_the_kept_cursor_is_reused_reopened_with_its_connection_and_logged_when_queries_are():
+    """core/db.py kept_cursor: one driver cursor per connection, a new one after the connection
+    is closed, and CaptureQueriesContext (a debug cursor) still sees its statements."""
+    from core.db import kept_cursor
+
+    first = kept_cursor()
+    first.execute("SELECT 1")
+    assert kept_cursor().cursor is first.cursor and first.fetchone() == (1,)
+    connection.close()
+    again = kept_cursor()
+    again.execute("SELECT 2")
+    assert again.cursor is not first.cursor and again.fetchone() == (2,)
+    with CaptureQueriesContext(connection) as captured:
+        kept_cursor().execute("SELECT 3")
+    assert [q["sql"] for q in captured.captured_queries] == ["SELECT 3"]
