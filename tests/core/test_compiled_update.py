@@ -26,17 +26,34 @@ def take(sku, quantity):
 def test_it_sends_what_the_orm_sends_and_counts_the_rows():
     product_with_stock(sku="A", available=3)
     compiled = CompiledUpdate(take, sku=str, quantity=int)
-    with CaptureQueriesContext(connection) as orm:
+    orm, ours = [], []
+
+    def into(sent):
+        return lambda execute, sql, params, many, context: sent.append((sql, list(params))) or execute(
+            sql, params, many, context
+        )
+
+    with connection.execute_wrapper(into(orm)):
         queryset, values = take("A", 2)
         assert queryset.update(**values) == 1
-    with CaptureQueriesContext(connection) as ours:
+    with connection.execute_wrapper(into(ours)):
         assert compiled(sku="A", quantity=1) == 1
         assert compiled(sku="A", quantity=1) == 0  # the condition holds: 0 left
         assert compiled(sku="NONE", quantity=1) == 0
 
     stock = Stock.objects.get(product_id="A")
     assert (stock.available, stock.reserved) == (0, 3)
-    assert ours.captured_queries[0]["sql"] == orm.captured_queries[0]["sql"].replace("2", "1")
+    (orm_sql, orm_params), (our_sql, our_params) = orm[0], ours[0]
+    assert our_sql == orm_sql and our_params == [1 if p == 2 else p for p in orm_params] and "A" in our_params
+    assert ours[2][1] == [1 if p == 2 else "NONE" if p == "A" else p for p in orm_params]
+
+
+def test_logged_statements_show_their_values():
+    """The kept cursor binds parameters on the server; the debug log still shows the values."""
+    product_with_stock(sku="A", available=3)
+    with CaptureQueriesContext(connection) as ctx:
+        CompiledUpdate(take, sku=str, quantity=int)(sku="A", quantity=1)
+    assert "'A'" in ctx.captured_queries[0]["sql"] and "$" not in ctx.captured_queries[0]["sql"]
 
 
 @pytest.mark.parametrize(
