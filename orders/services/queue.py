@@ -5,8 +5,6 @@ transaction per batch (group commit).
 
 Redis holds what the API needs before an order is written, for a day:
 
-  queue:ids                          order ids taken from the orders' own
-                                     sequence, a hundred at a time
   queue:key:{customer}:{key}         the order id given to this Idempotency-Key
   queue:order:{id}                   the queued request, until it is written
   queue:pending:{sku}                sorted set: order ids admitted and not yet
@@ -14,8 +12,10 @@ Redis holds what the API needs before an order is written, for a day:
                                      and requests stale past QUEUE_STALE_AFTER_SECONDS)
   queue:skus                         the SKUs that have a pending set
 
-Redis is not the truth: a key Redis has forgotten is confirmed against the
-database before a new order id is given, and the writer's clean-up of a batch
+A queued order's id comes from the orders' own sequence, a hundred at a time
+per process (allocate_order_id). Redis is not the truth: every new key is
+confirmed against the database before its records are written (one script,
+queue_hand_off.lua), and the writer's clean-up of a batch
 (carts, replay markers, gate units, pending sets) happens once per request
 however often the batch is delivered (queue_done.lua, gate.release_once).
 """
@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import signal
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -63,9 +64,9 @@ logger = logging.getLogger(__name__)
 QUEUED = "QUEUED"  # the status the API shows before the writer has written the order
 ID_BLOCK = 100
 KEPT_SECONDS = 24 * 3600
-IDS_KEY = "queue:ids"
 SKUS_KEY = "queue:skus"
 _DONE = compose(storage.LUA, load_lua("orders", "queue_done"))
+_HAND_OFF = load_lua("orders", "queue_hand_off")
 
 
 def key_key(customer_id: int, idempotency_key: str) -> str:
@@ -137,22 +138,38 @@ def _redis():
     return get_redis_connection("default")
 
 
+class _IdBlock:
+    """Ids from the orders' own sequence, so that queued and direct orders never
+    collide: one statement takes a hundred, handed out from this process's
+    memory (unused ones are gaps, as a rolled-back insert leaves). A forked
+    child never hands out its parent's: the block belongs to the process that
+    took it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ids: list[int] = []
+        self._pid = 0
+
+    def take(self) -> int:
+        with self._lock:
+            if self._pid != os.getpid():
+                self._ids, self._pid = [], os.getpid()
+            if not self._ids:
+                # nextval() of the table's sequence: the ORM has no word for it.
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
+                        [Order._meta.db_table, ID_BLOCK],
+                    )
+                    self._ids = [row[0] for row in reversed(cursor.fetchall())]
+            return self._ids.pop()
+
+
+_ids = _IdBlock()
+
+
 def allocate_order_id() -> int:
-    """An id from the orders' own sequence, so that queued and direct orders never
-    collide: one statement fetches a hundred, Redis hands them out."""
-    conn = _redis()
-    raw = conn.lpop(IDS_KEY)
-    if raw is not None:
-        return int(raw)
-    # nextval() of the table's sequence: the ORM has no word for it.
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
-            [Order._meta.db_table, ID_BLOCK],
-        )
-        ids = [row[0] for row in cursor.fetchall()]
-    conn.rpush(IDS_KEY, *ids[1:])
-    return ids[0]
+    return _ids.take()
 
 
 def refuse_while_broker_down(*, customer_id: int) -> None:
@@ -175,34 +192,25 @@ def queue_checkout(*, draft: OrderDraft, gated: dict[str, int], partition_key: s
     producer = queue_producer()
     producer.refuse_early()  # the broker is known to be down: no thread held, nothing written
     customer_id, idempotency_key, request_hash = draft.customer_id, draft.idempotency_key, draft.request_hash
-    conn = _redis()
     try:
-        known = conn.get(key_key(customer_id, idempotency_key))
-        if known is not None:
-            return _replay(int(known), customer_id, request_hash), True
         # Redis may have forgotten the key (restarted, evicted): the database is the truth.
         written = _written_order(customer_id=customer_id, idempotency_key=idempotency_key)
         if written is not None:
             return _check_hash(written, request_hash), True
         order_id = allocate_order_id()
         request = QueuedRequest.of(order_id, draft, gated=gated, queue_sku=partition_key)
-        if not conn.set(key_key(customer_id, idempotency_key), order_id, nx=True, ex=KEPT_SECONDS):
-            known = conn.get(key_key(customer_id, idempotency_key))  # a twin request won the key
-            return _replay(int(known), customer_id, request_hash), True
+        body = request.to_json()
+        keys = [key_key(customer_id, idempotency_key), order_key(order_id), pending_key(partition_key), SKUS_KEY]
+        known = run_script(_HAND_OFF, keys=keys, args=[order_id, body, time.time(), KEPT_SECONDS, partition_key])
     except RedisError as error:
         raise QueueUnavailable() from error
+    if known is not None:  # a replay, or a twin request won the key
+        return _replay(int(known), customer_id, request_hash), True
     try:
-        with conn.pipeline(transaction=False) as pipe:
-            pipe.set(order_key(order_id), request.to_json(), ex=KEPT_SECONDS)
-            pipe.zadd(pending_key(partition_key), {order_id: time.time()})
-            pipe.sadd(SKUS_KEY, partition_key)
-            pipe.execute()
         # Keyed by the sale's SKU: a hot SKU's requests are written in arrival order by one writer.
-        producer.send(topic=settings.KAFKA_CHECKOUT_TOPIC, key=partition_key, value=request.to_json())
-    except BaseException as error:
+        producer.send(topic=settings.KAFKA_CHECKOUT_TOPIC, key=partition_key, value=body)
+    except BaseException:
         _forget_request(customer_id, idempotency_key, order_id, partition_key)
-        if isinstance(error, RedisError):
-            raise QueueUnavailable() from error
         raise
     return request.as_order(), False
 

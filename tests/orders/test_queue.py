@@ -28,7 +28,15 @@ from orders.services.builder import PricedLine
 from orders.services.queue import QueuedRequest, allocate_order_id, queue_depths, write_batch
 from outbox.models import OutboxEvent
 from tests.factories import SHIPPING_ADDRESS, UserFactory, product_with_stock
-from tests.helpers import expire_now, fill_cart, post_webhook, run_until_stopped, shopper_client, wait_until
+from tests.helpers import (
+    expire_now,
+    fill_cart,
+    post_webhook,
+    run_in_threads,
+    run_until_stopped,
+    shopper_client,
+    wait_until,
+)
 from tests.orders.conftest import SKU, checkout, drain, queue_sale, shopper_with_cart, stock
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.kafka, pytest.mark.usefixtures("queue_topic")]
@@ -87,7 +95,19 @@ def test_an_admitted_queued_checkout_confirms_its_key_in_one_lookup_and_takes_id
     lookups = [query["sql"] for query in captured.captured_queries]
     assert len(lookups) == 5
     assert all('"orders"."idempotency_key" = \'cold\'' in sql and "LIMIT 1" in sql for sql in lookups)
-    assert redis.llen("queue:ids") == queue_service.ID_BLOCK - 1 - 5
+    # ... and no statement for their ids: the block the first checkout took hands them out, in order.
+    ids = sorted(int(raw) for raw in redis.mget([queue_service.key_key(c.id, "cold") for c in customers[1:]]))
+    assert ids == list(range(ids[0], ids[0] + 5))
+
+
+def test_ids_are_handed_out_once_across_threads_and_never_by_a_forked_child(monkeypatch):
+    block = queue_service._IdBlock()
+    taken = run_in_threads([lambda: [block.take() for _ in range(60)] for _ in range(8)])  # 480 ids, 5 blocks
+    ids = [i for batch in taken for i in batch]
+    assert len(set(ids)) == len(ids) == 480
+    monkeypatch.setattr(queue_service.os, "getpid", lambda: -1)  # as a child forked after the parent took a block
+    child = block.take()
+    assert child > max(ids)  # a block of its own, from the sequence: none of the parent's left-overs
 
 
 def test_the_same_key_is_the_same_order_while_queued_and_after(redis):
