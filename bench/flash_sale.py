@@ -321,6 +321,12 @@ def main(argv=None, results: dict | None = None) -> int:
     first = [r for r in admitted if r[4] - r[1] / 1000 < began + 1]
     print(f"  admitted ({ok}) sent in the sale's first second: {len(first):,}, {lat(first)}; later: "
           f"{len(admitted) - len(first):,}, {lat([r for r in admitted if r not in first])}")
+    by_second: dict[int, list] = {}
+    for r in admitted:
+        by_second.setdefault(int(r[4] - r[1] / 1000 - began), []).append(r)
+    print(f"  admitted ({ok}) by the second they were sent in (count p50/p99 ms): " + ", ".join(
+        f"{s}s {len(rs)} {h.pct([r[1] for r in rs], 50):.0f}/{h.pct([r[1] for r in rs], 99):.0f}"
+        for s, rs in sorted(by_second.items())))  # fmt: skip
     print(f"  SQL of refused (409) requests: {sql(r409)[0]}")
     print(f"  SQL of 429 requests: {sql(r429)[0]}")
     print(f"  (token lookups: each worker caches a token 60 s, so at most {len(shoppers):,} shoppers x "

@@ -17,10 +17,12 @@ def kept_cursor(alias: str = DEFAULT_DB_ALIAS) -> CursorWrapper:
     connection changes: for statements whose rows are read at once (checkout's
     five). Never close it. A new cursor per statement looks up its parameters'
     adapters afresh on every execute: about 30 µs a statement, a tenth of a
-    checkout's CPU (py-spy, bench/checkout.py). The statements' parameters are
-    bound on the server, whatever the settings' cursor does. What connection.cursor() does
-    besides still happens here: the health check, the connection opened on
-    first use, the debug wrapper while queries are logged."""
+    checkout's CPU (py-spy, bench/checkout.py). Its parameters are bound on the
+    server, whatever cursor the settings give: PostgreSQL caps a statement at
+    65,535 of them, far above what these statements send (a 100-line cart's
+    order and items: 412; many events go as one JSON document). What
+    connection.cursor() does besides still happens here: the health check, the
+    connection opened on first use, the debug wrapper while queries are logged."""
     return _kept_cursor(connections[alias])
 
 
