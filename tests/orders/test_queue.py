@@ -204,6 +204,38 @@ def test_what_the_stock_cannot_cover_is_rejected_in_arrival_order(redis):
     assert shown["status"] == OrderStatus.REJECTED and shown["rejection_reason"] == "out_of_stock"
 
 
+def test_the_clean_up_goes_in_small_calls_and_still_cleans_up_every_request(redis, monkeypatch):
+    """One script over a whole batch held Redis for milliseconds (every admission waited): the
+    writer's clean-up goes CLEAN_UP_CHUNK requests at a time, here 2, across written and rejected."""
+    monkeypatch.setattr(queue_service, "CLEAN_UP_CHUNK", 2)
+    done_calls = []
+    real_run_script = queue_service.run_script
+
+    def run_script(source, *, keys, args, alias="default"):
+        if source is queue_service._DONE:
+            done_calls.append(len(keys) // 4)
+        return real_run_script(source, keys=keys, args=args, alias=alias)
+
+    monkeypatch.setattr(queue_service, "run_script", run_script)
+    queue_sale(2)
+    gate.set_counter(sku=SKU, remaining=6, reset_customers=False)  # the gate drifted: 3 of 5 are rejected
+    clients = [shopper_with_cart(redis) for _ in range(5)]
+    ids = [checkout(client, f"q-chunk-{n}").json()["id"] for n, client in enumerate(clients)]
+
+    drain(5)
+
+    assert sum(done_calls) == 5 and max(done_calls) == 2  # however the writer batched the five
+    assert queue_depths() == {SKU: 0}
+    assert not redis.keys("queue:order:*")
+    assert gate.counters(skus=[SKU])[SKU]["remaining"] == 6 - 5 + 3  # each rejected one's unit back, once
+    written = dict(Order.objects.values_list("id", "status"))
+    for client, order_id in zip(clients, ids, strict=True):
+        if written[order_id] == OrderStatus.REJECTED:
+            assert redis.hlen(cart_key(client.user.id)) == 1  # the cart given back
+        else:
+            assert redis.exists(gate.replay_key(client.user.id, f"q-chunk-{ids.index(order_id)}"))
+
+
 def test_kafka_down_at_admission_is_503_and_holds_nothing(redis, settings):
     queue_sale(10)
     product_with_stock(sku="REGULAR", available=5)
