@@ -104,7 +104,9 @@ def queued(n: int, customers: list[int], tag: str) -> tuple[list[int], list[tupl
 
 def drain(env: dict, n: int, customers: list[int], tag: str) -> dict:
     """Produce n queued checkouts, then start write_queued_orders and time it from the first order written
-    to the last (one partition, ids ascending: the last id written means every one is), polling every 5 ms."""
+    to the last (one partition, ids ascending: the last id written means every one is), polling every 20 ms
+    (the time overstated by 20 ms at most: 0.2% of a 50,000-request drain). Every 5 ms, the poll was 200
+    statements a second of the bench's own, on the machine whose regular orders part 3 times meanwhile."""
     ids, messages = queued(n, customers, tag)
     if errors := h.produce(env["KAFKA_CHECKOUT_TOPIC"], messages):
         raise RuntimeError(f"{errors} queued checkouts not delivered to {env['KAFKA_CHECKOUT_TOPIC']}")
@@ -124,7 +126,7 @@ def drain(env: dict, n: int, customers: list[int], tag: str) -> dict:
                 before = poll.execute(count, [ids[0], ids[-1]]).fetchone()[0]  # the first batch (or more)
             if first is not None and exists(ids[-1]):
                 last, cpu, machine = time.monotonic(), writer.cpu_seconds() - cpu0, h.cpu_times(since=machine)
-            time.sleep(0.005)
+            time.sleep(0.02)
         written, rejected, batches = poll.execute(count, [ids[0], ids[-1]]).fetchone()
     finally:
         poll.close()
