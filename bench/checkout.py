@@ -123,9 +123,10 @@ def _psycopg_order(conn, cur, job: Job) -> bool:
 
 
 def django_cursor(conn):
-    """The cursor checkout's statements go through (core/db.py kept_cursor): parameters bound on
-    the server, whatever Django's settings say."""
-    return psycopg.Cursor(conn)
+    """The cursor Django's settings give it: parameters bound on the server (and statements psycopg
+    prepares once run prepare_threshold times) with OPTIONS server_side_binding, else on the client."""
+    server_side = connection.settings_dict["OPTIONS"].get("server_side_binding")
+    return psycopg.Cursor(conn) if server_side else psycopg.ClientCursor(conn)
 
 
 STALE_RETRIES = [0]  # place_order calls retried after StaleCache

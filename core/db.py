@@ -3,9 +3,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 
-import psycopg
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models
-from django.db.backends.postgresql.base import CursorDebugWrapper as PostgresDebugWrapper
 from django.db.backends.utils import CursorWrapper
 from django.db.models import sql
 from django.utils.asyncio import async_unsafe
@@ -17,12 +15,9 @@ def kept_cursor(alias: str = DEFAULT_DB_ALIAS) -> CursorWrapper:
     connection changes: for statements whose rows are read at once (checkout's
     five). Never close it. A new cursor per statement looks up its parameters'
     adapters afresh on every execute: about 30 µs a statement, a tenth of a
-    checkout's CPU (py-spy, bench/checkout.py). Its parameters are bound on the
-    server, whatever cursor the settings give: PostgreSQL caps a statement at
-    65,535 of them, far above what these statements send (a 100-line cart's
-    order and items: 412; many events go as one JSON document). What
-    connection.cursor() does besides still happens here: the health check, the
-    connection opened on first use, the debug wrapper while queries are logged."""
+    checkout's CPU (py-spy, bench/checkout.py). What connection.cursor() does
+    besides still happens here: the health check, the connection opened on
+    first use, the debug wrapper while queries are logged."""
     return _kept_cursor(connections[alias])
 
 
@@ -33,25 +28,9 @@ def _kept_cursor(db) -> CursorWrapper:
         # The driver's cursor is kept, not Django's wrapper of it: the wrapper
         # points back at the connection's wrapper, and that cycle kept a
         # finished thread's connection open until the garbage collector ran.
-        # Parameters bound on the server: psycopg dumps them in C, where the
-        # client-side cursor Django's settings give quotes each one in Python
-        # (a fifth of place_order's CPU, py-spy of bench/checkout.py).
-        db.ensure_connection()
-        kept = db._kept_cursor = (db.connection, psycopg.Cursor(db.connection))
-    return _ValuesLogged(kept[1], db) if db.queries_logged else db.make_cursor(kept[1])
-
-
-class _ValuesLogged(PostgresDebugWrapper):
-    """The debug wrapper, logging a statement with its values as Django's
-    client-side cursor shows them (a server-bound one would show $1, $2...)."""
-
-    def debug_sql(self, sql=None, params=None, use_last_executed_query=False, many=False):
-        if use_last_executed_query and not many:
-            try:
-                sql = self.db.ops.compose_sql(sql, params)
-            except Exception:  # noqa: BLE001 - the log shows the statement as sent
-                pass
-        return super().debug_sql(sql, params, use_last_executed_query=False, many=many)
+        cursor = db.cursor()  # opens the connection when it is not yet
+        kept = db._kept_cursor = (db.connection, cursor.cursor)
+    return db.make_debug_cursor(kept[1]) if db.queries_logged else db.make_cursor(kept[1])
 
 
 @cache
