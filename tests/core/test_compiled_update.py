@@ -49,7 +49,7 @@ def test_it_sends_what_the_orm_sends_and_counts_the_rows():
 
 
 def test_logged_statements_show_their_values():
-    """The kept cursor binds parameters on the server; the debug log still shows the values."""
+    """A compiled update seen by CaptureQueriesContext (the debug cursor) shows its values."""
     product_with_stock(sku="A", available=3)
     with CaptureQueriesContext(connection) as ctx:
         CompiledUpdate(take, sku=str, quantity=int)(sku="A", quantity=1)

@@ -24,7 +24,7 @@ from orders.models import Order, OrderStatus
 from orders.queue_writer import QueueWriter
 from orders.services import expire_unpaid_orders, place_order
 from orders.services import queue as queue_service
-from orders.services.builder import PricedLine
+from orders.services.builder import OrderDraft, PricedLine
 from orders.services.queue import QueuedRequest, allocate_order_id, queue_depths, write_batch
 from outbox.models import OutboxEvent
 from tests.factories import SHIPPING_ADDRESS, UserFactory, product_with_stock
@@ -234,6 +234,21 @@ def test_the_clean_up_goes_in_small_calls_and_still_cleans_up_every_request(redi
             assert redis.hlen(cart_key(client.user.id)) == 1  # the cart given back
         else:
             assert redis.exists(gate.replay_key(client.user.id, f"q-chunk-{ids.index(order_id)}"))
+
+
+def test_twin_requests_under_one_key_hand_off_one_order(redis):
+    """queue_hand_off.lua: two requests with the same key at the same moment (a double click) both pass
+    the database check; the script records the first and answers the second with its id."""
+    queue_sale(10)
+    customer = UserFactory()
+    draft = OrderDraft(customer.id, "q-twin", [PricedLine(SKU, "Flash", 1, 500)], "EUR", SHIPPING_ADDRESS, 900)
+    answers = run_in_threads(
+        [lambda: queue_service.queue_checkout(draft=draft, gated={}, partition_key=SKU) for _ in range(2)]
+    )
+
+    assert {order.id for order, _ in answers} == {int(redis.get(queue_service.key_key(customer.id, "q-twin")))}
+    assert sorted(replayed for _, replayed in answers) == [False, True]
+    assert len(redis.keys("queue:order:*")) == 1 and queue_depths() == {SKU: 1}
 
 
 def test_kafka_down_at_admission_is_503_and_holds_nothing(redis, settings):
