@@ -10,27 +10,37 @@ from django.utils.asyncio import async_unsafe
 
 
 @async_unsafe
-def kept_cursor(alias: str = DEFAULT_DB_ALIAS) -> CursorWrapper:
-    """The connection's cursor, kept and reused by every call until the
-    connection changes: for statements whose rows are read at once (checkout's
-    five). Never close it. A new cursor per statement looks up its parameters'
-    adapters afresh on every execute: about 30 µs a statement, a tenth of a
-    checkout's CPU (py-spy, bench/checkout.py). What connection.cursor() does
-    besides still happens here: the health check, the connection opened on
-    first use, the debug wrapper while queries are logged."""
-    return _kept_cursor(connections[alias])
+def kept_cursor(statement: str, alias: str = DEFAULT_DB_ALIAS) -> CursorWrapper:
+    """A cursor of the connection kept for `statement` and reused until the
+    connection changes, for statements whose rows are read at once (checkout's
+    five); pass the same str object every call (a module constant, a cached
+    builder's result) and execute that. Never close it. psycopg keeps a cursor's adapters only
+    while it runs the very same query object again: one cursor for checkout's
+    five statements, or a new one per statement, looked every parameter's
+    adapter up afresh (a fifth of place_order's CPU, py-spy, bench/checkout.py).
+    What connection.cursor() does besides still happens here: the health check,
+    the connection opened on first use, the debug wrapper while queries are
+    logged."""
+    return _kept_cursor(connections[alias], statement)
 
 
-def _kept_cursor(db) -> CursorWrapper:
+_KEPT_PER_CONNECTION = 64  # statement shapes; past it the kept cursors start over
+
+
+def _kept_cursor(db, statement: str) -> CursorWrapper:
     db.close_if_health_check_failed()
-    kept = db.__dict__.get("_kept_cursor")
-    if kept is None or kept[0] is not db.connection or kept[1].closed:
-        # The driver's cursor is kept, not Django's wrapper of it: the wrapper
+    kept = db.__dict__.get("_kept_cursors")
+    if kept is None or kept[0] is not db.connection or len(kept[1]) >= _KEPT_PER_CONNECTION:
+        # The driver's cursors are kept, not Django's wrappers of them: a wrapper
         # points back at the connection's wrapper, and that cycle kept a
         # finished thread's connection open until the garbage collector ran.
-        cursor = db.cursor()  # opens the connection when it is not yet
-        kept = db._kept_cursor = (db.connection, cursor.cursor)
-    return db.make_debug_cursor(kept[1]) if db.queries_logged else db.make_cursor(kept[1])
+        db.ensure_connection()
+        kept = db._kept_cursors = (db.connection, {})
+    cursor = kept[1].get(statement)
+    if cursor is None or cursor.closed:
+        with db.wrap_database_errors:
+            cursor = kept[1][statement] = db.create_cursor()
+    return db.make_debug_cursor(cursor) if db.queries_logged else db.make_cursor(cursor)
 
 
 @cache
@@ -94,7 +104,7 @@ def insert_unless_exists(
             type(instance), tuple(conflict_fields), type(children[0]), len(children)
         )
         values = _prepared(fields, instance) + [value for child in children for value in _prepared(child_fields, child)]
-    cursor = kept_cursor()
+    cursor = kept_cursor(sql)
     cursor.execute(sql, values)
     row = cursor.fetchone()
     if row:
@@ -118,6 +128,8 @@ def _prepared(fields: list[models.Field], instance: models.Model) -> list:
         value = getattr(instance, field.attname) if raw_from else field.pre_save(instance, add=True)
         if plain is not None and type(value) is plain[0] and (plain[0] is not datetime or value.tzinfo is not None):
             values.append(value if plain[1] is None else plain[1](value))
+        elif plain is not None and value is None:  # NULL: what each of the plain kinds makes of None
+            values.append(None)
         else:
             values.append(field.get_db_prep_save(value, connection))
     return values
@@ -235,7 +247,7 @@ class CompiledUpdate:
         params = [values[slot.name] if type(slot) is _Slot else slot for slot in slots]
         db = connections[alias]
         try:
-            cursor = _kept_cursor(db)
+            cursor = _kept_cursor(db, text)
             cursor.execute(text, params)
         except Exception as exc:  # as transaction.mark_for_rollback_on_error(alias), without its look-ups
             if db.in_atomic_block:

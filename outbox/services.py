@@ -48,11 +48,11 @@ def record_events(events: Sequence[NewEvent]) -> list[int]:
         raise RuntimeError("events must be written inside the transaction of the change they announce")
     if not events:
         return []
-    cursor = kept_cursor()
     if len(events) == 1:
         [event] = events
         payload = _ENCODE(event.data)
         row = [uuid.uuid4(), event.aggregate_type, str(event.aggregate_id), event.event_type, payload]
+        cursor = kept_cursor(_INSERT_ONE)
         cursor.execute(_INSERT_ONE, [*row, timezone.now(), current_request_id()])
     else:
         # The rows as one JSON document, which PostgreSQL takes apart: binding
@@ -66,6 +66,7 @@ def record_events(events: Sequence[NewEvent]) -> list[int]:
             for event in events
         ]  # fmt: skip
         document = json.dumps(rows, cls=DjangoJSONEncoder)
+        cursor = kept_cursor(_INSERT_MANY)
         cursor.execute(_INSERT_MANY, [timezone.now(), current_request_id(), document])
     return [row[0] for row in cursor.fetchall()]
 

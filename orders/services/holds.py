@@ -63,8 +63,9 @@ def take_holds(*, customer_id: int, address: str, lines: dict[str, int]) -> None
     for _, sku, units, cap in rows:
         if units > cap:  # a first hold is an INSERT, which the upsert's condition does not cover
             raise HoldLimitReached(sku=sku, limit=cap)
-    cursor = kept_cursor()
-    cursor.execute(_take_sql(len(rows)), [value for row in rows for value in row])
+    sql = _take_sql(len(rows))
+    cursor = kept_cursor(sql)
+    cursor.execute(sql, [value for row in rows for value in row])
     taken = set(cursor.fetchall())
     for holder, sku, _, cap in rows:
         if (holder, sku) not in taken:

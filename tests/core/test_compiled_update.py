@@ -118,18 +118,47 @@ def test_any_of_finds_what_in_finds_with_one_parameter():
 
 
 @pytest.mark.django_db(transaction=True)  # closes the connection: not inside the test's transaction
-def test_the_kept_cursor_is_reused_reopened_with_its_connection_and_logged_when_queries_are():
-    """core/db.py kept_cursor: one driver cursor per connection, a new one after the connection
-    is closed, and CaptureQueriesContext (a debug cursor) still sees its statements."""
+def test_the_kept_cursor_is_one_per_statement_reopened_with_its_connection_and_logged_when_queries_are():
+    """core/db.py kept_cursor: a driver cursor per statement and connection, a new one after the
+    connection is closed, and CaptureQueriesContext (a debug cursor) still sees its statements."""
     from core.db import kept_cursor
 
-    first = kept_cursor()
-    first.execute("SELECT 1")
-    assert kept_cursor().cursor is first.cursor and first.fetchone() == (1,)
+    one, two = "SELECT %s::int", "SELECT %s::int + 1"
+    first = kept_cursor(one)
+    first.execute(one, [1])
+    assert kept_cursor(one).cursor is first.cursor and first.fetchone() == (1,)
+    assert kept_cursor(two).cursor is not first.cursor
     connection.close()
-    again = kept_cursor()
-    again.execute("SELECT 2")
+    again = kept_cursor(one)
+    again.execute(one, [2])
     assert again.cursor is not first.cursor and again.fetchone() == (2,)
     with CaptureQueriesContext(connection) as captured:
-        kept_cursor().execute("SELECT 3")
-    assert [q["sql"] for q in captured.captured_queries] == ["SELECT 3"]
+        kept_cursor(two).execute(two, [3])
+    assert [q["sql"] for q in captured.captured_queries] == ["SELECT 3::int + 1"]
+
+
+@pytest.mark.django_db
+def test_a_statement_run_again_keeps_the_drivers_adapters_between_other_statements():
+    """What a cursor per statement is for: psycopg keeps a cursor's adapters (its Transformer) only
+    while the cursor runs the same query object again, so checkout's five statements in turn on one
+    cursor looked every parameter's adapter up afresh on each."""
+    from core.db import kept_cursor
+
+    one, two = "SELECT %s::int, %s::text", "SELECT %s::bigint"
+    kept_cursor(one).execute(one, [1, "a"])
+    adapters = kept_cursor(one).cursor._tx
+    kept_cursor(two).execute(two, [2])
+    kept_cursor(one).execute(one, [3, "b"])
+    assert kept_cursor(one).cursor._tx is adapters and kept_cursor(one).fetchone() == (3, "b")
+
+
+@pytest.mark.django_db
+def test_kept_cursors_start_over_past_their_cap():
+    from core import db
+
+    statements = [f"SELECT {n}" for n in range(db._KEPT_PER_CONNECTION + 1)]
+    cursors = [db.kept_cursor(sql).cursor for sql in statements]
+    assert len({id(c) for c in cursors}) == len(statements)
+    kept = connection._kept_cursors[1]  # started over at the cap: the first ones are gone
+    assert statements[-1] in kept and statements[0] not in kept and len(kept) < db._KEPT_PER_CONNECTION
+    assert db.kept_cursor(statements[0]).cursor is not cursors[0]
