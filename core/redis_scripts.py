@@ -5,11 +5,12 @@ Each script is a named file, `<app>/lua/<name>.lua`, owned by its app. A file
 may define `local function`s for other apps' scripts to call: a script is
 composed by putting the functions it calls before its body (`compose`)."""
 
+import hashlib
 from functools import cache
 from importlib.resources import files
 
 from django_redis import get_redis_connection
-from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 
 @cache
@@ -24,13 +25,22 @@ def compose(*parts: str) -> str:
 
 
 @cache
-def _registered(connection, source: str) -> Script:
-    return connection.register_script(source)
+def _sha(source: str) -> str:
+    return hashlib.sha1(source.encode()).hexdigest()
 
 
 def run_script(source: str, *, keys: list, args: list, alias: str = "default"):
-    """One round-trip; raises redis.exceptions.RedisError when Redis is unreachable."""
-    return _registered(get_redis_connection(alias), source)(keys=keys, args=args)
+    """One round-trip (EVALSHA; after a Redis restart, SCRIPT LOAD and again);
+    raises redis.exceptions.RedisError when Redis is unreachable. EVALSHA as a
+    plain command: redis-py's Script object checks on every call whether its
+    client is a pipeline, an isinstance against a Protocol that cost as much as
+    packing the command (py-spy of place_order, bench/checkout.py)."""
+    client = get_redis_connection(alias)
+    try:
+        return client.execute_command("EVALSHA", _sha(source), len(keys), *keys, *args)
+    except NoScriptError:
+        client.script_load(source)
+        return client.execute_command("EVALSHA", _sha(source), len(keys), *keys, *args)
 
 
 GENERATION_LUA = load_lua("core", "generation")  # stale(): the hot-cache generation check
