@@ -22,7 +22,11 @@ class OrderQuerySet(models.QuerySet):
 
 
 class Order(models.Model):
-    customer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="orders")
+    # No index of its own: order_customer_newest and the key's unique index both lead with it,
+    # and each index is written on every order (bench/queue.py part 1).
+    customer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="orders", db_index=False
+    )
     idempotency_key = models.CharField(max_length=64)
     # sha256 of the priced cart the key was first used with: a different cart
     # under the same key is refused rather than silently answered with this order.
@@ -137,8 +141,13 @@ class QueuedOrderAlias(models.Model):
 
 
 class OrderItem(models.Model):
-    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="items")
-    product = models.ForeignKey("shop.Product", on_delete=models.PROTECT, db_column="sku", related_name="+")
+    # Indexed by order_item_sku_unique (order, sku) and order_item_sku: without the indexes Django
+    # adds to foreign keys, one on the order already covered and a LIKE index on the SKU no query
+    # uses (the admin's search is case-insensitive), each written on every line.
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="items", db_index=False)
+    product = models.ForeignKey(
+        "shop.Product", on_delete=models.PROTECT, db_column="sku", related_name="+", db_index=False
+    )
     name = models.CharField(max_length=200)
     quantity = models.IntegerField()
     unit_price = models.BigIntegerField()  # the catalog price when the order was placed
@@ -151,6 +160,7 @@ class OrderItem(models.Model):
             models.CheckConstraint(condition=Q(quantity__gt=0), name="order_item_quantity_positive"),
             models.CheckConstraint(condition=Q(unit_price__gte=0), name="order_item_price_not_negative"),
         ]
+        indexes = [models.Index(fields=["product"], name="order_item_sku")]  # a product's lines (PROTECT)
 
     def __str__(self) -> str:
         return f"{self.quantity} x {self.product_id}"
