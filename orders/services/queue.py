@@ -294,18 +294,20 @@ class BatchResult:
     rejected: dict[int, str] = field(default_factory=dict)  # order id -> reason
     already: list[int] = field(default_factory=list)  # redelivered: written before
     duplicates: list[QueuedRequest] = field(default_factory=list)  # a key that has its order under another id
-    # What the clean-up after the commit works on (_after_commit): every request of
+    # What the clean-up after the commit works on (after_commit): every request of
     # the batch, redelivered ones included, with its order's id and whether it was written.
     outcomes: list[tuple[QueuedRequest, int, bool]] = field(default_factory=list)
 
 
-def write_batch(requests: list[QueuedRequest]) -> BatchResult:
+def write_batch(requests: list[QueuedRequest], *, clean_up_on_commit: bool = True) -> BatchResult:
     """Write a batch of queued checkouts in one transaction: the stock of each
     SKU reserved with one conditional UPDATE for the batch's sum, the orders,
     their items and their events with one INSERT each. Requests the stock cannot
     cover (the gate drifted) or whose product went inactive are written as
     REJECTED, in arrival order. A redelivered request finds its order and
-    changes nothing."""
+    changes nothing. The clean-up in Redis (after_commit) runs on commit, or,
+    without `clean_up_on_commit`, when the caller runs it (the queue's writer,
+    while it writes the next batch)."""
     started = time.perf_counter()
     result = BatchResult()
     now = timezone.now()
@@ -333,7 +335,8 @@ def write_batch(requests: list[QueuedRequest]) -> BatchResult:
              if r.order_id != order_id],
             ignore_conflicts=True,
         )  # fmt: skip
-        transaction.on_commit(lambda: _after_commit(result))
+        if clean_up_on_commit:
+            transaction.on_commit(lambda: after_commit(result))
     QUEUE_BATCH_SIZE.observe(len(requests))
     QUEUE_BATCH_SECONDS.observe(time.perf_counter() - started)
     return result
@@ -413,7 +416,7 @@ ADDRESS_AT, STATUS_AT = 1 + ORDER_FIELDS.index("shipping_address"), 1 + ORDER_FI
 ITEM_FIELDS = ["product_id", "name", "quantity", "unit_price"]
 
 
-def _after_commit(result: BatchResult) -> None:
+def after_commit(result: BatchResult) -> None:
     """Once the orders are written, two round-trips per CLEAN_UP_CHUNK requests:
     replay markers set for the written orders; the carts checkout took given
     back and gate units back for the rejected ones (and units for duplicates);
@@ -434,7 +437,7 @@ CLEAN_UP_CHUNK = 64  # requests per clean-up call (see clean_up)
 
 
 def clean_up(outcomes: list[tuple[QueuedRequest, int, bool]]) -> None:
-    """(request, its order's id, written) per request: see _after_commit. In
+    """(request, its order's id, written) per request: see after_commit. In
     calls of CLEAN_UP_CHUNK requests: Redis runs one script at a time, and the
     whole batch's (500 requests) held it 1.3-3.5 ms per script, twice per batch,
     while every checkout's admission call waited behind it (SLOWLOG during

@@ -57,7 +57,7 @@ def drain(expected_orders: int, *, timeout: float = 30.0) -> QueueWriter:
     try:
         assert wait_until(lambda: writer.run_once() == 0 and Order.objects.count() >= expected_orders, timeout)
     finally:
-        writer.consumer.close()
+        writer.close()
     return writer
 
 

@@ -453,6 +453,87 @@ def test_a_redis_error_in_the_clean_up_keeps_the_batch_until_the_clean_up_is_don
     assert redis.exists(gate.replay_key(client.user.id, "q-clean-up"))
 
 
+def run_in_thread(function) -> threading.Thread:
+    def run() -> None:
+        try:
+            function()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def _committed(writer: QueueWriter) -> int:
+    return sum(max(tp.offset, 0) for tp in writer.consumer.committed(writer.consumer.assignment(), timeout=10))
+
+
+def test_a_batch_is_cleaned_up_while_the_next_is_written_and_its_offsets_wait_for_its_clean_up(
+    redis, settings, monkeypatch
+):
+    settings.QUEUE_BATCH_SIZE = 1  # a batch per checkout
+    queue_sale(10)
+    clients = [shopper_with_cart(redis) for _ in range(2)]
+    for n, client in enumerate(clients):
+        assert checkout(client, f"q-overlap-{n}").status_code == 202
+    real, cleaning, release = queue_service.clean_up, threading.Event(), threading.Event()
+
+    def clean_up(outcomes):
+        cleaning.set()
+        assert release.wait(30)
+        real(outcomes)
+
+    monkeypatch.setattr(queue_service, "clean_up", clean_up)
+    writer, second = QueueWriter(), None
+    try:
+        assert wait_until(lambda: writer.run_once() == 1, 30) and cleaning.wait(30)
+        second = run_in_thread(writer.run_once)  # writes the second batch, then waits for the first's clean-up
+        assert wait_until(lambda: Order.objects.count() == 2, 30)
+        assert _committed(writer) == 0 and queue_depths() == {SKU: 2}  # the first batch is not cleaned up yet
+        release.set()
+        second.join(30)
+        assert _committed(writer) == 1  # the first batch's offset, once it was cleaned up
+        assert writer.run_once() == 0  # nothing new: the second batch's clean-up is waited for, its offset committed
+        assert _committed(writer) == 2 and queue_depths() == {SKU: 0}
+    finally:
+        release.set()
+        if second is not None:
+            second.join(30)
+        writer.close()
+    assert all(redis.hlen(cart_key(client.user.id)) == 0 for client in clients)
+
+
+def test_a_failed_clean_up_found_after_the_next_batch_was_written_brings_both_batches_again(
+    redis, settings, monkeypatch
+):
+    settings.QUEUE_BATCH_SIZE = 1
+    queue_sale(10)
+    clients = [shopper_with_cart(redis) for _ in range(2)]
+    for n, client in enumerate(clients):
+        assert checkout(client, f"q-again-{n}").status_code == 202
+    real, calls = queue_service.clean_up, []
+
+    def clean_up(outcomes):
+        calls.append([request.idempotency_key for request, _, _ in outcomes])
+        if len(calls) == 1:
+            raise RedisConnectionError("Redis went away after the commit")
+        real(outcomes)
+
+    monkeypatch.setattr(queue_service, "clean_up", clean_up)
+    writer = QueueWriter()
+    try:
+        assert wait_until(lambda: writer.run_once() == 1, 30)
+        with pytest.raises(RedisConnectionError):
+            writer.run_once()  # the second batch is written, then the first's clean-up is found failed
+        assert Order.objects.count() == 2 and _committed(writer) == 0
+        assert wait_until(lambda: writer.run_once() == 0 and queue_depths() == {SKU: 0}, 30)
+    finally:
+        writer.close()
+    assert calls == [["q-again-0"], ["q-again-0"], ["q-again-1"]]  # both came again, each cleaned up once
+    assert Order.objects.count() == 2 and stock() == (8, 2)
+
+
 def test_a_queued_request_never_written_is_counted_as_stale(redis, settings, capsys):
     """The broker acknowledged it and then lost it (the development broker keeps
     its log in memory): the shop says so instead of showing QUEUED for ever."""
