@@ -261,6 +261,8 @@ KAFKA_ORDERS_TOPIC = env("KAFKA_ORDERS_TOPIC", "shop.orders")
 KAFKA_TOPIC_PARTITIONS = env_int("KAFKA_TOPIC_PARTITIONS", 6)
 KAFKA_REPLICATION_FACTOR = env_int("KAFKA_REPLICATION_FACTOR", 1)
 KAFKA_CONSUMER_GROUP_PREFIX = env("KAFKA_CONSUMER_GROUP_PREFIX", "shop.")
+# A consumer's session (outbox consumers, the queue's writer): a first assignment waits about half of it.
+KAFKA_SESSION_TIMEOUT_MS = env_int("KAFKA_SESSION_TIMEOUT_MS", 6000)
 # librdkafka gives up on a message after this; the relay then recreates its producer.
 KAFKA_MESSAGE_TIMEOUT_MS = env_int("KAFKA_MESSAGE_TIMEOUT_MS", 30_000)
 # Queue-mode flash sales: admitted checkouts go to this topic, write_queued_orders writes them.

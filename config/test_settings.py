@@ -8,3 +8,7 @@ from config.settings import *  # noqa: F403
 # running the rest of the suite too: give PostgreSQL longer than production's 5 s to
 # accept them (a slow accept there is not what those tests are about).
 DATABASES["default"]["OPTIONS"] = {**DATABASES["default"]["OPTIONS"], "connect_timeout": 30}  # noqa: F405
+
+# Each test's consumers join a group of their own: a first assignment waits about half the
+# session timeout, 3 s at production's 6 s, for some thirty Kafka tests.
+KAFKA_SESSION_TIMEOUT_MS = 1000

@@ -108,6 +108,15 @@ def client_config(**overrides) -> dict:
     return {"bootstrap.servers": settings.KAFKA_BOOTSTRAP_SERVERS, "logger": logger, **overrides}
 
 
+def group_timeouts() -> dict:
+    """A consumer group member's session: its first assignment waits about half
+    of KAFKA_SESSION_TIMEOUT_MS (3 s at the default), and a member that stops
+    heartbeating is replaced after it. Heartbeats come from librdkafka's own
+    thread, so a long batch does not count against it."""
+    timeout = settings.KAFKA_SESSION_TIMEOUT_MS
+    return {"session.timeout.ms": timeout, "heartbeat.interval.ms": max(timeout // 3, 100)}
+
+
 def admin_client(**overrides) -> AdminClient:
     return AdminClient(client_config(**overrides))
 

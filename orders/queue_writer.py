@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from django.conf import settings
 from django.db import close_old_connections
 
-from core.kafka import client_config, recovery_statistics
+from core.kafka import client_config, group_timeouts, recovery_statistics
 from orders.services.queue import BatchResult, QueuedRequest, after_commit, write_batch
 from outbox.consumers import failed_service
 
@@ -39,9 +39,7 @@ class QueueWriter:
                     "enable.auto.commit": False,
                     "auto.offset.reset": "earliest",
                     "allow.auto.create.topics": False,
-                    # A first assignment waits half the session timeout: keep it short.
-                    "session.timeout.ms": 6000,
-                    "heartbeat.interval.ms": 2000,
+                    **group_timeouts(),
                     # A batch waits QUEUE_BATCH_WAIT_MS at most, so must the broker's fetch.
                     "fetch.wait.max.ms": settings.QUEUE_BATCH_WAIT_MS,
                     **recovery_statistics(),

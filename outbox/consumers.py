@@ -32,7 +32,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections, connections, transaction
 
 from core.db import insert_unless_exists
-from core.kafka import client_config, recovery_statistics
+from core.kafka import client_config, group_timeouts, recovery_statistics
 from core.requestid import request_id_var
 from outbox.metrics import CONSUMER_EVENTS, CONSUMER_WAITING
 from outbox.models import ProcessedEvent
@@ -141,9 +141,7 @@ def new_consumer(*, name: str, topic: str) -> Consumer:
                 "group.id": f"{settings.KAFKA_CONSUMER_GROUP_PREFIX}{name}",
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
-                # A first assignment waits half the session timeout: keep it short.
-                "session.timeout.ms": 6000,
-                "heartbeat.interval.ms": 2000,
+                **group_timeouts(),
                 # The broker otherwise holds a fetch up to 500 ms waiting for more data.
                 "fetch.wait.max.ms": 50,
             },
