@@ -4,30 +4,44 @@ from datetime import datetime
 from functools import cache
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models
-from django.db.backends.utils import CursorWrapper
 from django.db.models import sql
 from django.utils.asyncio import async_unsafe
 
 
 @async_unsafe
-def kept_cursor(statement: str, alias: str = DEFAULT_DB_ALIAS) -> CursorWrapper:
-    """A cursor of the connection kept for `statement` and reused until the
-    connection changes, for statements whose rows are read at once (checkout's
-    five); pass the same str object every call (a module constant, a cached
-    builder's result) and execute that. Never close it. psycopg keeps a cursor's adapters only
-    while it runs the very same query object again: one cursor for checkout's
-    five statements, or a new one per statement, looked every parameter's
-    adapter up afresh (a fifth of place_order's CPU, py-spy, bench/checkout.py).
-    What connection.cursor() does besides still happens here: the health check,
-    the connection opened on first use, the debug wrapper while queries are
-    logged."""
-    return _kept_cursor(connections[alias], statement)
+def execute_kept(statement: str, params: Sequence, alias: str = DEFAULT_DB_ALIAS):
+    """Execute `statement` on a driver cursor kept for it and return that cursor,
+    for statements whose rows are read at once (checkout's five). Pass the same
+    str object every call (a module constant, a cached builder's result).
+
+    psycopg keeps a cursor's parameter adapters only while the cursor runs the
+    very same query object again: one cursor taking checkout's five statements
+    in turn, or a new cursor per statement, looked every adapter up afresh (a
+    fifth of place_order's CPU; py-spy, bench/checkout.py). The cursor is kept
+    until the connection changes; never close it.
+
+    What Django's cursor does still happens: the health check, the connection
+    opened on first use, a broken transaction refused, driver errors raised as
+    django.db errors. While queries are logged or an execute_wrapper is
+    installed the statement goes through Django's CursorWrapper, so both see it;
+    otherwise through the same steps without its layers, which cost about 20 µs
+    a statement (bench/README.md)."""
+    db = connections[alias]
+    cursor = _kept_cursor(db, statement)
+    if db.queries_logged or db.execute_wrappers:
+        wrapper = db.make_debug_cursor(cursor) if db.queries_logged else db.make_cursor(cursor)
+        wrapper.execute(statement, params)
+    else:
+        db.validate_no_broken_transaction()
+        with db.wrap_database_errors:
+            cursor.execute(statement, params)
+    return cursor
 
 
 _KEPT_PER_CONNECTION = 64  # statement shapes; past it the kept cursors start over
 
 
-def _kept_cursor(db, statement: str) -> CursorWrapper:
+def _kept_cursor(db, statement: str):
     db.close_if_health_check_failed()
     kept = db.__dict__.get("_kept_cursors")
     if kept is None or kept[0] is not db.connection or len(kept[1]) >= _KEPT_PER_CONNECTION:
@@ -40,7 +54,7 @@ def _kept_cursor(db, statement: str) -> CursorWrapper:
     if cursor is None or cursor.closed:
         with db.wrap_database_errors:
             cursor = kept[1][statement] = db.create_cursor()
-    return db.make_debug_cursor(cursor) if db.queries_logged else db.make_cursor(cursor)
+    return cursor
 
 
 @cache
@@ -104,9 +118,7 @@ def insert_unless_exists(
             type(instance), tuple(conflict_fields), type(children[0]), len(children)
         )
         values = _prepared(fields, instance) + [value for child in children for value in _prepared(child_fields, child)]
-    cursor = kept_cursor(sql)
-    cursor.execute(sql, values)
-    row = cursor.fetchone()
+    row = execute_kept(sql, values).fetchone()
     if row:
         instance.pk = row[0]
         instance._state.adding = False
@@ -245,15 +257,13 @@ class CompiledUpdate:
     def __call__(self, **values) -> int:
         alias, text, slots = self._compiled or self._compile()
         params = [values[slot.name] if type(slot) is _Slot else slot for slot in slots]
-        db = connections[alias]
         try:
-            cursor = _kept_cursor(db, text)
-            cursor.execute(text, params)
+            return execute_kept(text, params, alias).rowcount
         except Exception as exc:  # as transaction.mark_for_rollback_on_error(alias), without its look-ups
+            db = connections[alias]
             if db.in_atomic_block:
                 db.needs_rollback, db.rollback_exc = True, exc
             raise
-        return cursor.cursor.rowcount
 
 
 @dataclass(frozen=True)

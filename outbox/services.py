@@ -10,7 +10,7 @@ from django.db import connection
 from django.db.models import Count, Min
 from django.utils import timezone
 
-from core.db import kept_cursor
+from core.db import execute_kept
 from core.requestid import current_request_id
 from outbox.models import OutboxEvent, UnpublishedEvent
 
@@ -52,8 +52,7 @@ def record_events(events: Sequence[NewEvent]) -> list[int]:
         [event] = events
         payload = _ENCODE(event.data)
         row = [uuid.uuid4(), event.aggregate_type, str(event.aggregate_id), event.event_type, payload]
-        cursor = kept_cursor(_INSERT_ONE)
-        cursor.execute(_INSERT_ONE, [*row, timezone.now(), current_request_id()])
+        cursor = execute_kept(_INSERT_ONE, [*row, timezone.now(), current_request_id()])
     else:
         # The rows as one JSON document, which PostgreSQL takes apart: binding
         # 7 scalars per row took 21 ms of a 58 ms expiry batch of 500 orders,
@@ -66,8 +65,7 @@ def record_events(events: Sequence[NewEvent]) -> list[int]:
             for event in events
         ]  # fmt: skip
         document = json.dumps(rows, cls=DjangoJSONEncoder)
-        cursor = kept_cursor(_INSERT_MANY)
-        cursor.execute(_INSERT_MANY, [timezone.now(), current_request_id(), document])
+        cursor = execute_kept(_INSERT_MANY, [timezone.now(), current_request_id(), document])
     return [row[0] for row in cursor.fetchall()]
 
 

@@ -17,7 +17,7 @@ from functools import cache
 from django.conf import settings
 from django.db import connection
 
-from core.db import kept_cursor
+from core.db import execute_kept
 from orders.exceptions import HoldLimitReached
 from orders.models import OrderItem, UnpaidHold
 
@@ -63,10 +63,7 @@ def take_holds(*, customer_id: int, address: str, lines: dict[str, int]) -> None
     for _, sku, units, cap in rows:
         if units > cap:  # a first hold is an INSERT, which the upsert's condition does not cover
             raise HoldLimitReached(sku=sku, limit=cap)
-    sql = _take_sql(len(rows))
-    cursor = kept_cursor(sql)
-    cursor.execute(sql, [value for row in rows for value in row])
-    taken = set(cursor.fetchall())
+    taken = set(execute_kept(_take_sql(len(rows)), [value for row in rows for value in row]).fetchall())
     for holder, sku, _, cap in rows:
         if (holder, sku) not in taken:
             raise HoldLimitReached(sku=sku, limit=cap)

@@ -118,23 +118,25 @@ def test_any_of_finds_what_in_finds_with_one_parameter():
 
 
 @pytest.mark.django_db(transaction=True)  # closes the connection: not inside the test's transaction
-def test_the_kept_cursor_is_one_per_statement_reopened_with_its_connection_and_logged_when_queries_are():
-    """core/db.py kept_cursor: a driver cursor per statement and connection, a new one after the
-    connection is closed, and CaptureQueriesContext (a debug cursor) still sees its statements."""
-    from core.db import kept_cursor
+def test_a_kept_cursor_per_statement_reopened_with_its_connection_and_logged_when_queries_are():
+    """core/db.py execute_kept: a driver cursor per statement and connection, a new one after the
+    connection is closed, and CaptureQueriesContext (a debug cursor) and execute_wrapper still see
+    its statements."""
+    from core.db import execute_kept
 
     one, two = "SELECT %s::int", "SELECT %s::int + 1"
-    first = kept_cursor(one)
-    first.execute(one, [1])
-    assert kept_cursor(one).cursor is first.cursor and first.fetchone() == (1,)
-    assert kept_cursor(two).cursor is not first.cursor
+    first = execute_kept(one, [1])
+    assert first.fetchone() == (1,) and execute_kept(one, [5]) is first and first.fetchone() == (5,)
+    assert execute_kept(two, [1]) is not first
     connection.close()
-    again = kept_cursor(one)
-    again.execute(one, [2])
-    assert again.cursor is not first.cursor and again.fetchone() == (2,)
-    with CaptureQueriesContext(connection) as captured:
-        kept_cursor(two).execute(two, [3])
-    assert [q["sql"] for q in captured.captured_queries] == ["SELECT 3::int + 1"]
+    again = execute_kept(one, [2])
+    assert again is not first and again.fetchone() == (2,)
+    seen = []
+    with CaptureQueriesContext(connection) as captured, connection.execute_wrapper(
+        lambda execute, sql, params, many, context: seen.append(params) or execute(sql, params, many, context)
+    ):
+        assert execute_kept(two, [3]).fetchone() == (4,)
+    assert [q["sql"] for q in captured.captured_queries] == ["SELECT 3::int + 1"] and seen == [[3]]
 
 
 @pytest.mark.django_db
@@ -142,14 +144,13 @@ def test_a_statement_run_again_keeps_the_drivers_adapters_between_other_statemen
     """What a cursor per statement is for: psycopg keeps a cursor's adapters (its Transformer) only
     while the cursor runs the same query object again, so checkout's five statements in turn on one
     cursor looked every parameter's adapter up afresh on each."""
-    from core.db import kept_cursor
+    from core.db import execute_kept
 
     one, two = "SELECT %s::int, %s::text", "SELECT %s::bigint"
-    kept_cursor(one).execute(one, [1, "a"])
-    adapters = kept_cursor(one).cursor._tx
-    kept_cursor(two).execute(two, [2])
-    kept_cursor(one).execute(one, [3, "b"])
-    assert kept_cursor(one).cursor._tx is adapters and kept_cursor(one).fetchone() == (3, "b")
+    adapters = execute_kept(one, [1, "a"])._tx
+    execute_kept(two, [2])
+    cursor = execute_kept(one, [3, "b"])
+    assert cursor._tx is adapters and cursor.fetchone() == (3, "b")
 
 
 @pytest.mark.django_db
@@ -157,8 +158,26 @@ def test_kept_cursors_start_over_past_their_cap():
     from core import db
 
     statements = [f"SELECT {n}" for n in range(db._KEPT_PER_CONNECTION + 1)]
-    cursors = [db.kept_cursor(sql).cursor for sql in statements]
+    cursors = [db.execute_kept(sql, []) for sql in statements]
     assert len({id(c) for c in cursors}) == len(statements)
     kept = connection._kept_cursors[1]  # started over at the cap: the first ones are gone
     assert statements[-1] in kept and statements[0] not in kept and len(kept) < db._KEPT_PER_CONNECTION
-    assert db.kept_cursor(statements[0]).cursor is not cursors[0]
+    assert db.execute_kept(statements[0], []) is not cursors[0]
+
+
+@pytest.mark.django_db
+def test_the_lean_path_raises_djangos_errors_and_refuses_a_broken_transaction():
+    """Without logging or wrappers execute_kept skips Django's CursorWrapper, not what it does."""
+    from django.db import IntegrityError, transaction
+    from django.db.transaction import TransactionManagementError
+
+    from core.db import execute_kept
+
+    assert not connection.queries_logged and not connection.execute_wrappers
+    with transaction.atomic():
+        with pytest.raises(IntegrityError):  # django.db's, not psycopg's: CHECK (pending >= 0)
+            execute_kept("INSERT INTO order_pending_counts (customer_id, pending) VALUES (%s, -1)", [-1])
+        connection.needs_rollback = True  # as Django marks an atomic block after an error
+        with pytest.raises(TransactionManagementError):
+            execute_kept("SELECT %s::int", [1])
+        transaction.set_rollback(True)
