@@ -100,7 +100,7 @@ class QueueWriter:
             self._rewind(messages)
             raise
         self.settle(also_rewinding=messages)
-        self._cleaning = (self._cleaner.submit(self._clean_up, results), messages)
+        self._cleaning = (self._cleaner.submit(self._after_commit_each, results), messages)
         self.batches += 1
         for result in results:
             self.written += len(result.written)
@@ -123,7 +123,7 @@ class QueueWriter:
         self._commit(messages)
 
     @staticmethod
-    def _clean_up(results: list[BatchResult]) -> None:
+    def _after_commit_each(results: list[BatchResult]) -> None:
         for result in results:
             after_commit(result)
 
