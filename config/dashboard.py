@@ -87,6 +87,7 @@ def live_flash_sale(*, sku: str, now=None) -> dict | None:
         return None
     orders = Order.objects.filter(id__in=OrderItem.objects.filter(product_id=sku).values("order_id"))
     series = per_minute(orders, minutes=15, now=now)
+    last_minute = orders.filter(created_at__gt=now - timedelta(minutes=1)).count()  # the last 60 s, not this clock minute
     try:
         depth = queue_depths().get(sku, 0) if sale.mode == "queue" else None
         stale = stale_queued().get(sku, 0) if sale.mode == "queue" else None
@@ -103,7 +104,7 @@ def live_flash_sale(*, sku: str, now=None) -> dict | None:
         "refused_sold_out": refusals.get("sold_out"),
         "refused_limit_reached": refusals.get("limit_reached"),
         "refused_rate_limited": refusals.get("rate_limited"),
-        "orders_last_minute": series[-1][1],
+        "orders_last_minute": last_minute,
         "per_minute": [{"minute": f"{moment:%H:%M}", "orders": n} for moment, n in series],
         "queue_depth": depth,
         "queue_stale": stale,

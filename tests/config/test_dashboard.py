@@ -6,9 +6,9 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from config.dashboard import bars, dashboard
+from config.dashboard import bars, dashboard, live_flash_sale
 from inventory.services.flash_sales import seed_flash_sale
-from orders.models import OrderStatus
+from orders.models import Order, OrderStatus
 from orders.services import place_order
 from tests.factories import OrderFactory, UserFactory
 from tests.helpers import fill_cart, staff_client
@@ -94,6 +94,19 @@ def test_the_live_flash_sale_page_and_its_figures(redis, django_capture_on_commi
     assert (figures["refused_sold_out"], figures["refused_limit_reached"], figures["refused_rate_limited"]) == (0, 0, 0)
     assert client.get("/admin/flash-sales/NOPE/live.json").status_code == 404
     assert 'href="/admin/flash-sales/LIVE-1/live/"' in client.get("/admin/inventory/flashsale/").content.decode()
+
+
+def test_orders_in_the_last_minute_are_the_last_60_seconds_not_the_clock_minute(redis, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        seed_flash_sale(sku="LIVE-3", stock=20, price=100, name="Live item")
+    shopper = UserFactory()
+    fill_cart(redis, shopper.id, {"LIVE-3": 1})
+    place_order(customer_id=shopper.id, idempotency_key="clock")
+    placed = timezone.now().replace(second=50, microsecond=0)
+    Order.objects.filter(idempotency_key="clock").update(created_at=placed)
+    # 15 s later the clock minute has turned: the order is still in the last minute.
+    assert live_flash_sale(sku="LIVE-3", now=placed + timedelta(seconds=15))["orders_last_minute"] == 1
+    assert live_flash_sale(sku="LIVE-3", now=placed + timedelta(seconds=61))["orders_last_minute"] == 0
 
 
 def test_refusals_are_counted_by_reason(redis, settings, django_capture_on_commit_callbacks):
