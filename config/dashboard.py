@@ -87,7 +87,7 @@ def live_flash_sale(*, sku: str, now=None) -> dict | None:
         return None
     orders = Order.objects.filter(id__in=OrderItem.objects.filter(product_id=sku).values("order_id"))
     series = per_minute(orders, minutes=15, now=now)
-    last_minute = orders.filter(created_at__gt=now - timedelta(minutes=1)).count()  # the last 60 s, not this clock minute
+    last_minute = orders.filter(created_at__gt=now - timedelta(minutes=1)).count()  # 60 s, not the clock minute
     try:
         depth = queue_depths().get(sku, 0) if sale.mode == "queue" else None
         stale = stale_queued().get(sku, 0) if sale.mode == "queue" else None
