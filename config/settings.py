@@ -279,10 +279,9 @@ QUEUE_STALE_AFTER_SECONDS = env_int("QUEUE_STALE_AFTER_SECONDS", 120)
 QUEUE_WRITER_DRILL = env("QUEUE_WRITER_DRILL", "")
 QUEUE_BATCH_SIZE = env_int("QUEUE_BATCH_SIZE", 500)
 QUEUE_BATCH_WAIT_MS = env_int("QUEUE_BATCH_WAIT_MS", 20)
-# The writer runs at idle CPU priority (Linux SCHED_IDLE), with its database backend when that
-# is on this host and its own (core/priority.py): a drain takes only the CPU that shoppers'
-# requests leave (bench/queue.py parts 2 and 3). Off: as any process.
-QUEUE_WRITER_IDLE_PRIORITY = env_bool("QUEUE_WRITER_IDLE_PRIORITY", True)
+# The writer's CPU priority (os.nice increment): a drain yields the CPU to the web tier on a
+# shared host, so shoppers' requests are not slowed by it (bench/queue.py parts 2 and 3). 0: as any.
+QUEUE_WRITER_NICE = env_int("QUEUE_WRITER_NICE", 10)
 
 # --- Outbox relay and consumers ---------------------------------------------
 OUTBOX_BATCH_SIZE = env_int("OUTBOX_BATCH_SIZE", 500)

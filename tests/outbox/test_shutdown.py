@@ -1,6 +1,5 @@
 """The long-running processes stop cleanly on SIGTERM (what honcho, systemd and
-Kubernetes send): exit code 0, nothing left half-done; the queue writer runs at
-idle CPU priority."""
+Kubernetes send): exit code 0, nothing left half-done."""
 
 import os
 import signal
@@ -11,8 +10,6 @@ import time
 import pytest
 from django.conf import settings
 from django.db import connection
-
-from tests.core.test_priority import policy
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.kafka, pytest.mark.slow]
 
@@ -46,18 +43,4 @@ def test_sigterm_stops_the_process_cleanly(args, tmp_path, kafka_topic):
     finally:
         if process.poll() is None:
             process.kill()
-        log.close()
-
-
-def test_the_queue_writer_runs_every_thread_at_idle_priority(tmp_path, kafka_topic):
-    process, log = start(["write_queued_orders"], tmp_path, kafka_topic)
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and "Ctrl-C to stop" not in (tmp_path / "process.log").read_text():
-            time.sleep(0.2)
-        threads = [int(tid) for tid in os.listdir(f"/proc/{process.pid}/task")]  # librdkafka's, metrics' too
-        assert len(threads) > 1 and {policy(tid) for tid in threads} == {os.SCHED_IDLE}
-    finally:
-        process.kill()
-        process.wait()
         log.close()

@@ -1,8 +1,9 @@
+import os
+
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from core.metrics import serve_own_metrics
-from core.priority import idle_process
 from orders.queue_writer import QueueWriter
 from outbox.shutdown import stop_on_sigterm
 from outbox.topics import ensure_topics
@@ -13,8 +14,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         stop = stop_on_sigterm()
-        if settings.QUEUE_WRITER_IDLE_PRIORITY:
-            idle_process()  # before any thread starts: shoppers' requests first on a shared host
+        if settings.QUEUE_WRITER_NICE:
+            os.nice(settings.QUEUE_WRITER_NICE)  # the web tier first on a shared host (settings.py)
         serve_own_metrics()
         ensure_topics(topics=[settings.KAFKA_CHECKOUT_TOPIC])  # checkouts cannot be queued before it exists
         writer = QueueWriter()
