@@ -141,19 +141,29 @@ def mark_orders_exist(orders: list[tuple[int, str, int]]) -> None:
                alias="gate")  # fmt: skip
 
 
+def refusal_fields(sku: str) -> list[str]:
+    """A sale's fields in REFUSALS_KEY: refusals at the gate (sold out or over
+    the limit), of which over the limit, and checkouts rate-limited (the Lua
+    scripts count them as "SKU", "SKU|limit_reached", "SKU|rate_limited")."""
+    return [sku, f"{sku}|limit_reached", f"{sku}|rate_limited"]
+
+
 def set_counter(*, sku: str, remaining: int, reset_customers: bool) -> None:
     conn = connection()
     with conn.pipeline() as pipe:
         pipe.set(remaining_key(sku), remaining)
         if reset_customers:
             pipe.delete(bought_key(sku))
-            pipe.hdel(REFUSALS_KEY, sku, f"{sku}|limit_reached", f"{sku}|rate_limited")
+            pipe.hdel(REFUSALS_KEY, *refusal_fields(sku))
         pipe.execute()
 
 
 def remove(*, sku: str) -> None:
-    connection().delete(remaining_key(sku), bought_key(sku))
-    connection().hdel(REFUSALS_KEY, sku)
+    """The sale's keys and counters gone from the gate."""
+    with connection().pipeline() as pipe:
+        pipe.delete(remaining_key(sku), bought_key(sku))
+        pipe.hdel(REFUSALS_KEY, *refusal_fields(sku))
+        pipe.execute()
 
 
 def counters(*, skus: list[str]) -> dict[str, dict]:
@@ -161,7 +171,7 @@ def counters(*, skus: list[str]) -> dict[str, dict]:
     with conn.pipeline() as pipe:
         for sku in skus:
             pipe.get(remaining_key(sku))
-            pipe.hmget(REFUSALS_KEY, [sku, f"{sku}|limit_reached", f"{sku}|rate_limited"])
+            pipe.hmget(REFUSALS_KEY, refusal_fields(sku))
         values = pipe.execute()
     result = {}
     for i, sku in enumerate(skus):
