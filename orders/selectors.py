@@ -39,7 +39,7 @@ def flash_sale_status(*, sku: str | None = None) -> list[FlashSaleStatus]:
         stock = Stock.objects.filter(product_id=sale.product_id).first()
         ordered = (
             OrderItem.objects.filter(product_id=sale.product_id, order__created_at__gte=sale.started_at)
-            .exclude(order__status=OrderStatus.CANCELLED)
+            .exclude(order__status__in=[OrderStatus.CANCELLED, OrderStatus.REJECTED])  # never held, or gave back
             .aggregate(total=Sum("quantity"))["total"]
         )
         result.append(

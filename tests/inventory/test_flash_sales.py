@@ -78,3 +78,20 @@ def test_ending_a_sale_leaves_no_key_or_counter_of_it_in_the_gate(redis, setting
         end_flash_sale(sku="GONE-1")
     assert list(redis.scan_iter(match="*GONE-1*")) == []
     assert [field for field in redis.hkeys(gate.REFUSALS_KEY) if b"GONE-1" in field] == []
+
+
+def test_units_ordered_count_neither_cancelled_nor_rejected_orders(redis):
+    from orders.models import OrderStatus
+    from orders.selectors import flash_sale_status
+    from shop.models import Product
+    from tests.factories import OrderItemFactory
+
+    seed(stock=5)
+    shopper = shopper_client()
+    fill_cart(redis, shopper.user.id, {"HOT": 1})
+    assert checkout(shopper, key="k1").status_code == 201
+    product = Product.objects.get(pk="HOT")
+    OrderItemFactory(product=product, quantity=2, order__status=OrderStatus.REJECTED)  # a queued order not taken
+    OrderItemFactory(product=product, quantity=3, order__status=OrderStatus.CANCELLED)
+    [sale] = flash_sale_status(sku="HOT")
+    assert sale.units_ordered == 1
