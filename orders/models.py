@@ -83,8 +83,9 @@ class Order(models.Model):
 
 class PendingOrderCount(models.Model):
     """How many orders a customer has awaiting payment, so that one account cannot
-    hoard stock with unpaid orders. Checkout takes a slot in the same statement
-    that inserts the order (refused at MAX_PENDING_ORDERS_PER_CUSTOMER); payment
+    hoard stock with unpaid orders. Checkout takes a slot with a conditional UPDATE
+    in the transaction that inserts the order (refused at
+    MAX_PENDING_ORDERS_PER_CUSTOMER; orders/services/slots.py); payment
     and cancellation give it back in the statements that move the order."""
 
     customer = models.OneToOneField(
@@ -180,7 +181,7 @@ class Payment(models.Model):
 
     class Outcome(models.TextChoices):
         APPLIED = "applied", "Paid the order"
-        REFUNDED = "refunded", "Refund requested"
+        REFUNDED = "refunded", "Not applied, refunded"
         FAILED = "failed", "Payment failed"
 
     provider_payment_id = models.CharField(max_length=100, unique=True)

@@ -1,5 +1,6 @@
 """Every customer has a pending-order counter from the moment the account
-exists, so that checkout takes a slot with one UPDATE, never an insert."""
+exists, so that checkout takes a slot with one UPDATE (an account made
+without signals, e.g. by a bulk load, gets its counter at its first checkout)."""
 
 from django.contrib.auth import get_user_model
 from django.db.models.signals import post_save

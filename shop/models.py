@@ -81,6 +81,7 @@ class LoyaltyEntry(models.Model):
 
     class Meta:
         ordering = ["-id"]
+        verbose_name_plural = "loyalty entries"
         constraints = [
             models.UniqueConstraint(fields=["order_id", "reason"], name="loyalty_once_per_order_and_reason"),
             models.CheckConstraint(

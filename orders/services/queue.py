@@ -390,8 +390,8 @@ def _reserve(accepted: list[QueuedRequest]) -> None:
 
 def _insert(fresh: list[QueuedRequest], result: BatchResult, now: datetime) -> None:
     """Each request built as checkout builds its order (orders/services/builder.py),
-    the rows sent by COPY (core/db.py copy_rows), the one place the shop writes
-    rows past the ORM: with bulk_create, compiling the INSERTs and quoting their
+    the rows sent by COPY (core/db.py copy_rows; docs/architecture.md lists the
+    statements the shop writes past the ORM): with bulk_create, compiling the INSERTs and quoting their
     8,500 values was a third of the writer's profile, and it drained 10,000
     queued orders in 2.5-3.6 s; with COPY in 1.7-1.9 s (bench/queue.py part 1)."""
     orders, items, events = [], [], []
