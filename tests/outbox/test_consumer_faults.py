@@ -1,6 +1,7 @@
 """Consumers under real outages: PostgreSQL stopped under a consumer holding an
 OrderPaid, and a Kafka broker stopped under a running consumer."""
 
+import functools
 import json
 import smtplib
 import subprocess
@@ -24,8 +25,6 @@ from outbox.topics import dead_letter_topic, ensure_topics
 from tests.factories import UserFactory, product_with_stock
 from tests.helpers import free_port, place_pending_order, post_webhook, run_until_stopped, start_broker, wait_until
 from tests.outbox.conftest import read_topic
-
-PG_CLUSTER = ["15", "main"]
 
 
 @pytest.mark.parametrize(
@@ -52,8 +51,21 @@ def test_failed_service_tells_outages_from_handler_failures(error, service):
     assert failed_service(error) == service
 
 
+@functools.cache
+def pg_cluster() -> list[str]:
+    """The Debian cluster (version, name) the settings' database runs in, asked of
+    the server while it is up (Debian sets cluster_name, e.g. "15/main"), and
+    remembered for starting it again."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('cluster_name'), current_setting('data_directory')")
+        cluster_name, data_directory = cursor.fetchone()
+    version_and_name = cluster_name or "/".join(data_directory.rstrip("/").split("/")[-2:])
+    return version_and_name.split("/")
+
+
 def pg_ctl(action: str, *options: str) -> None:
-    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", *PG_CLUSTER, action, *options], check=True)
+    cluster = pg_cluster()
+    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", *cluster, action, *options], check=True)
 
 
 def paid_order(redis, *, sku: str, payment_id: str) -> Order:
