@@ -11,6 +11,7 @@ from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
 from inventory import gate
+from inventory.models import FlashSale
 from orders.models import Order, OrderItem, OrderStatus, Refund
 from orders.queue_writer import WRITER_GROUP
 from orders.selectors import flash_sale_status
@@ -89,8 +90,8 @@ def live_flash_sale(*, sku: str, now=None) -> dict | None:
     series = per_minute(orders, minutes=15, now=now)
     last_minute = orders.filter(created_at__gt=now - timedelta(minutes=1)).count()  # 60 s, not the clock minute
     try:
-        depth = queue_depths().get(sku, 0) if sale.mode == "queue" else None
-        stale = stale_queued().get(sku, 0) if sale.mode == "queue" else None
+        depth = queue_depths().get(sku, 0) if sale.mode == FlashSale.Mode.QUEUE else None
+        stale = stale_queued().get(sku, 0) if sale.mode == FlashSale.Mode.QUEUE else None
         refusals = gate.counters(skus=[sku])[sku]["by_reason"]
     except Exception:  # Redis down: the rest still shows
         depth, stale, refusals = None, None, {}

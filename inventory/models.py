@@ -5,6 +5,22 @@ from django.db import models
 MAX_UNITS = 2**31 - 1
 
 
+class StockMovementReason(models.TextChoices):
+    RECEIVED = "received", "Received"
+    WRITTEN_OFF = "written_off", "Written off"
+    CORRECTION = "correction", "Correction"
+
+
+class ShipmentStatus(models.TextChoices):
+    REQUESTED = "REQUESTED", "Requested"
+    SHIPPED = "SHIPPED", "Shipped"
+
+
+class FlashSaleMode(models.TextChoices):
+    DIRECT = "direct", "Direct"
+    QUEUE = "queue", "Queue"
+
+
 class Stock(models.Model):
     """Units of one SKU: on sale (`available`) and held by unpaid or unshipped
     orders (`reserved`). Changed only by conditional F() updates in services."""
@@ -37,10 +53,7 @@ class StockMovement(models.Model):
     Stock conservation: for each SKU, sum(delta) == available + reserved + shipped.
     """
 
-    class Reason(models.TextChoices):
-        RECEIVED = "received", "Received"
-        WRITTEN_OFF = "written_off", "Written off"
-        CORRECTION = "correction", "Correction"
+    Reason = StockMovementReason
 
     product = models.ForeignKey("shop.Product", on_delete=models.PROTECT, db_column="sku", related_name="+")
     delta = models.IntegerField()
@@ -57,8 +70,7 @@ class StockMovement(models.Model):
         constraints = [
             models.CheckConstraint(condition=~models.Q(delta=0), name="stock_movement_delta_not_zero"),
             models.CheckConstraint(
-                condition=models.Q(reason__in=["received", "written_off", "correction"]),
-                name="stock_movement_reason_valid",
+                condition=models.Q(reason__in=StockMovementReason.values), name="stock_movement_reason_valid"
             ),
         ]
 
@@ -71,9 +83,7 @@ class Shipment(models.Model):
     The warehouse knows orders only through their events: it keeps the id it was
     given, not a foreign key into the orders app above it."""
 
-    class Status(models.TextChoices):
-        REQUESTED = "REQUESTED", "Requested"
-        SHIPPED = "SHIPPED", "Shipped"
+    Status = ShipmentStatus
 
     order_id = models.BigIntegerField(unique=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.REQUESTED)
@@ -85,9 +95,7 @@ class Shipment(models.Model):
     class Meta:
         ordering = ["-id"]
         constraints = [
-            models.CheckConstraint(
-                condition=models.Q(status__in=["REQUESTED", "SHIPPED"]), name="shipment_status_valid"
-            )
+            models.CheckConstraint(condition=models.Q(status__in=ShipmentStatus.values), name="shipment_status_valid")
         ]
 
     def __str__(self) -> str:
@@ -103,9 +111,7 @@ class FlashSale(models.Model):
     `write_queued_orders` (for a sale the database cannot take one order at a
     time: docs/operations.md)."""
 
-    class Mode(models.TextChoices):
-        DIRECT = "direct", "Direct"
-        QUEUE = "queue", "Queue"
+    Mode = FlashSaleMode
 
     product = models.OneToOneField(
         "shop.Product", primary_key=True, on_delete=models.CASCADE, db_column="sku", related_name="flash_sale"
@@ -120,7 +126,7 @@ class FlashSale(models.Model):
                 condition=models.Q(per_customer_limit__isnull=True) | models.Q(per_customer_limit__gt=0),
                 name="flash_sale_limit_positive",
             ),
-            models.CheckConstraint(condition=models.Q(mode__in=["direct", "queue"]), name="flash_sale_mode_valid"),
+            models.CheckConstraint(condition=models.Q(mode__in=FlashSaleMode.values), name="flash_sale_mode_valid"),
         ]
 
     def __str__(self) -> str:

@@ -171,18 +171,37 @@ class OrderItem(models.Model):
         return self.quantity * self.unit_price
 
 
+class PaymentStatus(models.TextChoices):
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+
+
+class PaymentOutcome(models.TextChoices):
+    APPLIED = "applied", "Paid the order"
+    REFUNDED = "refunded", "Not applied, refunded"
+    FAILED = "failed", "Payment failed"
+
+
+class RefundReason(models.TextChoices):
+    ORDER_NOT_PENDING = "order_not_pending", "Order was no longer awaiting payment"
+    AMOUNT_MISMATCH = "amount_mismatch", "Amount or currency did not match the order"
+    UNKNOWN_ORDER = "unknown_order", "No such order"
+    STAFF = "staff", "Refunded by staff"
+
+
+class RefundStatus(models.TextChoices):
+    REQUESTED = "REQUESTED", "Requested"
+    SUBMITTED = "SUBMITTED", "Submitted to the provider"
+    COMPLETED = "COMPLETED", "Completed"
+    FAILED = "FAILED", "Failed"
+
+
 class Payment(models.Model):
     """One provider callback, recorded whatever it says. `provider_payment_id`
     is unique: a redelivered webhook finds its payment and changes nothing."""
 
-    class Status(models.TextChoices):
-        SUCCEEDED = "succeeded", "Succeeded"
-        FAILED = "failed", "Failed"
-
-    class Outcome(models.TextChoices):
-        APPLIED = "applied", "Paid the order"
-        REFUNDED = "refunded", "Not applied, refunded"
-        FAILED = "failed", "Payment failed"
+    Status = PaymentStatus
+    Outcome = PaymentOutcome
 
     provider_payment_id = models.CharField(max_length=100, unique=True)
     # Null for an orphan payment (unknown order); the order id it named is in `raw_body`.
@@ -199,10 +218,8 @@ class Payment(models.Model):
     class Meta:
         ordering = ["-id"]
         constraints = [
-            models.CheckConstraint(condition=Q(status__in=["succeeded", "failed"]), name="payment_status_valid"),
-            models.CheckConstraint(
-                condition=Q(outcome__in=["applied", "refunded", "failed"]), name="payment_outcome_valid"
-            ),
+            models.CheckConstraint(condition=Q(status__in=PaymentStatus.values), name="payment_status_valid"),
+            models.CheckConstraint(condition=Q(outcome__in=PaymentOutcome.values), name="payment_outcome_valid"),
             models.CheckConstraint(condition=Q(amount__gte=0), name="payment_amount_not_negative"),
         ]
 
@@ -216,17 +233,8 @@ class Refund(models.Model):
     confirms through the webhook (orders/services/refunds.py). A FAILED refund
     can be retried by staff: a new attempt, a new idempotency key."""
 
-    class Reason(models.TextChoices):
-        ORDER_NOT_PENDING = "order_not_pending", "Order was no longer awaiting payment"
-        AMOUNT_MISMATCH = "amount_mismatch", "Amount or currency did not match the order"
-        UNKNOWN_ORDER = "unknown_order", "No such order"
-        STAFF = "staff", "Refunded by staff"
-
-    class Status(models.TextChoices):
-        REQUESTED = "REQUESTED", "Requested"
-        SUBMITTED = "SUBMITTED", "Submitted to the provider"
-        COMPLETED = "COMPLETED", "Completed"
-        FAILED = "FAILED", "Failed"
+    Reason = RefundReason
+    Status = RefundStatus
 
     payment = models.OneToOneField(Payment, on_delete=models.PROTECT, related_name="refund")
     order = models.ForeignKey(Order, null=True, blank=True, on_delete=models.PROTECT, related_name="refunds")
@@ -247,25 +255,21 @@ class Refund(models.Model):
         ordering = ["-id"]
         constraints = [
             models.CheckConstraint(condition=Q(amount__gte=0), name="refund_amount_not_negative"),
+            models.CheckConstraint(condition=Q(reason__in=RefundReason.values), name="refund_reason_valid"),
+            models.CheckConstraint(condition=Q(status__in=RefundStatus.values), name="refund_status_valid"),
             models.CheckConstraint(
-                condition=Q(reason__in=["order_not_pending", "amount_mismatch", "unknown_order", "staff"]),
-                name="refund_reason_valid",
-            ),
-            models.CheckConstraint(
-                condition=Q(status__in=["REQUESTED", "SUBMITTED", "COMPLETED", "FAILED"]), name="refund_status_valid"
-            ),
-            models.CheckConstraint(
-                condition=Q(status="COMPLETED", completed_at__isnull=False)
-                | (~Q(status="COMPLETED") & Q(completed_at__isnull=True)),
+                condition=Q(status=RefundStatus.COMPLETED, completed_at__isnull=False)
+                | (~Q(status=RefundStatus.COMPLETED) & Q(completed_at__isnull=True)),
                 name="refund_completed_at_iff_completed",
             ),
             models.CheckConstraint(
-                condition=(Q(status="FAILED") & ~Q(failure_reason="")) | (~Q(status="FAILED") & Q(failure_reason="")),
+                condition=(Q(status=RefundStatus.FAILED) & ~Q(failure_reason=""))
+                | (~Q(status=RefundStatus.FAILED) & Q(failure_reason="")),
                 name="refund_failure_reason_iff_failed",
             ),
         ]
         indexes = [
-            models.Index(fields=["status"], condition=~Q(status="COMPLETED"), name="refund_open_by_status"),
+            models.Index(fields=["status"], condition=~Q(status=RefundStatus.COMPLETED), name="refund_open_by_status"),
         ]
 
     def __str__(self) -> str:

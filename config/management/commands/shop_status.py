@@ -2,6 +2,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from config.status import shop_status
+from inventory.models import FlashSale
 
 
 class Command(BaseCommand):
@@ -26,7 +27,7 @@ class Command(BaseCommand):
             line = f"  {sale.sku:<20} {sale.mode:<6} gate {gate:<6} db {sale.available}/{sale.reserved}"
             line += f"  refused {sale.refused}"
             queued, stale = status["queued"].get(sale.sku, 0), status["stale"].get(sale.sku, 0)
-            if sale.mode == "queue" or queued:
+            if sale.mode == FlashSale.Mode.QUEUE or queued:
                 line += f"  queued (not yet written) {queued}"
             if stale:
                 line += f"  STALE {stale} (queued over {settings.QUEUE_STALE_AFTER_SECONDS} s ago, not written)"

@@ -1,6 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from core.exceptions import NotFound
+from inventory.models import FlashSale
 from inventory.services.flash_sales import set_flash_sale_mode
 
 
@@ -9,7 +10,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("sku")
-        parser.add_argument("mode", choices=["direct", "queue"])
+        parser.add_argument("mode", choices=FlashSale.Mode.values)
 
     def handle(self, *args, sku, mode, **options):
         try:

@@ -1,5 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from inventory.models import FlashSale
 from inventory.services.flash_sales import seed_flash_sale
 
 
@@ -13,7 +14,7 @@ class Command(BaseCommand):
         parser.add_argument("--name")
         parser.add_argument("--per-customer-limit", type=int)
         parser.add_argument(
-            "--mode", choices=["direct", "queue"], default="direct",
+            "--mode", choices=FlashSale.Mode.values, default="direct",
             help="queue: admitted checkouts go through Kafka to write_queued_orders (default direct)",
         )
 
