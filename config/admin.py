@@ -6,7 +6,6 @@ from django.contrib.admin.apps import AdminConfig
 from django.http import Http404, HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import path
-from django.utils import timezone
 
 from core.ratelimit import client_address, hit
 
@@ -73,9 +72,9 @@ class ShopAdminSite(admin.AdminSite):
     def index(self, request, extra_context=None):
         from outbox.services import backlog
 
-        count, oldest = backlog()
-        age = (timezone.now() - oldest).total_seconds() if oldest else None
-        context = {"outbox_waiting": count, "outbox_oldest_age": age, **(extra_context or {})}
+        waiting = backlog()
+        context = {"outbox_waiting": waiting.waiting, "outbox_oldest_age": waiting.oldest_age_seconds,
+                   **(extra_context or {})}  # fmt: skip
         return super().index(request, extra_context=context)
 
 

@@ -62,7 +62,7 @@ def dashboard(*, now=None) -> dict:
         orders=Count("id"), paid=Count("id", filter=Q(status__in=PAID)),
         revenue=Sum("total_amount", filter=Q(status__in=PAID), default=0),
     )  # fmt: skip
-    waiting, oldest = backlog()
+    outbox = backlog(now=now)
     refunds = dict(
         Refund.objects.exclude(status=Refund.Status.COMPLETED).values_list("status").annotate(n=Count("id"))
         .values_list("status", "n")
@@ -71,8 +71,8 @@ def dashboard(*, now=None) -> dict:
         "today": {**today, "paid_rate": today["paid"] / today["orders"] if today["orders"] else None},
         "currency": settings.SHOP_CURRENCY,
         "chart": bars(per_minute(Order.objects.all(), minutes=60, now=now)),
-        "outbox_waiting": waiting,
-        "outbox_oldest_age": (now - oldest).total_seconds() if oldest else None,
+        "outbox_waiting": outbox.waiting,
+        "outbox_oldest_age": outbox.oldest_age_seconds,
         "consumers": consumer_positions(extra={WRITER_GROUP: settings.KAFKA_CHECKOUT_TOPIC}, timeout=2.0),
         "refunds_waiting": refunds.get(Refund.Status.REQUESTED, 0) + refunds.get(Refund.Status.SUBMITTED, 0),
         "refunds_failed": refunds.get(Refund.Status.FAILED, 0),

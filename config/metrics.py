@@ -7,7 +7,6 @@ import threading
 import time
 
 from django.http import HttpResponse
-from django.utils import timezone
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 
@@ -51,9 +50,9 @@ class LiveStateCollector:
             labels=["sku"],
         )
         try:
-            count, oldest_at = backlog()
-            waiting.add_metric([], count)
-            oldest.add_metric([], (timezone.now() - oldest_at).total_seconds() if oldest_at else 0)
+            outbox = backlog()
+            waiting.add_metric([], outbox.waiting)
+            oldest.add_metric([], outbox.oldest_age_seconds or 0.0)  # a gauge has no "none": nothing waits
             skus = list(FlashSale.objects.values_list("product_id", flat=True))
             for sku, counter in gate.counters(skus=skus).items():
                 if counter["remaining"] is not None:

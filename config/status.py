@@ -17,7 +17,7 @@ from outbox.services import backlog
 def shop_status() -> dict:
     now = timezone.now()
     pending = Order.objects.filter(status=OrderStatus.PENDING_PAYMENT)
-    waiting, oldest = backlog()
+    outbox = backlog(now=now)
     try:
         sales = flash_sale_status()
     except Exception:
@@ -25,8 +25,8 @@ def shop_status() -> dict:
     return {
         "pending_orders": pending.count(),
         "expiring_soon": pending.filter(expires_at__lte=now + timedelta(minutes=1)).count(),
-        "outbox_backlog": waiting,
-        "outbox_oldest_age_seconds": (now - oldest).total_seconds() if oldest else None,
+        "outbox_backlog": outbox.waiting,
+        "outbox_oldest_age_seconds": outbox.oldest_age_seconds,
         "consumers": consumer_positions(extra={WRITER_GROUP: settings.KAFKA_CHECKOUT_TOPIC}, timeout=2.0),
         "flash_sales": sales,
         "queued": _from_redis(queue_depths),

@@ -88,7 +88,15 @@ def purge_published_events(*, older_than_days: int | None = None, batch_size: in
         total += OutboxEvent.objects.filter(id__in=ids).delete()[1].get(OutboxEvent._meta.label, 0)
 
 
-def backlog() -> tuple[int, datetime | None]:
-    """How many events wait for Kafka, and when the oldest was written."""
-    waiting = UnpublishedEvent.objects.aggregate(count=Count("pk"), oldest=Min("event__created_at"))
-    return waiting["count"], waiting["oldest"]
+@dataclass(frozen=True)
+class Backlog:
+    waiting: int  # events not yet acknowledged by Kafka
+    oldest_age_seconds: float | None  # how long the oldest has waited; None when none waits
+
+
+def backlog(*, now: datetime | None = None) -> Backlog:
+    """The outbox's backlog, as every screen and the metrics show it: one query."""
+    found = UnpublishedEvent.objects.aggregate(count=Count("pk"), oldest=Min("event__created_at"))
+    oldest = found["oldest"]
+    age = ((now or timezone.now()) - oldest).total_seconds() if oldest is not None else None
+    return Backlog(found["count"], age)

@@ -199,9 +199,11 @@ def test_purge_deletes_only_old_published_events(kafka_topic):
 
 
 def test_every_unpublished_event_is_queued_for_the_relay_whoever_writes_it(kafka_topic):
+    from datetime import timedelta
+
     from django.utils import timezone
 
-    from outbox.services import backlog
+    from outbox.services import Backlog, backlog
 
     [raw] = write_events(1)
     orm = OutboxEvent.objects.create(aggregate_type="order", aggregate_id="9", event_type="X", payload={})
@@ -212,12 +214,14 @@ def test_every_unpublished_event_is_queued_for_the_relay_whoever_writes_it(kafka
                                published_at=timezone.now())  # fmt: skip
     queued = {raw.id, orm.id, *(event.id for event in bulk)}
     assert set(UnpublishedEvent.objects.values_list("event_id", flat=True)) == queued
-    assert backlog()[0] == 4
+    assert backlog().waiting == 4
+    oldest = OutboxEvent.objects.filter(id__in=queued).earliest("created_at").created_at
+    assert backlog(now=oldest + timedelta(seconds=5)) == Backlog(4, 5.0)  # the age every screen shows
     with connection.cursor() as cursor:  # deleting an event in SQL takes it off the queue
         cursor.execute("DELETE FROM outbox_events WHERE id = %s", [orm.id])
-    assert backlog()[0] == 3
+    assert backlog().waiting == 3
     assert OutboxRelay().drain() == 3
-    assert backlog() == (0, None)
+    assert backlog() == Backlog(0, None)
     assert OutboxEvent.objects.filter(published_at__isnull=True).count() == 0
 
 
