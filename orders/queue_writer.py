@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from django.conf import settings
 from django.db import close_old_connections
 
+from core.backoff import backoff_seconds
 from core.kafka import client_config, group_timeouts, recovery_statistics
 from orders.services.queue import BatchResult, QueuedRequest, after_commit, write_batch
 from outbox.consumers import failed_service
@@ -53,20 +54,21 @@ class QueueWriter:
         self._cleaning: tuple[Future, list[Message]] | None = None
 
     def run(self, *, should_stop: Callable[[], bool]) -> None:
-        backoff = 0.0
+        failures = 0
         try:
             while not should_stop():
                 try:
                     self.run_once()
-                    backoff = 0.0
+                    failures = 0
                 except Exception as error:
                     service = failed_service(error)
                     if service is None:
                         raise
-                    backoff = min(max(backoff * 2, 0.1), settings.CONSUMER_MAX_BACKOFF_SECONDS)
-                    logger.warning("order writer: %s unavailable (%r); retrying in %.1f s", service, error, backoff)
+                    failures += 1
+                    wait = backoff_seconds(failures, first=0.1, cap=settings.CONSUMER_MAX_BACKOFF_SECONDS)
+                    logger.warning("order writer: %s unavailable (%r); retrying in %.1f s", service, error, wait)
                     close_old_connections()
-                    time.sleep(backoff)
+                    time.sleep(wait)
         finally:
             try:
                 self.settle()

@@ -31,6 +31,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections, connections, transaction
 
+from core.backoff import backoff_seconds
 from core.db import insert_unless_exists
 from core.kafka import client_config, group_timeouts, recovery_statistics
 from core.requestid import request_id_var
@@ -219,7 +220,7 @@ class EventConsumer:
                     CONSUMER_EVENTS.labels(self.name, "dead_lettered").inc()
                     self._resume(message)
                     return True
-                time.sleep(min(0.05 * 2**failures, 1.0))
+                time.sleep(backoff_seconds(failures, first=0.1, cap=1.0))
                 close_old_connections()  # the failure may have broken the connection
             else:
                 self._resume(message)
@@ -259,7 +260,9 @@ class EventConsumer:
 
     def _back_off(self, should_stop: Callable[[], bool]) -> None:
         """Wait before retrying the kept message: doubling, capped, cut short by SIGTERM."""
-        delay = min(FIRST_BACKOFF_SECONDS * 2 ** (self.outage.retries - 1), settings.CONSUMER_MAX_BACKOFF_SECONDS)
+        delay = backoff_seconds(
+            self.outage.retries, first=FIRST_BACKOFF_SECONDS, cap=settings.CONSUMER_MAX_BACKOFF_SECONDS
+        )
         until = time.monotonic() + delay
         while not should_stop() and time.monotonic() < until:
             time.sleep(min(STOP_CHECK_SECONDS, max(until - time.monotonic(), 0)))

@@ -22,6 +22,7 @@ from confluent_kafka import KafkaException, Producer
 from django.conf import settings
 from django.db import connection, transaction
 
+from core.backoff import backoff_seconds
 from core.kafka import client_config
 from outbox.metrics import RELAY_FAILURES, RELAY_PUBLISHED
 from outbox.relay import sql, threads
@@ -247,8 +248,8 @@ class OutboxRelay:
 
     def _failed(self) -> None:
         self.failures_in_a_row += 1
-        backoff = min(settings.OUTBOX_MAX_BACKOFF_SECONDS, 0.25 * 2 ** (self.failures_in_a_row - 1))
-        self.retry_at = time.monotonic() + backoff
+        wait = backoff_seconds(self.failures_in_a_row, first=0.25, cap=settings.OUTBOX_MAX_BACKOFF_SECONDS)
+        self.retry_at = time.monotonic() + wait
 
     def run_forever(self, *, should_stop: Callable[[], bool]) -> None:
         logger.info("relay: publishing outbox events to %s", self.topic)
