@@ -12,3 +12,6 @@ DATABASES["default"]["OPTIONS"] = {**DATABASES["default"]["OPTIONS"], "connect_t
 # Each test's consumers join a group of their own: a first assignment waits about half the
 # session timeout, 3 s at production's 6 s, for some thirty Kafka tests.
 KAFKA_SESSION_TIMEOUT_MS = 1000
+# A queued checkout's send waits this long for the broker: a loaded CI machine took over a second for a
+# fresh producer's first send (tests of the timeout itself set their own).
+QUEUE_ADMIT_TIMEOUT_MS = 5000

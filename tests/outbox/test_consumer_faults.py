@@ -155,12 +155,13 @@ def test_a_kafka_outage_is_logged_once_and_so_is_the_recovery(settings, caplog, 
         broker.wait(10)
         time.sleep(4)  # librdkafka retries every ~50 ms: 80 failed connects
         down = [r for r in caplog.records[up_to:] if r.name == "shop.kafka"]
-        assert 1 <= len(down) <= 4, [r.getMessage() for r in down]  # disconnects and the first failure
+        # Disconnects, the first failure and a request timed out on a slow machine: not one per retry (80).
+        assert 1 <= len(down) <= 6, [r.getMessage() for r in down]
         assert any(r.levelname == "ERROR" and "Connection refused" in r.getMessage() for r in down)
         broker = start_broker(port, broker_log)  # comes back empty
         ensure_topics(topics=[topic, dead_letter_topic(topic)])
         assert wait_until(lambda: lines(caplog, "reachable again") >= 1, 15), [r.getMessage() for r in caplog.records]
-        assert len([r for r in caplog.records[up_to:] if r.name == "shop.kafka"]) <= 8
+        assert len([r for r in caplog.records[up_to:] if r.name == "shop.kafka"]) <= 10
     finally:
         stop.set()
         thread.join(30)
