@@ -55,6 +55,25 @@ def checkout(client, key: str | None = "key-1"):
     return client.post("/api/orders", HTTP_IDEMPOTENCY_KEY=key) if key is not None else client.post("/api/orders")
 
 
+def refuse_every_way(redis, sku: str) -> list[str]:
+    """On a sale of 2 units, 1 per customer, with the checkout rate limit at
+    1/min (set by the caller): one checkout over the limit, one order, one sold
+    out, one rate-limited. Each outcome: "ordered" or the refusal's code."""
+    from orders.services import place_order
+
+    greedy, buyer, late = UserFactory(), UserFactory(), UserFactory()
+    for customer, quantity in ((greedy, 2), (buyer, 1), (late, 2)):
+        fill_cart(redis, customer.id, {sku: quantity})
+    outcomes = []
+    for customer, key in ((greedy, "a"), (buyer, "b"), (late, "c"), (late, "d")):
+        try:
+            place_order(customer_id=customer.id, idempotency_key=key, rate_limited=True)
+            outcomes.append("ordered")
+        except Exception as refusal:  # noqa: BLE001 - each refusal is what the callers count
+            outcomes.append(refusal.code)
+    return outcomes
+
+
 def place_pending_order(redis, customer, lines: dict[str, int], key: str | None = None):
     """A real order through place_order, as checkout makes it."""
     from orders.services import place_order

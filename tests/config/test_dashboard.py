@@ -11,7 +11,7 @@ from inventory.services.flash_sales import seed_flash_sale
 from orders.models import Order, OrderStatus
 from orders.services import place_order
 from tests.factories import OrderFactory, UserFactory
-from tests.helpers import fill_cart, staff_client
+from tests.helpers import fill_cart, refuse_every_way, staff_client
 
 pytestmark = pytest.mark.django_db
 
@@ -113,16 +113,7 @@ def test_refusals_are_counted_by_reason(redis, settings, django_capture_on_commi
     with django_capture_on_commit_callbacks(execute=True):
         seed_flash_sale(sku="LIVE-2", stock=2, price=100, name="Live item", per_customer_limit=1)
     settings.RATE_LIMITS = {**settings.RATE_LIMITS, "checkout": "1/min"}
-    greedy, buyer, late = UserFactory(), UserFactory(), UserFactory()
-    for customer, quantity in ((greedy, 2), (buyer, 1), (late, 2)):
-        fill_cart(redis, customer.id, {"LIVE-2": quantity})
-    outcomes = []
-    for customer, key in ((greedy, "a"), (buyer, "b"), (late, "c"), (late, "d")):
-        try:
-            place_order(customer_id=customer.id, idempotency_key=key, rate_limited=True)
-            outcomes.append("ordered")
-        except Exception as refusal:  # noqa: BLE001 - each refusal is what the page counts
-            outcomes.append(refusal.code)
+    outcomes = refuse_every_way(redis, "LIVE-2")
     assert outcomes == ["limit_reached", "ordered", "sold_out", "rate_limited"]
     figures = staff_client().get("/admin/flash-sales/LIVE-2/live.json").json()
     assert (figures["refused_limit_reached"], figures["refused_sold_out"], figures["refused_rate_limited"]) == (1, 1, 1)
