@@ -68,15 +68,42 @@ def issue_token(*, username: str, password: str) -> IssuedToken:
 
 
 @transaction.atomic
+def set_password(
+    *, user: AbstractBaseUser, password: str | None, keep_token: AuthToken | None = None
+) -> AbstractBaseUser:
+    """Set the user's password (None: no password login at all) and revoke every
+    token of the user but `keep_token`, the one of the session that changed it:
+    whoever held another must log in again. Each token leaves Redis before the
+    change commits (shop/signals.py): if Redis cannot be told, nothing changes.
+    The caller has validated the password. Every change of an existing user's
+    password goes through here (the API's, the admin's): no signal revokes tokens."""
+    revoke_tokens(user=user, keep_token=keep_token)
+    if password is None:
+        user.set_unusable_password()
+    else:
+        user.set_password(password)
+    user.save(update_fields=["password"])  # the kept token leaves Redis too, and the generation moves
+    return user
+
+
+@transaction.atomic
+def revoke_tokens(*, user: AbstractBaseUser, keep_token: AuthToken | None = None) -> None:
+    """Every API token of the user but `keep_token` deleted, each out of Redis
+    before the deletion commits (shop/signals.py)."""
+    tokens = AuthToken.objects.filter(user_id=user.pk)
+    if keep_token is not None:
+        tokens = tokens.exclude(digest=keep_token.digest)
+    tokens.delete()
+
+
+@transaction.atomic
 def change_password(*, user: AbstractBaseUser, current_token: AuthToken, old_password: str, new_password: str) -> None:
     """The password changes when the old one is given; every other token of the
-    user is revoked (shop/signals.py), the one in use keeps working."""
+    user is revoked, the one in use keeps working."""
     if not user.check_password(old_password):
         raise WrongPassword()
     validate_password(new_password, user=user)  # raises ValidationError -> 400
-    user.set_password(new_password)
-    user._keep_token_digest = current_token.digest
-    user.save(update_fields=["password"])
+    set_password(user=user, password=new_password, keep_token=current_token)
 
 
 # The saved address, kept in Redis beside the cart so that checkout reads it in
