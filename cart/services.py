@@ -9,7 +9,7 @@ from django.conf import settings
 from cart import storage
 from cart.exceptions import CartTokenUnknown, InactiveProduct, UnknownProduct
 from core.hotcache import CachedProduct, hot_cache
-from inventory.selectors import fresh_available_hints, remember_available
+from inventory.stock_hints import fresh_available_hints, remember_available
 from shop.models import Product
 from shop.selectors import cached_products
 

@@ -1,6 +1,7 @@
 """Stock for staff, safe under live traffic: no form ever writes `available` or
 `reserved` back. Every change is a delta applied with F() by a service, with a
-ledger entry naming the user."""
+ledger entry naming the user. The one stock setting staff edit in place is a
+SKU's low-stock threshold, written alone and only when the form changed it."""
 
 from django import forms
 from django.conf import settings
@@ -17,9 +18,15 @@ from django.utils.html import format_html
 from core.admin import ReadOnlyAdmin
 from core.exceptions import DomainError
 from inventory import gate
-from inventory.catalog import CatalogFileInvalid, import_catalog, parse_catalog
+from inventory.catalog_import import CatalogFileInvalid, import_catalog, parse_catalog
 from inventory.models import MAX_UNITS, FlashSale, LowStockAlert, Shipment, Stock, StockMovement
-from inventory.services import receive_stock, set_available_stock, stock_audit, write_off_stock
+from inventory.services import (
+    receive_stock,
+    set_available_stock,
+    set_low_stock_threshold,
+    stock_audit,
+    write_off_stock,
+)
 
 OPERATIONS = {
     "receive": ("Receive stock (+N)", receive_stock),
@@ -37,19 +44,32 @@ def adjust_stock(*, sku: str, operation: str, quantity: int, user, note: str = "
 
 
 class StockAdjustmentForm(forms.ModelForm):
-    """The change form: no stock figure is editable; it asks for an operation."""
+    """The change form: no stock figure is editable; it asks for an operation,
+    and edits the SKU's low-stock threshold."""
 
-    operation = forms.ChoiceField(choices=[(key, label) for key, (label, _) in OPERATIONS.items()])
-    quantity = forms.IntegerField(min_value=0, max_value=MAX_UNITS)
+    operation = forms.ChoiceField(
+        choices=[("", "No stock change"), *((key, label) for key, (label, _) in OPERATIONS.items())], required=False
+    )
+    quantity = forms.IntegerField(min_value=0, max_value=MAX_UNITS, required=False)
     note = forms.CharField(max_length=200, required=False)
 
     class Meta:
         model = Stock
-        fields: list[str] = []
+        fields = ["low_stock_threshold"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        threshold = self.fields["low_stock_threshold"]
+        threshold.help_text += f" The setting is {settings.LOW_STOCK_THRESHOLD}."
+        # Changed means changed since the form was opened (its hidden initial value),
+        # so that a stale form never puts back a threshold another user replaced.
+        threshold.show_hidden_initial = True
 
     def clean(self):
         data = super().clean()
-        if data.get("operation") in ("receive", "write_off") and data.get("quantity") == 0:
+        if data.get("operation") and data.get("quantity") is None:
+            self.add_error("quantity", "Give the number of units.")
+        elif data.get("operation") in ("receive", "write_off") and data.get("quantity") == 0:
             self.add_error("quantity", "Receive or write off at least one unit.")
         return data
 
@@ -68,13 +88,13 @@ class LowStockFilter(admin.SimpleListFilter):
     parameter_name = "low"
 
     def lookups(self, request, model_admin):
-        return [("yes", f"Low (below {settings.LOW_STOCK_THRESHOLD})"), ("no", "Enough")]
+        return [("yes", "Low (below its threshold)"), ("no", "Enough")]
 
     def queryset(self, request, queryset):
         if self.value() == "yes":
-            return queryset.filter(available__lt=settings.LOW_STOCK_THRESHOLD)
+            return queryset.low()
         if self.value() == "no":
-            return queryset.filter(available__gte=settings.LOW_STOCK_THRESHOLD)
+            return queryset.not_low()
         return queryset
 
 
@@ -100,7 +120,11 @@ class StockAdmin(admin.ModelAdmin):
     search_fields = ["product__sku", "product__name"]
     ordering = ["product_id"]
     readonly_fields = ["product", "available", "reserved", "shipped"]
-    fields = ["product", "available", "reserved", "shipped", "operation", "quantity", "note"]
+    fieldsets = [
+        (None, {"fields": ["product", "available", "reserved", "shipped"]}),
+        ("Adjust stock", {"fields": ["operation", "quantity", "note"]}),
+        ("Low stock", {"fields": ["low_stock_threshold"]}),
+    ]
     actions = ["bulk_receive", "audit_selected"]
     show_full_result_count = False
     change_list_template = "admin/inventory/stock/change_list.html"
@@ -109,6 +133,7 @@ class StockAdmin(admin.ModelAdmin):
         return (
             super()
             .get_queryset(request)
+            .with_low_stock()
             .annotate(is_gated=Exists(FlashSale.objects.filter(product_id=OuterRef("product_id"))))
         )
 
@@ -116,9 +141,9 @@ class StockAdmin(admin.ModelAdmin):
     def product_name(self, stock):
         return stock.product.name
 
-    @admin.display(description="low stock")
+    @admin.display(description="low stock", ordering="is_low")
     def low_stock(self, stock):
-        return "LOW" if stock.available < settings.LOW_STOCK_THRESHOLD else ""
+        return f"LOW (below {stock.threshold})" if stock.is_low else ""
 
     def get_list_display(self, request):
         # The gate column reads Redis once for the page, into state of this request
@@ -150,17 +175,21 @@ class StockAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         # Never obj.save(): the row read when the form was opened is stale by now.
         data = form.cleaned_data
-        try:
-            adjust_stock(
-                sku=obj.product_id,
-                operation=data["operation"],
-                quantity=data["quantity"],
-                user=request.user,
-                note=data.get("note", ""),
-            )
-        except DomainError as error:
-            # On the request, never on self: the ModelAdmin is shared by every thread of a worker.
-            request.stock_adjust_error = error.message
+        if data.get("operation"):
+            try:
+                adjust_stock(
+                    sku=obj.product_id,
+                    operation=data["operation"],
+                    quantity=data["quantity"],
+                    user=request.user,
+                    note=data.get("note", ""),
+                )
+            except DomainError as error:
+                # On the request, never on self: the ModelAdmin is shared by every thread of a worker.
+                request.stock_adjust_error = error.message
+                return  # nothing of the form is saved
+        if "low_stock_threshold" in form.changed_data:
+            set_low_stock_threshold(sku=obj.product_id, threshold=data["low_stock_threshold"])
 
     def response_change(self, request, obj):
         error = getattr(request, "stock_adjust_error", None)

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from core.hotcache import hot_cache
 from inventory.models import Stock
-from inventory.selectors import STOCK_HINT_MAX_AGE_SECONDS, remember_available
 from inventory.services.flash_sales import gated_skus
+from inventory.stock_hints import STOCK_HINT_MAX_AGE_SECONDS, remember_available
 from shop.models import Product
 
 SORTS = {

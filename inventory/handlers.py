@@ -4,7 +4,6 @@ managers told when an order leaves a SKU running low (never inside checkout)."""
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from core.db import insert_unless_exists
@@ -27,13 +26,12 @@ def alert_low_stock(event: Event) -> None:
     skus = sorted({item["sku"] for item in event.data["items"]})
     low = (
         Stock.objects.filter(product_id__in=skus)
-        .annotate(threshold=Coalesce("low_stock_threshold", settings.LOW_STOCK_THRESHOLD))
+        .low()
+        .order_by("product_id")
         .values_list("product_id", "available", "threshold")
     )
     today = timezone.localdate()
     for sku, available, threshold in low:
-        if available >= threshold:
-            continue
         alert = LowStockAlert(product_id=sku, day=today, available=available, threshold=threshold)
         if insert_unless_exists(alert, conflict_fields=["product", "day"]) is None:
             continue  # told today already

@@ -1,5 +1,6 @@
 from django.conf import settings
 from django.db import models
+from django.db.models.functions import Coalesce
 
 # Stock figures are PostgreSQL integers: no count of units may pass this.
 MAX_UNITS = 2**31 - 1
@@ -21,6 +22,23 @@ class FlashSaleMode(models.TextChoices):
     QUEUE = "queue", "Queue"
 
 
+class StockQuerySet(models.QuerySet):
+    """The low-stock rule, the only copy of it (the admin's filter and flag, the
+    stock managers' email): a SKU is low when fewer units are available than its
+    threshold, its own `low_stock_threshold`, else settings.LOW_STOCK_THRESHOLD."""
+
+    def with_low_stock(self) -> "StockQuerySet":
+        """Annotated with `threshold` (the one in force) and `is_low`."""
+        threshold = Coalesce("low_stock_threshold", settings.LOW_STOCK_THRESHOLD)
+        return self.annotate(threshold=threshold, is_low=models.Q(available__lt=threshold))
+
+    def low(self) -> "StockQuerySet":
+        return self.with_low_stock().filter(is_low=True)
+
+    def not_low(self) -> "StockQuerySet":
+        return self.with_low_stock().filter(is_low=False)
+
+
 class Stock(models.Model):
     """Units of one SKU: on sale (`available`) and held by unpaid or unshipped
     orders (`reserved`). Changed only by conditional F() updates in services."""
@@ -31,9 +49,16 @@ class Stock(models.Model):
     available = models.IntegerField(default=0)
     reserved = models.IntegerField(default=0)
     shipped = models.IntegerField(default=0)
-    # Below this many available units, stock managers are told (once a day);
-    # null: settings.LOW_STOCK_THRESHOLD.
-    low_stock_threshold = models.PositiveIntegerField(null=True, blank=True)
+    # Below this many available units the SKU is low (StockQuerySet): flagged in
+    # the admin, and the stock managers are told once a day.
+    low_stock_threshold = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Below this many available units the SKU is low: flagged in the list, and the stock managers "
+        "are emailed. Blank: the default, the LOW_STOCK_THRESHOLD setting.",
+    )
+
+    objects = StockQuerySet.as_manager()
 
     class Meta:
         db_table = "inventory"

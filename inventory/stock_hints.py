@@ -1,3 +1,7 @@
+"""Stock hints: each SKU's available units as last read, kept in process memory
+for a few seconds (the catalog's stock read fills them, the cart shows them).
+A hint, never a decision: checkout decides with a conditional UPDATE."""
+
 import time
 from collections.abc import Iterable
 

@@ -66,6 +66,14 @@ def set_available_stock(
     )
 
 
+def set_low_stock_threshold(*, sku: str, threshold: int | None) -> None:
+    """The SKU's own low-stock threshold; None: the LOW_STOCK_THRESHOLD setting.
+    Writes that one column only, never a stock figure read earlier."""
+    if threshold is not None and threshold < 0:
+        raise ValueError("threshold must not be negative")
+    Stock.objects.filter(product_id=sku).update(low_stock_threshold=threshold)
+
+
 def stock_audit(*, skus: Iterable[str] | None = None) -> list[dict]:
     """For each SKU: the ledger's net (received - written off) against
     available + reserved + shipped. `difference` is 0 when stock is conserved."""

@@ -104,6 +104,68 @@ def test_stock_change_list_shows_flags_and_filters(stock_manager, redis):
     assert stock_manager.get("/admin/inventory/stock/?q=PLENTY").content.count(b"PLENTY") >= 1
 
 
+def test_low_stock_filter_and_flag_follow_each_skus_threshold(stock_manager, redis, settings):
+    settings.LOW_STOCK_THRESHOLD = 10
+    product_with_stock(sku="BULKY", available=40)  # its own threshold, 100: low
+    product_with_stock(sku="RARE", available=3)  # its own threshold, 2: enough
+    product_with_stock(sku="PLAIN", available=5)  # the setting, 10: low
+    Stock.objects.filter(product_id="BULKY").update(low_stock_threshold=100)
+    Stock.objects.filter(product_id="RARE").update(low_stock_threshold=2)
+
+    def listed(query):
+        changelist = stock_manager.get(f"/admin/inventory/stock/{query}").context["cl"]
+        return sorted(stock.product_id for stock in changelist.result_list)
+
+    assert listed("?low=yes") == ["BULKY", "PLAIN"]
+    assert listed("?low=no") == ["RARE"]
+    page = stock_manager.get("/admin/inventory/stock/").content.decode()
+    assert "LOW (below 100)" in page and "LOW (below 10)" in page and "LOW (below 2)" not in page
+
+
+def change_form(**fields):
+    """The change form as the browser submits it: nothing changed unless given."""
+    return {"operation": "", "quantity": "", "note": "", "low_stock_threshold": "", "initial-low_stock_threshold": "",
+            "_save": "Save", **fields}  # fmt: skip
+
+
+def test_staff_set_and_clear_a_skus_low_stock_threshold_in_the_change_form(stock_manager, settings):
+    settings.LOW_STOCK_THRESHOLD = 10
+    product_with_stock(sku="MUG", available=20)
+    form = stock_manager.get("/admin/inventory/stock/MUG/change/").content.decode()
+    assert 'name="low_stock_threshold"' in form and 'name="initial-low_stock_threshold"' in form
+    assert "Blank: the default, the LOW_STOCK_THRESHOLD setting. The setting is 10." in form
+    movements = StockMovement.objects.count()
+    reserve_stock(lines={"MUG": 1})  # a shopper checks out while the form is open
+    response = stock_manager.post("/admin/inventory/stock/MUG/change/", change_form(low_stock_threshold="25"))
+    assert response.status_code == 302
+    stock = Stock.objects.get(product_id="MUG")
+    assert (stock.low_stock_threshold, stock.available, stock.reserved) == (25, 19, 1)
+    assert StockMovement.objects.count() == movements  # a threshold is not a stock movement
+    assert list(Stock.objects.low().values_list("product_id", flat=True)) == ["MUG"]  # 19 < 25; not below 10
+    stock_manager.post(
+        "/admin/inventory/stock/MUG/change/",
+        change_form(low_stock_threshold="", **{"initial-low_stock_threshold": "25"}),
+    )
+    assert Stock.objects.get(product_id="MUG").low_stock_threshold is None  # blank: the setting again
+
+
+def test_stale_form_leaves_a_threshold_set_meanwhile_and_a_refused_adjustment_saves_nothing(stock_manager):
+    product_with_stock(sku="MUG", available=3)
+    stock_manager.get("/admin/inventory/stock/MUG/change/")  # opened with no threshold of its own
+    Stock.objects.filter(product_id="MUG").update(low_stock_threshold=7)  # another user sets one meanwhile
+    stock_manager.post("/admin/inventory/stock/MUG/change/", change_form(operation="receive", quantity="2"))
+    stock = Stock.objects.get(product_id="MUG")
+    assert (stock.available, stock.low_stock_threshold) == (5, 7)
+    response = stock_manager.post(
+        "/admin/inventory/stock/MUG/change/",
+        change_form(operation="write_off", quantity="9", low_stock_threshold="1",
+                    **{"initial-low_stock_threshold": "7"}),
+    )  # fmt: skip
+    assert any("Cannot write off" in str(m) for m in response.wsgi_request._messages)
+    stock = Stock.objects.get(product_id="MUG")
+    assert (stock.available, stock.low_stock_threshold) == (5, 7)
+
+
 def test_two_staff_adjusting_at_once_each_get_their_own_message(stock_manager, order_manager):
     """The ModelAdmin instance is shared by every thread of a worker: interleave two
     requests as two threads would, and each must still see its own outcome."""
@@ -125,7 +187,7 @@ def test_two_staff_adjusting_at_once_each_get_their_own_message(stock_manager, o
         return made
 
     def form(operation, quantity):
-        return SimpleNamespace(cleaned_data={"operation": operation, "quantity": quantity, "note": ""})
+        return SimpleNamespace(cleaned_data={"operation": operation, "quantity": quantity, "note": ""}, changed_data=[])
 
     first, second = request(), request()
     stock_a, stock_b = Stock.objects.get(product_id="A"), Stock.objects.get(product_id="B")

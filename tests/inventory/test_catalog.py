@@ -1,4 +1,4 @@
-"""inventory/catalog.py and `manage.py load_catalog`: a CSV catalog imported whole or not
+"""inventory/catalog_import.py and `manage.py load_catalog`: a CSV catalog imported whole or not
 at all, its stock moved through the ledger by the difference."""
 
 import pytest

@@ -48,3 +48,12 @@ def test_a_per_product_threshold_wins(managers, settings):
     Stock.objects.filter(product_id="RARE").update(low_stock_threshold=2)
     alert_low_stock(created("BULKY", "RARE"))
     assert [m.subject for m in mail.outbox] == ["Low stock: BULKY (40 left)"]
+
+
+def test_low_is_below_the_skus_own_threshold_else_the_setting(settings):
+    settings.LOW_STOCK_THRESHOLD = 10
+    for sku, available, own in [("BULKY", 40, 100), ("RARE", 3, 2), ("PLAIN", 9, None), ("EDGE", 10, None)]:
+        product_with_stock(sku=sku, available=available)
+        Stock.objects.filter(product_id=sku).update(low_stock_threshold=own)
+    assert sorted(Stock.objects.low().values_list("product_id", "threshold")) == [("BULKY", 100), ("PLAIN", 10)]
+    assert sorted(Stock.objects.not_low().values_list("product_id", flat=True)) == ["EDGE", "RARE"]

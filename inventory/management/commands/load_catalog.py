@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from inventory.catalog import CatalogFileInvalid, import_catalog, read_catalog_file
+from inventory.catalog_import import CatalogFileInvalid, import_catalog, read_catalog_file
 
 
 class Command(BaseCommand):
