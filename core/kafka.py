@@ -8,7 +8,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaException
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, ClusterMetadata
 from django.conf import settings
 
@@ -115,6 +115,58 @@ def group_timeouts() -> dict:
     thread, so a long batch does not count against it."""
     timeout = settings.KAFKA_SESSION_TIMEOUT_MS
     return {"session.timeout.ms": timeout, "heartbeat.interval.ms": max(timeout // 3, 100)}
+
+
+def consumer_group(name: str) -> str:
+    """The Kafka group id of the shop's consumer `name` (one per effect, and the queue's writer)."""
+    return f"{settings.KAFKA_CONSUMER_GROUP_PREFIX}{name}"
+
+
+class GroupConsumer:
+    """A member of the group `name` on `topic` that commits offsets itself, only
+    after what it read is processed: a crash before the commit delivers those
+    messages again (at least once), and so does `rewind` when processing could
+    not finish (an outage: the same messages are read again after a backoff)."""
+
+    def __init__(self, *, name: str, topic: str, **config) -> None:
+        self.name, self.topic = name, topic
+        self.consumer = Consumer(
+            client_config(
+                **recovery_statistics(),
+                **{
+                    "group.id": consumer_group(name),
+                    "enable.auto.commit": False,
+                    "auto.offset.reset": "earliest",
+                    **group_timeouts(),
+                    **config,
+                },
+            )
+        )
+        self.consumer.subscribe([topic])
+
+    def commit(self, messages: list[Message]) -> None:
+        """Commit the offsets after `messages`, every one of them processed. A failed
+        commit (a rebalance in progress) is logged: those messages come again, here
+        or to another member, and are found done."""
+        if not messages:
+            return
+        after = {(m.topic(), m.partition()): m.offset() + 1 for m in messages}
+        offsets = [TopicPartition(topic, partition, offset) for (topic, partition), offset in after.items()]
+        try:
+            failed = [tp for tp in self.consumer.commit(offsets=offsets, asynchronous=False) if tp.error]
+        except KafkaException as error:
+            failed = [error]
+        if failed:
+            logging.getLogger(__name__).warning("%s: offsets not committed: %s", self.name, failed)
+
+    def rewind(self, messages: list[Message]) -> None:
+        """Have `messages`, taken from the client but not processed, read again."""
+        first: dict[tuple[str, int], int] = {}
+        for message in messages:
+            if not message.error():
+                first.setdefault((message.topic(), message.partition()), message.offset())
+        for (topic, partition), offset in first.items():
+            self.consumer.seek(TopicPartition(topic, partition, offset))
 
 
 def admin_client(**overrides) -> AdminClient:

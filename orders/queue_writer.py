@@ -6,8 +6,8 @@ The offsets are committed only after the batch's transaction and its clean-up
 in Redis: a crash in between delivers the batch again, and write_batch finds
 those orders written and cleans up after them (once per request). The clean-up
 runs on a thread of its own while the next batch is written (Redis calls and
-database statements overlap; the clean-up was an eighth of a batch's time, py-spy
-of bench/queue.py part 1), and the batch's offsets are committed once it is done.
+database statements overlap: bench/README.md, "Figures behind code choices"),
+and the batch's offsets are committed once it is done.
 A database, Redis or network outage keeps the batch and retries it (capped
 backoff); a message that is not a checkout request is logged and skipped."""
 
@@ -16,38 +16,28 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import Message
 from django.conf import settings
 from django.db import close_old_connections
 
 from core.backoff import backoff_seconds
-from core.kafka import client_config, group_timeouts, recovery_statistics
-from orders.services.queue import BatchResult, QueuedRequest, after_commit, write_batch
-from outbox.consumers import failed_service
+from core.kafka import GroupConsumer
+from core.outages import failed_service
+from orders.services.queue import QueuedRequest, WrittenBatch, finish_written_batch, write_batch
 
 logger = logging.getLogger(__name__)
 
 WRITER_GROUP = "order-writer"
 
 
-class QueueWriter:
+class QueueWriter(GroupConsumer):
     def __init__(self) -> None:
-        self.topic = settings.KAFKA_CHECKOUT_TOPIC
-        self.consumer = Consumer(
-            client_config(
-                **{
-                    "group.id": f"{settings.KAFKA_CONSUMER_GROUP_PREFIX}{WRITER_GROUP}",
-                    "enable.auto.commit": False,
-                    "auto.offset.reset": "earliest",
-                    "allow.auto.create.topics": False,
-                    **group_timeouts(),
-                    # A batch waits QUEUE_BATCH_WAIT_MS at most, so must the broker's fetch.
-                    "fetch.wait.max.ms": settings.QUEUE_BATCH_WAIT_MS,
-                    **recovery_statistics(),
-                }
-            )
+        super().__init__(
+            name=WRITER_GROUP,
+            topic=settings.KAFKA_CHECKOUT_TOPIC,
+            # A batch waits QUEUE_BATCH_WAIT_MS at most, so must the broker's fetch.
+            **{"allow.auto.create.topics": False, "fetch.wait.max.ms": settings.QUEUE_BATCH_WAIT_MS},
         )
-        self.consumer.subscribe([self.topic])
         self.written = self.rejected = self.batches = self.skipped = 0
         self._cleaner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="order-writer-clean-up")
         # The last batch written: its clean-up, and its messages (offsets committed once it is done).
@@ -99,10 +89,10 @@ class QueueWriter:
         try:
             results = self._write(requests)
         except Exception:
-            self._rewind(messages)
+            self.rewind(messages)
             raise
         self.settle(also_rewinding=messages)
-        self._cleaning = (self._cleaner.submit(self._after_commit_each, results), messages)
+        self._cleaning = (self._cleaner.submit(self._clean_up_after, results), messages)
         self.batches += 1
         for result in results:
             self.written += len(result.written)
@@ -120,14 +110,14 @@ class QueueWriter:
         try:
             cleaning.result()
         except Exception:
-            self._rewind(messages + list(also_rewinding))
+            self.rewind(messages + list(also_rewinding))
             raise
-        self._commit(messages)
+        self.commit(messages)
 
     @staticmethod
-    def _after_commit_each(results: list[BatchResult]) -> None:
+    def _clean_up_after(results: list[WrittenBatch]) -> None:
         for result in results:
-            after_commit(result)
+            finish_written_batch(result)
 
     def _write(self, requests: list[QueuedRequest]) -> list:
         """The batch in one transaction; if it fails for a reason of its own (not
@@ -153,18 +143,3 @@ class QueueWriter:
                 logger.error("order writer: cannot write queued order %s (%r): %s", request.order_id, error,
                              request.to_json().decode())
         return results
-
-    def _commit(self, messages: list[Message]) -> None:
-        after = {(m.topic(), m.partition()): m.offset() + 1 for m in messages}
-        offsets = [TopicPartition(topic, partition, offset) for (topic, partition), offset in after.items()]
-        try:
-            self.consumer.commit(offsets=offsets, asynchronous=False)
-        except KafkaException as error:  # redelivered later and found written
-            logger.warning("order writer: offsets not committed: %r", error)
-
-    def _rewind(self, messages: list[Message]) -> None:
-        first: dict[tuple[str, int], int] = {}
-        for message in messages:
-            first.setdefault((message.topic(), message.partition()), message.offset())
-        for (topic, partition), offset in first.items():
-            self.consumer.seek(TopicPartition(topic, partition, offset))

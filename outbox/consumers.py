@@ -20,20 +20,19 @@ all of them committed (one Kafka round trip, not one per message).
 
 import json
 import logging
-import smtplib
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import redis
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import KafkaError, Message, Producer
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, close_old_connections, connections, transaction
+from django.db import close_old_connections, connections, transaction
 
 from core.backoff import backoff_seconds
 from core.db import insert_unless_exists
-from core.kafka import client_config, group_timeouts, recovery_statistics
+from core.kafka import GroupConsumer, client_config
+from core.outages import failed_service
 from core.requestid import request_id_var
 from outbox.metrics import CONSUMER_EVENTS, CONSUMER_WAITING
 from outbox.models import ProcessedEvent
@@ -89,29 +88,6 @@ def parse_event(value: bytes) -> Event:
 
 PROCESSED, DUPLICATE, IGNORED = "processed", "duplicate", "ignored"
 
-# Failures of the service a handler stands on, not of the handler: the same
-# message applies once the service answers again, so retrying is always right
-# and dead-lettering never is. Deliberately narrow: an IntegrityError, a
-# DataError, a redis ResponseError, a refused e-mail address or a plain OSError
-# (a missing file) say something about the message or the code and stay poison.
-# OperationalError also covers deadlocks, serialization failures and statement
-# timeouts: all of them pass when the other transaction or the load is gone.
-INFRASTRUCTURE_FAILURES: dict[str, tuple[type[BaseException], ...]] = {
-    "database": (OperationalError, InterfaceError),
-    "redis": (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError),  # BusyLoadingError is one
-    # Refused, reset or timed-out sockets (an SMTP server among them); the mail
-    # server hanging up or refusing the session before any address was sent.
-    "network": (ConnectionError, TimeoutError, smtplib.SMTPServerDisconnected, smtplib.SMTPConnectError),
-}
-
-
-def failed_service(error: BaseException) -> str | None:
-    """The service whose outage `error` is, or None when the handler itself failed."""
-    for service, kinds in INFRASTRUCTURE_FAILURES.items():
-        if isinstance(error, kinds):
-            return service
-    return None
-
 
 @dataclass
 class Outage:
@@ -134,32 +110,13 @@ def apply_event(*, consumer: str, event: Event) -> str:
     return PROCESSED
 
 
-def new_consumer(*, name: str, topic: str) -> Consumer:
-    consumer = Consumer(
-        client_config(
-            **recovery_statistics(),
-            **{
-                "group.id": f"{settings.KAFKA_CONSUMER_GROUP_PREFIX}{name}",
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                **group_timeouts(),
-                # The broker otherwise holds a fetch up to 500 ms waiting for more data.
-                "fetch.wait.max.ms": 50,
-            },
-        )
-    )
-    consumer.subscribe([topic])
-    return consumer
-
-
-class EventConsumer:
+class EventConsumer(GroupConsumer):
     def __init__(self, *, name: str, topic: str | None = None, max_attempts: int | None = None) -> None:
         if name not in HANDLERS:
             raise ValueError(f"unknown consumer {name!r}; known: {', '.join(sorted(HANDLERS))}")
-        self.name = name
-        self.topic = topic or settings.KAFKA_ORDERS_TOPIC
+        # The broker otherwise holds a fetch up to 500 ms waiting for more data.
+        super().__init__(name=name, topic=topic or settings.KAFKA_ORDERS_TOPIC, **{"fetch.wait.max.ms": 50})
         self.max_attempts = max_attempts or settings.CONSUMER_MAX_ATTEMPTS
-        self.consumer = new_consumer(name=name, topic=self.topic)
         self._dlq_producer: Producer | None = None
         self.processed = self.duplicates = self.dead_lettered = 0
         self.outage: Outage | None = None  # the service this consumer waits for, if any
@@ -176,28 +133,6 @@ class EventConsumer:
             return self._apply_with_retries(message)
         finally:
             request_id_var.reset(token)
-
-    def _commit(self, messages: list[Message]) -> None:
-        """Commit the offsets after `messages`, every one of them applied."""
-        if not messages:
-            return
-        after = {(m.topic(), m.partition()): m.offset() + 1 for m in messages}
-        offsets = [TopicPartition(topic, partition, offset) for (topic, partition), offset in after.items()]
-        try:
-            failed = [tp for tp in self.consumer.commit(offsets=offsets, asynchronous=False) if tp.error]
-        except KafkaException as exc:  # e.g. a rebalance in progress
-            failed = [exc]
-        if failed:  # those messages come again (here or to another member) and are skipped as duplicates
-            logger.warning("%s: offsets not committed: %s", self.name, failed)
-
-    def _rewind(self, messages: list[Message]) -> None:
-        """Have `messages`, taken from the client but not applied, read again."""
-        first: dict[tuple[str, int], int] = {}
-        for message in messages:
-            if not message.error():
-                first.setdefault((message.topic(), message.partition()), message.offset())
-        for (topic, partition), offset in first.items():
-            self.consumer.seek(TopicPartition(topic, partition, offset))
 
     def _apply_with_retries(self, message: Message) -> bool:
         position = (message.topic(), message.partition(), message.offset())
@@ -316,16 +251,16 @@ class EventConsumer:
                         logger.warning("%s: %s", self.name, message.error())
                     continue
                 if not self.apply(message):
-                    self._rewind(messages[index:])  # a service is down: this one and the rest come again
+                    self.rewind(messages[index:])  # a service is down: this one and the rest come again
                     break
                 applied.append(message)
                 if should_stop():
                     break  # SIGTERM: the current message is done; the rest come again after a restart
                 if time.monotonic() > deadline:
-                    self._rewind(messages[index + 1 :])
+                    self.rewind(messages[index + 1 :])
                     break
         finally:
-            self._commit(applied)
+            self.commit(applied)
 
     def close(self) -> None:
         self.consumer.close()  # commits nothing more: every applied offset was committed synchronously

@@ -4,7 +4,7 @@
 from confluent_kafka import Consumer, TopicPartition
 from django.conf import settings
 
-from core.kafka import client_config
+from core.kafka import client_config, consumer_group
 from outbox.consumers import HANDLERS
 
 
@@ -18,8 +18,7 @@ def consumer_positions(*, extra: dict[str, str] | None = None, timeout: float = 
         if unreachable is not None:  # the broker did not answer the last group: it would not answer this one
             positions[name] = {"error": unreachable}
             continue
-        group = f"{settings.KAFKA_CONSUMER_GROUP_PREFIX}{name}"
-        consumer = Consumer(client_config(**{"group.id": group, "enable.auto.commit": False}))
+        consumer = Consumer(client_config(**{"group.id": consumer_group(name), "enable.auto.commit": False}))
         try:
             try:
                 metadata = consumer.list_topics(topic, timeout=timeout).topics.get(topic)

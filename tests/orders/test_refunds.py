@@ -4,8 +4,8 @@ staff when it failed; the shopper sees it and is told by email."""
 
 import json
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 
 import pytest
 from django.core import mail

@@ -17,9 +17,10 @@ from django.test import Client
 from prometheus_client import REGISTRY
 
 from core.kafka import client_config
+from core.outages import failed_service
 from inventory.models import Shipment
 from orders.models import Order
-from outbox.consumers import EventConsumer, failed_service
+from outbox.consumers import EventConsumer
 from outbox.models import OutboxEvent
 from outbox.topics import dead_letter_topic, ensure_topics
 from tests.factories import UserFactory, product_with_stock
