@@ -20,20 +20,22 @@ from cart.exceptions import CartFull, CartTokenUnknown, CartUnavailable
 from core import ratelimit
 from core.exceptions import RateLimited
 from core.hotcache import GENERATION_KEY, StaleCache
-from core.redis_scripts import GENERATION_LUA, compose, load_lua, run_script
+from core.redis_scripts import GENERATION_LUA, compose, load_lua, lua_constants, run_script
 
 logger = logging.getLogger(__name__)
 
+# What a cart script answers instead of 0 (done); the scripts get the same names (lua_constants).
 STALE, FULL, LIMITED, NO_GUEST_CART = -1, -2, -3, -4
+_STATUSES = lua_constants(STALE=STALE, FULL=FULL, LIMITED=LIMITED, NO_GUEST_CART=NO_GUEST_CART)
 
 # The cart's scripts (cart/lua/): each starts with the functions it calls. LUA
-# holds the cart's public functions, for scripts composed elsewhere (checkout).
-LUA = load_lua("cart", "cart")
+# holds the statuses and the cart's public functions, for scripts composed elsewhere (checkout).
+LUA = compose(_STATUSES, load_lua("cart", "cart"))
 _WRITE = compose(GENERATION_LUA, ratelimit.LUA, LUA, load_lua("cart", "write"))
 _READ = compose(GENERATION_LUA, ratelimit.LUA, LUA, load_lua("cart", "read"))
 _GUEST_WRITE = compose(GENERATION_LUA, ratelimit.LUA, LUA, load_lua("cart", "guest_write"))
 _GUEST_READ = compose(GENERATION_LUA, LUA, load_lua("cart", "guest_read"))
-_MERGE = load_lua("cart", "merge")
+_MERGE = compose(_STATUSES, load_lua("cart", "merge"))
 _TAKE = compose(GENERATION_LUA, ratelimit.LUA, LUA, load_lua("cart", "take"))
 _GIVE_BACK = compose(LUA, load_lua("cart", "give_back"))
 

@@ -6,6 +6,7 @@ may define `local function`s for other apps' scripts to call: a script is
 composed by putting the functions it calls before its body (`compose`)."""
 
 import hashlib
+import json
 from functools import cache
 from importlib.resources import files
 
@@ -22,6 +23,12 @@ def load_lua(package: str, name: str) -> str:
 def compose(*parts: str) -> str:
     """One script from function definitions and a body, in that order."""
     return "\n".join(parts)
+
+
+def lua_constants(**values: int | str) -> str:
+    """`local NAME = value` for each: a value Python owns (a status code, a key's
+    suffix), composed before the scripts that use it, so it is written once."""
+    return "\n".join(f"local {name} = {json.dumps(value)}" for name, value in values.items())
 
 
 @cache

@@ -21,12 +21,18 @@ from redis.exceptions import RedisError
 
 from core.errors import ErrorCode
 from core.exceptions import DomainError
-from core.redis_scripts import compose, load_lua, run_script
+from core.redis_scripts import compose, load_lua, lua_constants, run_script
 
 REFUSALS_KEY = "gate:refusals"
+# A sale's fields in REFUSALS_KEY are its SKU and the SKU with these suffixes; the scripts get the same names.
+LIMIT_REACHED_SUFFIX, RATE_LIMITED_SUFFIX = "|limit_reached", "|rate_limited"
 REPLAY_MARKER_TTL_SECONDS = 24 * 3600
 
-LUA = load_lua("inventory", "gate")  # admit(): for scripts composed elsewhere (checkout's admission)
+# admit() and the refusal fields' suffixes: for scripts composed elsewhere (checkout's admission)
+LUA = compose(
+    lua_constants(LIMIT_REACHED_SUFFIX=LIMIT_REACHED_SUFFIX, RATE_LIMITED_SUFFIX=RATE_LIMITED_SUFFIX),
+    load_lua("inventory", "gate"),
+)
 _ADMIT = compose(LUA, load_lua("inventory", "admit"))
 _GIVE_BACK = load_lua("inventory", "give_back")
 _RELEASE = compose(_GIVE_BACK, load_lua("inventory", "release"))
@@ -132,8 +138,8 @@ def mark_order_exists(*, customer_id: int, idempotency_key: str, order_id: int) 
 def mark_orders_exist(orders: list[tuple[int, str, int]]) -> None:
     """(customer, idempotency key, order id) of written orders: their replays pass
     the gate without taking units. One script for a batch: a pipeline of one SET
-    per order was 40% of the queue writer's clean-up, most of it redis-py
-    building and reading 500 commands (py-spy, bench/queue.py part 1)."""
+    per order cost redis-py most of the queue writer's clean-up building and
+    reading 500 commands (bench/README.md, "Figures behind code choices")."""
     if not orders:
         return
     keys = [replay_key(customer_id, idempotency_key) for customer_id, idempotency_key, _ in orders]
@@ -143,9 +149,8 @@ def mark_orders_exist(orders: list[tuple[int, str, int]]) -> None:
 
 def refusal_fields(sku: str) -> list[str]:
     """A sale's fields in REFUSALS_KEY: refusals at the gate (sold out or over
-    the limit), of which over the limit, and checkouts rate-limited (the Lua
-    scripts count them as "SKU", "SKU|limit_reached", "SKU|rate_limited")."""
-    return [sku, f"{sku}|limit_reached", f"{sku}|rate_limited"]
+    the limit), of which over the limit, and checkouts rate-limited."""
+    return [sku, sku + LIMIT_REACHED_SUFFIX, sku + RATE_LIMITED_SUFFIX]
 
 
 def set_counter(*, sku: str, remaining: int, reset_customers: bool) -> None:

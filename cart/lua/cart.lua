@@ -13,14 +13,14 @@ local function cart_quantity(cart_key, sku)
 end
 
 -- set_line(cart_key, sku, quantity, ttl, max_lines): set one line (0 removes it),
--- refresh the TTL; {0, the cart as a flat list}, or {-2, {}} when the cart is full.
+-- refresh the TTL; {0, the cart as a flat list}, or {FULL, {}} when the cart is full.
 local function set_line(cart_key, sku, quantity, ttl, max_lines)
   quantity = tonumber(quantity)
   if quantity == 0 then
     redis.call('HDEL', cart_key, sku)
   else
     if redis.call('HEXISTS', cart_key, sku) == 0 and redis.call('HLEN', cart_key) >= tonumber(max_lines) then
-      return {-2, {}}
+      return {FULL, {}}
     end
     redis.call('HSET', cart_key, sku, quantity)
   end

@@ -2,9 +2,9 @@
 -- the same cart (a double click on "log in") finds nothing. KEYS: guest cart, its
 -- token's liveness key, the shopper's cart. ARGV: max quantity, max lines, the
 -- shopper's cart TTL. A SKU in both keeps the larger quantity (capped); a new SKU
--- joins while the shopper's cart has room. Returns the lines merged, or -4 when
+-- joins while the shopper's cart has room. Returns the lines merged, or NO_GUEST_CART when
 -- the token had no live cart.
-if redis.call('DEL', KEYS[2]) == 0 then return -4 end
+if redis.call('DEL', KEYS[2]) == 0 then return NO_GUEST_CART end
 local lines = redis.call('HGETALL', KEYS[1])
 local merged, most, room = 0, tonumber(ARGV[1]), tonumber(ARGV[2])
 for i = 1, #lines, 2 do

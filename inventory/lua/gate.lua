@@ -21,10 +21,10 @@ end
 
 -- count_refusal(refusals_key, verdict, sku): a refusal counts in the refusals
 -- hash under the SKU (all of them) and, for the per-customer limit, under
--- "SKU|limit_reached" too.
+-- SKU .. LIMIT_REACHED_SUFFIX too (inventory/gate.py refusal_fields).
 local function count_refusal(refusals, verdict, sku)
   redis.call('HINCRBY', refusals, sku, 1)
-  if verdict == 'limit_reached' then redis.call('HINCRBY', refusals, sku .. '|limit_reached', 1) end
+  if verdict == 'limit_reached' then redis.call('HINCRBY', refusals, sku .. LIMIT_REACHED_SUFFIX, 1) end
 end
 
 -- admit(customer, lines, refusals_key): all lines pass or nothing is taken.

@@ -9,15 +9,15 @@
 -- cart's TTL, then (sku, per-customer limit) per gated SKU.
 -- Returns {status, cart (or ms to wait when limited), verdict, sku, saved
 -- address (false: not in Redis), 1 when the cart was taken now}.
-if stale(KEYS[2], ARGV[1]) then return {-1, {}, '', ''} end
+if stale(KEYS[2], ARGV[1]) then return {STALE, {}, '', ''} end
 local wait = limited(KEYS[3], ARGV[2], ARGV[3])
 if wait then
   -- counted per gated SKU in the cart, for the live flash-sale page
   for i = 1, (#ARGV - 6) / 2 do
     local sku = ARGV[5 + 2*i]
-    if cart_quantity(KEYS[1], sku) then redis.call('HINCRBY', KEYS[5], sku .. '|rate_limited', 1) end
+    if cart_quantity(KEYS[1], sku) then redis.call('HINCRBY', KEYS[5], sku .. RATE_LIMITED_SUFFIX, 1) end
   end
-  return {-3, wait, '', ''}
+  return {LIMITED, wait, '', ''}
 end
 local cart, in_place = checkout_lines(KEYS[1], KEYS[7], ARGV[5])
 local address = redis.call('GET', KEYS[6])

@@ -25,7 +25,7 @@ local verdict, sku = refused(ARGV[4], lines)
 if not verdict or verdict == 'missing' then return {'pass', '', unpack(sold_out)} end
 local wait = limited(KEYS[3], ARGV[2], ARGV[3])
 if wait then
-  for _, line in ipairs(lines) do redis.call('HINCRBY', KEYS[5], line[1] .. '|rate_limited', 1) end
+  for _, line in ipairs(lines) do redis.call('HINCRBY', KEYS[5], line[1] .. RATE_LIMITED_SUFFIX, 1) end
   return {'rate_limited', wait, unpack(sold_out)}
 end
 count_refusal(KEYS[5], verdict, sku)
