@@ -12,16 +12,32 @@ from orders.services.refunds import handle_refund_webhook
 from orders.signatures import verify_signature
 
 
-class RefundNotificationSerializer(serializers.Serializer):
+class ProviderNotificationSerializer(serializers.Serializer):
+    """The fields every notification from the payment provider carries."""
+
+    payment_id = serializers.RegexField(r"^[\x21-\x7e]{1,100}$")
+    amount = StrictIntegerField(min_value=0, max_value=10**15)
+    currency = serializers.RegexField(r"^[A-Z]{3}$")
+    status = serializers.ChoiceField(choices=["succeeded", "failed"])
+
+    def fields_for_service(self) -> dict:
+        return {name: value for name, value in self.validated_data.items() if name != "type"}
+
+
+class PaymentNotificationSerializer(ProviderNotificationSerializer):
+    class Meta:
+        ref_name = "PaymentNotification"
+
+    type = serializers.ChoiceField(choices=["payment"], required=False)
+    order_id = StrictIntegerField(min_value=1)
+
+
+class RefundNotificationSerializer(ProviderNotificationSerializer):
     class Meta:
         ref_name = "RefundNotification"
 
     type = serializers.ChoiceField(choices=["refund"])
     refund_id = StrictIntegerField(min_value=1)
-    payment_id = serializers.RegexField(r"^[\x21-\x7e]{1,100}$")
-    amount = StrictIntegerField(min_value=0, max_value=10**15)
-    currency = serializers.RegexField(r"^[A-Z]{3}$")
-    status = serializers.ChoiceField(choices=["succeeded", "failed"])
 
 
 class RefundReceiptSerializer(serializers.Serializer):
@@ -41,17 +57,6 @@ class PaymentWebhookApi(APIView):
     authentication_classes = []
     permission_classes = [AllowAny]
 
-    class InputSerializer(serializers.Serializer):
-        class Meta:
-            ref_name = "PaymentNotification"
-
-        type = serializers.ChoiceField(choices=["payment"], required=False)
-        payment_id = serializers.RegexField(r"^[\x21-\x7e]{1,100}$")
-        order_id = StrictIntegerField(min_value=1)
-        amount = StrictIntegerField(min_value=0, max_value=10**15)
-        currency = serializers.RegexField(r"^[A-Z]{3}$")
-        status = serializers.ChoiceField(choices=["succeeded", "failed"])
-
     class OutputSerializer(serializers.Serializer):
         class Meta:
             ref_name = "PaymentReceipt"
@@ -63,7 +68,7 @@ class PaymentWebhookApi(APIView):
     @extend_schema(
         request=PolymorphicProxySerializer(
             component_name="ProviderNotification",
-            serializers=[InputSerializer, RefundNotificationSerializer],
+            serializers=[PaymentNotificationSerializer, RefundNotificationSerializer],
             resource_type_field_name=None,
         ),
         responses={
@@ -93,10 +98,8 @@ class PaymentWebhookApi(APIView):
         if isinstance(request.data, dict) and request.data.get("type") == "refund":
             refund = RefundNotificationSerializer(data=request.data)
             refund.is_valid(raise_exception=True)
-            fields = {k: v for k, v in refund.validated_data.items() if k != "type"}
-            return Response(RefundReceiptSerializer(handle_refund_webhook(**fields)).data)
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        fields = {k: v for k, v in data.validated_data.items() if k != "type"}
-        result = handle_payment_webhook(**fields, raw_body=request.body.decode())
+            return Response(RefundReceiptSerializer(handle_refund_webhook(**refund.fields_for_service())).data)
+        payment = PaymentNotificationSerializer(data=request.data)
+        payment.is_valid(raise_exception=True)
+        result = handle_payment_webhook(**payment.fields_for_service(), raw_body=request.body.decode())
         return Response(self.OutputSerializer(result).data)
