@@ -16,16 +16,16 @@ def execute_kept(statement: str, params: Sequence, alias: str = DEFAULT_DB_ALIAS
 
     psycopg keeps a cursor's parameter adapters only while the cursor runs the
     very same query object again: one cursor taking checkout's five statements
-    in turn, or a new cursor per statement, looked every adapter up afresh (a
-    fifth of place_order's CPU; py-spy, bench/checkout.py). The cursor is kept
+    in turn, or a new cursor per statement, looked every adapter up afresh
+    (bench/README.md, "Figures behind code choices"). The cursor is kept
     until the connection changes; never close it.
 
     What Django's cursor does still happens: the health check, the connection
     opened on first use, a broken transaction refused, driver errors raised as
     django.db errors. While queries are logged or an execute_wrapper is
     installed the statement goes through Django's CursorWrapper, so both see it;
-    otherwise through the same steps without its layers (a small statement: 77
-    against 112 µs of CPU through the wrapper; bench/README.md). Rows are read
+    otherwise through the same steps without its layers, which cost more CPU
+    than the statement's own work (bench/README.md). Rows are read
     from the driver's cursor, which raises psycopg's errors: read them at once."""
     db = connections[alias]
     cursor = _kept_cursor(db, statement)
@@ -79,8 +79,8 @@ def _with_children_sql(
 ) -> tuple[str, list[models.Field], models.Field, list[models.Field]]:
     """The parent's INSERT as a data-modifying CTE, `count` children inserted
     from it: no parent row (a conflict), no children. A VALUES row per child,
-    not an array per column: psycopg dumps arrays element by element in Python,
-    which was a fifth of checkout's CPU (py-spy, bench/checkout.py)."""
+    not an array per column: psycopg dumps arrays element by element in Python
+    (bench/README.md, "Figures behind code choices")."""
     parent_sql, fields = _insert_sql(model, conflict_fields)
     link = next(f for f in child_model._meta.concrete_fields if f.is_relation and f.related_model is model)
     child_fields = [f for f in child_model._meta.concrete_fields if not f.primary_key and f is not link]

@@ -35,8 +35,8 @@ class UnpublishedEvent(models.Model):
     `published_at`. It replaces a partial index on `published_at IS NULL`:
     with such an index, marking an event published had to write a new entry
     in every index of the table; now that UPDATE is a HOT update (the table
-    keeps room for it, fillfactor 50) and the queue row is simply deleted,
-    four times less work for PostgreSQL (bench/relay.py)."""
+    keeps room for it, fillfactor 50) and the queue row is simply deleted
+    (bench/README.md, "Figures behind code choices")."""
 
     # The foreign key is made by migration 0004 with ON DELETE CASCADE: deleting
     # an event, in SQL too, takes it off the queue (PostgreSQL does it).

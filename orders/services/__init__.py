@@ -1,15 +1,16 @@
-"""Everything that writes orders: checkout, payments, cancellation and refunds."""
+"""Everything that writes orders: checkout, the flash-sale queue, payments,
+cancellation, refunds and shipping."""
 
 from orders.services.cancellation import (
     cancel_customer_order,
     cancel_orders,
     cancel_pending_order,
     expire_unpaid_orders,
-    mark_order_shipped,
-    refund_paid_order,
 )
 from orders.services.checkout import PlacedOrder, get_customer_order, place_order
 from orders.services.payments import PaymentResult, handle_payment_webhook
+from orders.services.refunds import refund_paid_order
+from orders.services.shipping import mark_order_shipped
 
 __all__ = [
     "PaymentResult",

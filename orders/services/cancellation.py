@@ -8,17 +8,15 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from inventory import gate
-from inventory.models import Shipment
-from inventory.services import return_reserved_stock, ship_reserved_stock
+from inventory.services import return_reserved_stock
 from inventory.services.flash_sales import gated_skus
-from orders.exceptions import OrderNotCancellable, OrderNotFound, OrderNotRefundable, OrderNotShippable
+from orders.exceptions import OrderNotCancellable, OrderNotFound
 from orders.metrics import ORDERS_EXPIRED
-from orders.models import Order, OrderItem, OrderStatus, Payment, Refund
+from orders.models import Order, OrderItem, OrderStatus
 from orders.services.holds import give_back_holds
-from orders.services.payments import request_refund
 from orders.services.slots import release_pending_slots
 from orders.transitions import move_orders, sources
-from outbox.services import NewEvent, record_event, record_events
+from outbox.services import NewEvent, record_events
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +50,7 @@ def _cancel_locked(orders: list[tuple[int, int]], *, reason: str, now: datetime)
     release_pending_slots(customer_ids=[customer for _, customer in orders])
     give_back_holds(order_ids=ids)
     return_reserved_stock(lines=reserved_lines(order_ids=ids))
-    _reopen_gate_units(order_ids=ids)
+    reopen_gate_units(order_ids=ids)
     return ids
 
 
@@ -62,7 +60,7 @@ def reserved_lines(*, order_ids: list[int]) -> dict[str, int]:
     return {row["product_id"]: row["units"] for row in rows}
 
 
-def _reopen_gate_units(*, order_ids: list[int]) -> None:
+def reopen_gate_units(*, order_ids: list[int]) -> None:
     """Units of a flash-sale SKU back on sale in the database go back through
     the gate too (and the shopper may buy again), once the cancel commits."""
     limits = gated_skus()
@@ -125,44 +123,3 @@ def cancel_customer_order(*, customer_id: int, order_id: int) -> Order:
 @transaction.atomic
 def cancel_pending_order(*, order_id: int, reason: str = "cancelled_by_staff") -> bool:
     return bool(cancel_orders(order_ids=[order_id], reason=reason))
-
-
-@transaction.atomic
-def refund_paid_order(*, order_id: int, user=None) -> Refund:
-    """Staff refund of a paid, not yet shipped order: the money goes back and
-    the reserved units go back on sale."""
-    if not move_orders([order_id], OrderStatus.REFUNDED):
-        raise OrderNotRefundable(order_id=order_id)
-    order = Order.objects.get(id=order_id)
-    payment = order.payments.filter(outcome=Payment.Outcome.APPLIED).get()
-    return_reserved_stock(lines=reserved_lines(order_ids=[order.id]))
-    _reopen_gate_units(order_ids=[order.id])
-    return request_refund(payment=payment, order=order, reason=Refund.Reason.STAFF, user=user)
-
-
-@transaction.atomic
-def mark_order_shipped(*, order_id: int) -> Order:
-    """A paid order leaves the warehouse: PAID -> SHIPPED, its units reserved -> shipped."""
-    now = timezone.now()
-    if not move_orders([order_id], OrderStatus.SHIPPED, at=now):
-        raise OrderNotShippable(order_id=order_id)
-    ship_reserved_stock(lines=reserved_lines(order_ids=[order_id]))
-    order = Order.objects.get(id=order_id)
-    items = [
-        {"sku": sku, "quantity": quantity}
-        for sku, quantity in order.items.values_list("product_id", "quantity")
-    ]
-    Shipment.objects.update_or_create(
-        order_id=order.id, defaults={"status": Shipment.Status.SHIPPED, "shipped_at": now}, create_defaults={
-            "status": Shipment.Status.SHIPPED, "shipped_at": now, "items": items,
-            "shipping_address": order.shipping_address,
-        },
-    )
-    record_event(
-        aggregate_type="order",
-        aggregate_id=order.id,
-        event_type="OrderShipped",
-        data={"order_id": order.id, "customer_id": order.customer_id, "shipped_at": now.isoformat(), "items": items,
-              "shipping_address": order.shipping_address},  # fmt: skip
-    )
-    return order

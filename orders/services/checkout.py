@@ -15,7 +15,6 @@ from inventory.services.flash_sales import queued_skus
 from orders.exceptions import (
     CartEmpty,
     HoldLimitReached,
-    IdempotencyKeyReused,
     OrderNotFound,
     ShippingAddressRequired,
     TooManyPendingOrders,
@@ -25,6 +24,7 @@ from orders.models import Order, OrderItem
 from orders.services.admission import admit_cart, give_back_cart
 from orders.services.builder import OrderDraft, build_order, price_cart
 from orders.services.holds import take_holds
+from orders.services.idempotency import order_under_key, same_request
 from orders.services.queue import (
     QUEUED,
     queue_checkout,
@@ -43,20 +43,6 @@ class PlacedOrder:
     order: Order
     replayed: bool
     queued: bool = False  # handed to the flash-sale queue: written later by write_queued_orders
-
-
-def _existing_order(*, customer_id: int, idempotency_key: str) -> Order | None:
-    return (
-        Order.objects.filter(customer_id=customer_id, idempotency_key=idempotency_key)
-        .prefetch_related("items", "refunds")
-        .first()
-    )
-
-
-def _replay(order: Order, request_hash: str | None) -> PlacedOrder:
-    if request_hash is not None and order.request_hash != request_hash:
-        raise IdempotencyKeyReused(order_id=order.id)
-    return PlacedOrder(order=order, replayed=True)
 
 
 def place_order(
@@ -86,11 +72,11 @@ def place_order(
     if not lines:
         # The key identifies the checkout: after the cart was cleared, a retry
         # still gets its order back.
-        existing = _existing_order(customer_id=customer_id, idempotency_key=idempotency_key)
+        existing = order_under_key(customer_id=customer_id, idempotency_key=idempotency_key)
         if existing is None:
             raise CartEmpty()
         IDEMPOTENT_REPLAYS.inc()
-        return _replay(existing, request_hash=None)
+        return PlacedOrder(order=existing, replayed=True)
 
     try:
         # After the gate: a refused checkout makes no query; the saved address came
@@ -153,18 +139,17 @@ def _create_order(*, draft: OrderDraft, gated: dict[str, int]) -> PlacedOrder:
     items = [OrderItem(order=order, **item) for item in built.items]
     with transaction.atomic():
         if not take_pending_slot(customer_id=customer_id):
-            existing = _existing_order(customer_id=customer_id, idempotency_key=idempotency_key)
+            existing = order_under_key(customer_id=customer_id, idempotency_key=idempotency_key)
             if existing is None:
                 raise TooManyPendingOrders(limit=settings.MAX_PENDING_ORDERS_PER_CUSTOMER)
-            return _replay(existing, request_hash=request_hash)
+            return PlacedOrder(order=same_request(existing, request_hash), replayed=True)
         # The unique (customer, key) decides between twins: the second waits for the
         # first's commit, then inserts nothing and replays the first's order. The
         # items go with the order, in its statement.
         if insert_unless_exists(order, conflict_fields=["customer", "idempotency_key"], children=items) is None:
             release_pending_slots(customer_ids=[customer_id])
-            return _replay(
-                _existing_order(customer_id=customer_id, idempotency_key=idempotency_key), request_hash=request_hash
-            )
+            existing = order_under_key(customer_id=customer_id, idempotency_key=idempotency_key)
+            return PlacedOrder(order=same_request(existing, request_hash), replayed=True)
         lines = {line.sku: line.quantity for line in draft.lines}
         take_holds(customer_id=customer_id, address=draft.client_address, lines=lines)
         record_events([built.event(order.id)])

@@ -4,9 +4,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.db import insert_unless_exists
-from orders.metrics import PAYMENTS, REFUNDS_REQUESTED
+from orders.metrics import PAYMENTS
 from orders.models import Order, OrderStatus, Payment, Refund
 from orders.services.holds import give_back_holds
+from orders.services.refunds import request_refund
 from orders.services.slots import release_pending_slots
 from orders.transitions import move_orders
 from outbox.services import record_event
@@ -16,36 +17,6 @@ from outbox.services import record_event
 class PaymentResult:
     payment: Payment
     redelivered: bool
-
-
-def request_refund(*, payment: Payment, order: Order | None, reason: str, user=None) -> Refund:
-    """Record a refund of the whole payment and announce it. Inside the caller's transaction."""
-    transaction.on_commit(lambda: REFUNDS_REQUESTED.labels(reason).inc())
-    refund = Refund.objects.create(
-        payment=payment, order=order, amount=payment.amount, currency=payment.currency, reason=reason, created_by=user
-    )
-    announce_refund_requested(refund)
-    return refund
-
-
-def announce_refund_requested(refund: Refund) -> None:
-    """RefundRequested for the refund's current attempt (from the second on, `attempt` says which)."""
-    order, payment_id = refund.order, refund.payment.provider_payment_id
-    record_event(
-        aggregate_type="order" if order else "payment",
-        aggregate_id=order.id if order else payment_id,
-        event_type="RefundRequested",
-        data={
-            "refund_id": refund.id,
-            "order_id": order.id if order else None,
-            "customer_id": order.customer_id if order else None,
-            "payment_id": payment_id,
-            "amount": refund.amount,
-            "currency": refund.currency,
-            "reason": refund.reason,
-            **({"attempt": refund.attempt} if refund.attempt > 1 else {}),
-        },
-    )
 
 
 @transaction.atomic

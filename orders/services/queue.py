@@ -44,7 +44,7 @@ from core.redis_scripts import compose, load_lua, run_script
 from inventory import gate
 from inventory.services import lock_stock, reserve_stock
 from inventory.services.flash_sales import queued_skus
-from orders.exceptions import IdempotencyKeyReused, QueueUnavailable
+from orders.exceptions import QueueUnavailable
 from orders.metrics import (
     ORDERS_CREATED,
     QUEUE_BATCH_SECONDS,
@@ -55,6 +55,7 @@ from orders.metrics import (
 from orders.models import Order, OrderItem, OrderStatus, QueuedOrderAlias
 from orders.queue_producer import queue_producer
 from orders.services.builder import BuiltOrder, OrderDraft, PricedLine, build_order
+from orders.services.idempotency import order_under_key, same_request
 from orders.services.slots import count_pending_orders
 from outbox.services import record_events
 from shop.models import Product
@@ -194,9 +195,9 @@ def queue_checkout(*, draft: OrderDraft, gated: dict[str, int], partition_key: s
     customer_id, idempotency_key, request_hash = draft.customer_id, draft.idempotency_key, draft.request_hash
     try:
         # Redis may have forgotten the key (restarted, evicted): the database is the truth.
-        written = _written_order(customer_id=customer_id, idempotency_key=idempotency_key)
+        written = order_under_key(customer_id=customer_id, idempotency_key=idempotency_key)
         if written is not None:
-            return _check_hash(written, request_hash), True
+            return same_request(written, request_hash), True
         order_id = allocate_order_id()
         request = QueuedRequest.of(order_id, draft, gated=gated, queue_sku=partition_key)
         body = request.to_json()
@@ -205,7 +206,10 @@ def queue_checkout(*, draft: OrderDraft, gated: dict[str, int], partition_key: s
     except RedisError as error:
         raise QueueUnavailable() from error
     if known is not None:  # a replay, or a twin request won the key
-        return _replay(int(known), customer_id, request_hash), True
+        order = queued_or_written_order(customer_id=customer_id, order_id=int(known))
+        if order is None:
+            raise QueueUnavailable()  # the key's order is neither queued nor written: Redis lost it
+        return same_request(order, request_hash), True
     try:
         # Keyed by the sale's SKU: a hot SKU's requests are written in arrival order by one writer.
         producer.send(topic=settings.KAFKA_CHECKOUT_TOPIC, key=partition_key, value=body)
@@ -224,25 +228,6 @@ def _forget_request(customer_id: int, idempotency_key: str, order_id: int, sku: 
             pipe.execute()
     except RedisError:
         logger.exception("could not undo the Redis records of queued order %s", order_id)
-
-
-def _written_order(*, customer_id: int, idempotency_key: str) -> Order | None:
-    """One lookup on the unique (customer, key) index; its items only when found."""
-    found = Order.objects.filter(customer_id=customer_id, idempotency_key=idempotency_key).order_by()
-    return next(iter(found.prefetch_related("items", "refunds")[:1]), None)
-
-
-def _check_hash(order: Order, request_hash: str) -> Order:
-    if order.request_hash != request_hash:
-        raise IdempotencyKeyReused(order_id=order.id)
-    return order
-
-
-def _replay(order_id: int, customer_id: int, request_hash: str) -> Order:
-    order = queued_or_written_order(customer_id=customer_id, order_id=order_id)
-    if order is None:
-        raise QueueUnavailable()  # the key's order is neither queued nor written: Redis lost it
-    return _check_hash(order, request_hash)
 
 
 def queue_depths() -> dict[str, int]:
@@ -289,27 +274,27 @@ def queued_or_written_order(*, customer_id: int, order_id: int) -> Order | None:
 
 
 @dataclass
-class BatchResult:
+class WrittenBatch:
     written: list[int] = field(default_factory=list)
     rejected: dict[int, str] = field(default_factory=dict)  # order id -> reason
     already: list[int] = field(default_factory=list)  # redelivered: written before
     duplicates: list[QueuedRequest] = field(default_factory=list)  # a key that has its order under another id
-    # What the clean-up after the commit works on (after_commit): every request of
+    # What the clean-up after the commit works on (finish_written_batch): every request of
     # the batch, redelivered ones included, with its order's id and whether it was written.
     outcomes: list[tuple[QueuedRequest, int, bool]] = field(default_factory=list)
 
 
-def write_batch(requests: list[QueuedRequest], *, clean_up_on_commit: bool = True) -> BatchResult:
+def write_batch(requests: list[QueuedRequest], *, clean_up_on_commit: bool = True) -> WrittenBatch:
     """Write a batch of queued checkouts in one transaction: the stock of each
     SKU reserved with one conditional UPDATE for the batch's sum, the orders,
     their items and their events with one INSERT each. Requests the stock cannot
     cover (the gate drifted) or whose product went inactive are written as
     REJECTED, in arrival order. A redelivered request finds its order and
-    changes nothing. The clean-up in Redis (after_commit) runs on commit, or,
+    changes nothing. The clean-up in Redis (finish_written_batch) runs on commit, or,
     without `clean_up_on_commit`, when the caller runs it (the queue's writer,
     while it writes the next batch)."""
     started = time.perf_counter()
-    result = BatchResult()
+    result = WrittenBatch()
     now = timezone.now()
     with transaction.atomic():
         fresh = _not_yet_written(requests, result)
@@ -336,13 +321,13 @@ def write_batch(requests: list[QueuedRequest], *, clean_up_on_commit: bool = Tru
             ignore_conflicts=True,
         )  # fmt: skip
         if clean_up_on_commit:
-            transaction.on_commit(lambda: after_commit(result))
+            transaction.on_commit(lambda: finish_written_batch(result))
     QUEUE_BATCH_SIZE.observe(len(requests))
     QUEUE_BATCH_SECONDS.observe(time.perf_counter() - started)
     return result
 
 
-def _not_yet_written(requests: list[QueuedRequest], result: BatchResult) -> list[QueuedRequest]:
+def _not_yet_written(requests: list[QueuedRequest], result: WrittenBatch) -> list[QueuedRequest]:
     """The requests with no order yet. A redelivered request finds its order by
     id; a key that came again under another id (Redis forgot it, the shopper
     retried) finds its order by (customer, key) and is a duplicate of it. Both
@@ -388,7 +373,7 @@ def _reserve(accepted: list[QueuedRequest]) -> None:
     reserve_stock(lines=demand)
 
 
-def _insert(fresh: list[QueuedRequest], result: BatchResult, now: datetime) -> None:
+def _insert(fresh: list[QueuedRequest], result: WrittenBatch, now: datetime) -> None:
     """Each request built as checkout builds its order (orders/services/builder.py),
     the rows sent by COPY (core/db.py copy_rows; docs/architecture.md lists the
     statements the shop writes past the ORM): with bulk_create, compiling the INSERTs and quoting their
@@ -416,7 +401,7 @@ ADDRESS_AT, STATUS_AT = 1 + ORDER_FIELDS.index("shipping_address"), 1 + ORDER_FI
 ITEM_FIELDS = ["product_id", "name", "quantity", "unit_price"]
 
 
-def after_commit(result: BatchResult) -> None:
+def finish_written_batch(result: WrittenBatch) -> None:
     """Once the orders are written, two round-trips per CLEAN_UP_CHUNK requests:
     replay markers set for the written orders; the carts checkout took given
     back and gate units back for the rejected ones (and units for duplicates);
@@ -437,11 +422,11 @@ CLEAN_UP_CHUNK = 64  # requests per clean-up call (see clean_up)
 
 
 def clean_up(outcomes: list[tuple[QueuedRequest, int, bool]]) -> None:
-    """(request, its order's id, written) per request: see after_commit. In
-    calls of CLEAN_UP_CHUNK requests: Redis runs one script at a time, and the
-    whole batch's (500 requests) held it 1.3-3.5 ms per script, twice per batch,
-    while every checkout's admission call waited behind it (SLOWLOG during
-    bench/queue.py part 3); 64 requests hold it about 0.2 ms."""
+    """(request, its order's id, written) per request: see finish_written_batch. In
+    calls of CLEAN_UP_CHUNK requests: Redis runs one script at a time, and a
+    whole batch's script held it long enough that every checkout's admission
+    call waiting behind it showed in the tail (bench/README.md, "Figures behind
+    code choices")."""
     for start in range(0, len(outcomes), CLEAN_UP_CHUNK):
         _clean_up(outcomes[start : start + CLEAN_UP_CHUNK])
 

@@ -1,6 +1,6 @@
-"""A refund's life after it was requested (orders/services/payments.py
-request_refund): submitted to the provider by the `payments` consumer, confirmed
-by the provider's webhook, retried by staff when it failed."""
+"""Refunds: requested (by staff, or for a payment that came too late), submitted
+to the provider by the `payments` consumer, confirmed by the provider's webhook,
+retried by staff when it failed."""
 
 import logging
 from dataclasses import dataclass
@@ -8,14 +8,59 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
+from inventory.services import return_reserved_stock
 from orders import provider
-from orders.metrics import REFUNDS_FINISHED
-from orders.models import Refund
-from orders.services.payments import announce_refund_requested
-from orders.transitions import move_refund
+from orders.exceptions import OrderNotRefundable
+from orders.metrics import REFUNDS_FINISHED, REFUNDS_REQUESTED
+from orders.models import Order, OrderStatus, Payment, Refund
+from orders.services.cancellation import reopen_gate_units, reserved_lines
+from orders.transitions import move_orders, move_refund
 from outbox.services import record_event
 
 logger = logging.getLogger(__name__)
+
+
+@transaction.atomic
+def refund_paid_order(*, order_id: int, user=None) -> Refund:
+    """Staff refund of a paid, not yet shipped order: the money goes back and
+    the reserved units go back on sale."""
+    if not move_orders([order_id], OrderStatus.REFUNDED):
+        raise OrderNotRefundable(order_id=order_id)
+    order = Order.objects.get(id=order_id)
+    payment = order.payments.filter(outcome=Payment.Outcome.APPLIED).get()
+    return_reserved_stock(lines=reserved_lines(order_ids=[order.id]))
+    reopen_gate_units(order_ids=[order.id])
+    return request_refund(payment=payment, order=order, reason=Refund.Reason.STAFF, user=user)
+
+
+def request_refund(*, payment: Payment, order: Order | None, reason: str, user=None) -> Refund:
+    """Record a refund of the whole payment and announce it. Inside the caller's transaction."""
+    transaction.on_commit(lambda: REFUNDS_REQUESTED.labels(reason).inc())
+    refund = Refund.objects.create(
+        payment=payment, order=order, amount=payment.amount, currency=payment.currency, reason=reason, created_by=user
+    )
+    announce_refund_requested(refund)
+    return refund
+
+
+def announce_refund_requested(refund: Refund) -> None:
+    """RefundRequested for the refund's current attempt (from the second on, `attempt` says which)."""
+    order, payment_id = refund.order, refund.payment.provider_payment_id
+    record_event(
+        aggregate_type="order" if order else "payment",
+        aggregate_id=order.id if order else payment_id,
+        event_type="RefundRequested",
+        data={
+            "refund_id": refund.id,
+            "order_id": order.id if order else None,
+            "customer_id": order.customer_id if order else None,
+            "payment_id": payment_id,
+            "amount": refund.amount,
+            "currency": refund.currency,
+            "reason": refund.reason,
+            **({"attempt": refund.attempt} if refund.attempt > 1 else {}),
+        },
+    )
 
 
 def submit_refund(*, refund_id: int) -> Refund:

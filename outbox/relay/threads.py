@@ -1,5 +1,5 @@
-"""The relay's helper threads (bench/relay.py measured the serial loop waiting
-on PostgreSQL two thirds of the time): while the relay produces batch N, one
+"""The relay's helper threads (a serial loop waited on PostgreSQL most of the
+time: bench/README.md, "Figures behind code choices"): while the relay produces batch N, one
 reads batch N+1 on the run's connection, in its snapshot; while Kafka
 acknowledges batch N and batch N+1 is produced, the other marks batch N
 published with one statement, on a second connection."""
