@@ -8,8 +8,8 @@ p50/p99 and CPU per order of place_order and of the ceiling, the statements belo
 psycopg, and the ratio Django/psycopg (goal >= 0.6 on both, issue 26); then the SQL statements
 of a k-line checkout (goal k + 6, with the saved address and with one in the body)."""
 
-import argparse
 import hashlib
+import itertools
 import json
 import random
 import sys
@@ -61,17 +61,12 @@ TABLES = ("shop_product", "shop_address", "order_pending_counts", "orders", "ord
           "inventory")  # fmt: skip
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--threads", type=int, default=16, help="threads, each with its own connection (default 16)")
-    p.add_argument("--orders", type=int, default=1500, help="measured orders per run (default 1500)")
-    p.add_argument("--rounds", type=int, default=3,
-                   help="runs per scenario and side, interleaved; the median run is reported (default 3)")
-    p.add_argument("--warmup", type=int, default=10, help="unmeasured orders per thread before each run (default 10)")
-    p.add_argument("--skus", type=int, default=1000, help="SKUs of scenario (b) (default 1000)")
-    p.add_argument("--seed", type=int, default=4, help="random seed of the SKU picks")
-    p.add_argument("--scenarios", default="ab", help="which scenarios to run: a, b or ab (default ab)")
-    p.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
+def parse_args(argv=None):
+    p = h.parser(__doc__, "check", threads=(16, "threads, each with its own connection"),
+                 orders=(1500, "measured orders per run"),
+                 rounds=(3, "runs per scenario and side, interleaved; the median run is reported"),
+                 warmup=(10, "unmeasured orders per thread before each run"), skus=(1000, "SKUs of scenario (b)"),
+                 seed=(4, "random seed of the SKU picks"), scenarios=("ab", "which scenarios to run: a, b or ab"))
     args = p.parse_args(argv)
     if args.threads < 1 or args.rounds < 1 or args.orders < args.threads or args.skus < 15:
         p.error("need --threads >= 1, --rounds >= 1, --orders >= --threads, --skus >= 15")
@@ -86,39 +81,35 @@ Job = namedtuple("Job", "customer_id key sku")
 def psycopg_order(conn, cur, job: Job) -> bool:
     """One checkout through the ceiling's statements, its values computed as place_order computes
     them (request hash, total, expiry, the event's payload). Rolled back when it fails."""
-    try:
-        return _psycopg_order(conn, cur, job)
-    except BaseException:
-        conn.rollback()
-        raise
-
-
-def _psycopg_order(conn, cur, job: Job) -> bool:
     name, price = PRICES[job.sku]
     currency, now = settings.SHOP_CURRENCY, timezone.now()
     expires_at = now + timedelta(seconds=settings.ORDER_PAYMENT_TIMEOUT_SECONDS)
-    cur.execute(SLOT, [1, job.customer_id, settings.MAX_PENDING_ORDERS_PER_CUSTOMER])
-    if cur.rowcount != 1:
-        raise RuntimeError(f"no pending-order slot for {job.customer_id}")
-    address = h.BENCH_ADDRESS  # the shopper's saved address, from process memory as the prices
-    request_hash = hashlib.sha256(json.dumps([currency, [(job.sku, 1, price)], address], sort_keys=True).encode())
-    cur.execute(ORDER, [job.customer_id, job.key, request_hash.hexdigest(), "PENDING_PAYMENT", price, currency,
-                        expires_at, now, json.dumps(address), job.sku, name, 1, price])  # fmt: skip
-    if (row := cur.fetchone()) is None:
-        raise RuntimeError(f"order {job.key} exists")
-    cur.execute(HOLDS, [f"customer:{job.customer_id}", job.sku, 1, settings.MAX_UNPAID_UNITS_PER_SKU])
-    if cur.fetchone() is None:
-        raise RuntimeError(f"hold limit reached for {job.customer_id}")
-    payload = {"order_id": row[0], "customer_id": job.customer_id, "total": price, "currency": currency,
-               "items": [{"sku": job.sku, "name": name, "quantity": 1, "unit_price": price}],
-               "shipping_address": address, "expires_at": expires_at.isoformat()}  # fmt: skip
-    cur.execute(EVENT, [uuid.uuid4(), "order", str(row[0]), "OrderCreated",
-                        json.dumps(payload, cls=DjangoJSONEncoder), timezone.now(), ""])  # fmt: skip
-    cur.fetchone()
-    cur.execute(RESERVE, [1, 1, 1, job.sku])
-    if cur.rowcount != 1:
-        raise RuntimeError(f"out of stock: {job.sku}")
-    conn.commit()
+    try:
+        cur.execute(SLOT, [1, job.customer_id, settings.MAX_PENDING_ORDERS_PER_CUSTOMER])
+        if cur.rowcount != 1:
+            raise RuntimeError(f"no pending-order slot for {job.customer_id}")
+        address = h.BENCH_ADDRESS  # the shopper's saved address, from process memory as the prices
+        request_hash = hashlib.sha256(json.dumps([currency, [(job.sku, 1, price)], address], sort_keys=True).encode())
+        cur.execute(ORDER, [job.customer_id, job.key, request_hash.hexdigest(), "PENDING_PAYMENT", price, currency,
+                            expires_at, now, json.dumps(address), job.sku, name, 1, price])  # fmt: skip
+        if (row := cur.fetchone()) is None:
+            raise RuntimeError(f"order {job.key} exists")
+        cur.execute(HOLDS, [f"customer:{job.customer_id}", job.sku, 1, settings.MAX_UNPAID_UNITS_PER_SKU])
+        if cur.fetchone() is None:
+            raise RuntimeError(f"hold limit reached for {job.customer_id}")
+        payload = {"order_id": row[0], "customer_id": job.customer_id, "total": price, "currency": currency,
+                   "items": [{"sku": job.sku, "name": name, "quantity": 1, "unit_price": price}],
+                   "shipping_address": address, "expires_at": expires_at.isoformat()}  # fmt: skip
+        cur.execute(EVENT, [uuid.uuid4(), "order", str(row[0]), "OrderCreated",
+                            json.dumps(payload, cls=DjangoJSONEncoder), timezone.now(), ""])  # fmt: skip
+        cur.fetchone()
+        cur.execute(RESERVE, [1, 1, 1, job.sku])
+        if cur.rowcount != 1:
+            raise RuntimeError(f"out of stock: {job.sku}")
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
     return False  # not a replay
 
 
@@ -175,7 +166,6 @@ def run_threads(side: str, jobs: list[Job], warm: list[Job], threads: int) -> Ru
             connection.ensure_connection()
             one, close = (lambda job: django_order(job).replayed), connection.close
         else:
-
             conn = h.pg_connect(autocommit=False)
             cur = django_cursor(conn)
             one, close = (lambda job: psycopg_order(conn, cur, job)), conn.close
@@ -237,9 +227,7 @@ def same_work(customer_id: int, sku: str, key: str) -> list[str]:
     return [f"{n}: Django {a!r}, psycopg {b!r}" for n, a, b in zip(names, *rows, strict=True) if a != b]
 
 
-def count_statements(
-    customer_id: int, skus: list[str], k: int, key: str, address: dict | None = None
-) -> tuple[int, int, list[str]]:
+def count_statements(customer_id: int, skus: list[str], k: int, key: str, address: dict | None = None) -> tuple:
     """Statements of one checkout of a k-line cart, in autocommit mode (no surrounding transaction), to the
     saved address or to `address` sent in the body: (CaptureQueriesContext count, execute_wrapper count,
     what the wrapped statements are)."""
@@ -271,60 +259,44 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     h.setup()
     from shop.models import Product
+    from shop.selectors import cached_products
 
-    db = connection.settings_dict
     print(f"checkout bench: {args.threads} threads, {args.orders} measured orders per run "
-          f"(+{args.warmup} warm-up per thread), database {db['NAME']}@{db['HOST']}:{db['PORT']}, "
-          f"Redis {settings.CACHES['default']['LOCATION']}, DEBUG={settings.DEBUG}")  # fmt: skip
+          f"(+{args.warmup} warm-up per thread), {h.where()}, DEBUG={settings.DEBUG}")  # fmt: skip
     lock = h.lock_or_exit(LOCK_KEY, "checkout")
-    if (leftovers := h.delete_orders(h.user_ids(PREFIX)))["orders"]:
-        print(f"removed leftovers of an earlier run: {leftovers}")
-
+    h.leftovers(h.delete_orders(h.user_ids(PREFIX)))
     warm_total = args.warmup * args.threads
-    per_run = args.orders + warm_total
-    scenarios = [s for s in "ab" if s in args.scenarios]
-    skus = [f"{PREFIX}{i:04d}" for i in range(1, args.skus + 1)]
-    t0 = time.perf_counter()
+    per_run, run_id, rng = args.orders + warm_total, uuid.uuid4().hex[:8], random.Random(args.seed)
+    skus, t0 = [f"{PREFIX}{i:04d}" for i in range(1, args.skus + 1)], time.perf_counter()
     h.ensure_products([HOT_SKU, *skus], STOCK + 2 * args.rounds * per_run + 100)  # a run reserves per_run at most
     shoppers = h.ensure_users(per_run + 1, prefix=PREFIX)
     PRICES.update({sku: (name, price) for sku, name, price in Product.objects.filter(
         sku__in=[HOT_SKU, *skus], is_active=True).values_list("sku", "name", "price")})  # fmt: skip
     print(f"data ready in {time.perf_counter() - t0:.1f} s: {len(PRICES)} products, {len(shoppers)} shoppers")
-    from shop.selectors import cached_products
-
     cached_products(skus=list(PRICES))  # place_order's hot cache holds the prices, as the ceiling's PRICES
-
-    run_id = uuid.uuid4().hex[:8]
-    rng = random.Random(args.seed)
     results: dict[str, dict[str, list[RunResult]]] = {}
-    ok = True
     try:
-        # 1. The ceiling does place_order's work, and as many statements.
         differences = same_work(shoppers[-1], skus[0], f"{PREFIX}{run_id}-same")
-        # 2. Statements per checkout of a k-line cart.
         counts = {k: count_statements(shoppers[-1], skus[10:], k, f"{PREFIX}{run_id}-count-{k}") for k in (1, 3, 5)}
-        in_body = {**h.BENCH_ADDRESS, "line2": "Bench address in the body"}
-        counts["1, address in the body"] = count_statements(
-            shoppers[-1], skus[10:], 1, f"{PREFIX}{run_id}-count-body", in_body
-        )
-        # 3. The two scenarios, Django then psycopg, same threads, same orders; rounds interleaved
-        #    (a machine shared with other work drifts: each side gets the same share of it).
+        counts["1, address in the body"] = count_statements(shoppers[-1], skus[10:], 1, f"{PREFIX}{run_id}-count-body",
+                                                            {**h.BENCH_ADDRESS, "line2": "Bench address in the body"})
+        # Django then psycopg, same threads, same orders; rounds interleaved (a machine shared with other work
+        # drifts: each side gets the same share of it).
+        scenarios = [s for s in "ab" if s in args.scenarios]
         picks = {s: [HOT_SKU] * per_run if s == "a" else [rng.choice(skus) for _ in range(per_run)] for s in scenarios}
-        for n in range(args.rounds):
-            for scenario in scenarios:
-                for side in ("django", "psycopg"):
-                    jobs = [Job(shoppers[i], f"{PREFIX}{run_id}-{n}{scenario}-{side[0]}-{i}", picks[scenario][i])
-                            for i in range(per_run)]  # fmt: skip
-                    if side == "django":
-                        h.fill_carts([(job.customer_id, {job.sku: 1}) for job in jobs])
-                    result = run_threads(side, jobs[warm_total:], jobs[:warm_total], args.threads)
-                    results.setdefault(scenario, {}).setdefault(side, []).append(result)
+        for n, scenario, side in itertools.product(range(args.rounds), scenarios, ("django", "psycopg")):
+            jobs = [Job(shoppers[i], f"{PREFIX}{run_id}-{n}{scenario}-{side[0]}-{i}", picks[scenario][i])
+                    for i in range(per_run)]  # fmt: skip
+            if side == "django":
+                h.fill_carts([(job.customer_id, {job.sku: 1}) for job in jobs])
+            result = run_threads(side, jobs[warm_total:], jobs[:warm_total], args.threads)
+            results.setdefault(scenario, {}).setdefault(side, []).append(result)
     finally:
         done = h.delete_orders(h.user_ids(PREFIX))
         connection.close()
         lock.close()
 
-    titles = {"a": "(a) 1 hot SKU", "b": f"(b) {args.skus} SKUs, random"}
+    titles, ok = {"a": "(a) 1 hot SKU", "b": f"(b) {args.skus} SKUs, random"}, True
     rounds = f"median of {args.rounds} interleaved runs" if args.rounds > 1 else "one run"
     print(f"\nplace_order vs the same work through plain psycopg: {args.threads} threads, {args.orders} orders a run,")
     print(f"{rounds}. The psycopg side makes no Redis call (Django's also reads and clears the cart).")
@@ -332,16 +304,16 @@ def main(argv=None) -> int:
     print(f"{'scenario':<24}{'side':<10}{'orders/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'CPU ms/order':>14}{'errors':>8}"
           "   orders/s of each run")  # fmt: skip
     for scenario, sides in results.items():
-        median = {side: sorted(runs, key=lambda r: r.rate)[(len(runs) - 1) // 2] for side, runs in sides.items()}
+        median = {side: h.median(runs, lambda r: r.rate) for side, runs in sides.items()}
         for i, (side, r) in enumerate(median.items()):
             p50, p99 = (h.pct(r.latencies, p) * 1000 for p in (50, 99))
-            print(f"{titles[scenario] if i == 0 else '':<24}{side:<10}{r.rate:>10.0f}{p50:>9.2f}"
-                  f"{p99:>9.2f}{r.cpu_ms:>14.2f}{sum(len(x.errors) for x in sides[side]):>8}"
-                  f"   {' '.join(f'{x.rate:.0f}' for x in sides[side])}")  # fmt: skip
+            print(f"{titles[scenario] if i == 0 else '':<24}{side:<10}{r.rate:>10.0f}{p50:>9.2f}{p99:>9.2f}"
+                  f"{r.cpu_ms:>14.2f}{sum(len(x.errors) for x in sides[side]):>8}"
+                  f"   {h.each((x.rate for x in sides[side]), '.0f')}")  # fmt: skip
         ratio = median["django"].rate / median["psycopg"].rate if median["psycopg"].rate else 0.0
-        each = " ".join(f"{d.rate / p.rate:.2f}" for d, p in zip(sides["django"], sides["psycopg"], strict=True))
+        each = h.each(d.rate / p.rate for d, p in zip(sides["django"], sides["psycopg"], strict=True))
         ok &= (met := ratio >= GOALS[scenario])
-        print(f"{'':<24}ratio django/psycopg = {ratio:.2f}  (goal >= {GOALS[scenario]})  {'ok' if met else 'MISSED'}"
+        print(f"{'':<24}ratio django/psycopg = {ratio:.2f}  (goal >= {GOALS[scenario]})  {h.verdict(met)}"
               f"   [each round: {each}]")  # fmt: skip
         for side, runs in sides.items():
             for error in [e for run in runs for e in run.errors][:3]:
@@ -361,12 +333,11 @@ def main(argv=None) -> int:
         goal = int(str(label).split(",")[0]) + STATEMENT_GOAL_EXTRA
         ok &= (met := wrapped + 2 <= goal)
         print(f"  k={label}: execute_wrapper {wrapped} + BEGIN + COMMIT = {wrapped + 2}; CaptureQueriesContext "
-              f"{captured}  (goal <= k + {STATEMENT_GOAL_EXTRA} = {goal})  {'ok' if met else 'MISSED'}")  # fmt: skip
+              f"{captured}  (goal <= k + {STATEMENT_GOAL_EXTRA} = {goal})  {h.verdict(met)}")  # fmt: skip
     print(f"  k=1: {', '.join(counts[1][2])}")
     print(f"\ncleanup: {done['orders']} orders and {done['events']} outbox events deleted, "
           f"stock given back on {done['skus_restored']} SKUs")  # fmt: skip
     return 1 if args.check and not ok else 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -8,7 +8,6 @@ bench-expiry that expired in the year 2000, times expire_unpaid_orders(now=just 
 them) with every batch transaction timed (set_autocommit(False) to the end of COMMIT), verifies
 the outcome and deletes it all. Goals: >= 5,000 orders/s and no transaction longer than 1 s."""
 
-import argparse
 import contextlib
 import cProfile
 import pstats
@@ -36,17 +35,12 @@ GOAL_MAX_TXN_MS = 1000
 LOCK_KEY = 0x42_45_58_50  # pg advisory lock: one expiry bench at a time on a database
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--orders", type=int, default=100_000, help="pending orders to expire (default 100000)")
-    p.add_argument("--skus", type=int, default=200, help="SKUs the orders are spread over (default 200)")
-    p.add_argument("--batch-size", type=int, default=500, help="expire_unpaid_orders batch size (default 500)")
-    p.add_argument("--seed", type=int, default=5, help="random seed of the order contents")
-    p.add_argument("--profile", type=int, default=0, metavar="N",
-                   help="cProfile the timed run and print its N costliest functions (slows it down)")
-    p.add_argument("--no-analyze", action="store_true", help="do not ANALYZE the tables after loading")
-    p.add_argument("--keep", action="store_true", help="leave the bench data in place at the end")
-    p.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
+def parse_args(argv=None):
+    p = h.parser(__doc__, orders=(100_000, "pending orders to expire"), skus=(200, "SKUs the orders are spread over"),
+                 batch_size=(500, "expire_unpaid_orders batch size"), seed=(5, "random seed of the order contents"),
+                 profile=(0, "cProfile the timed run, print its PROFILE costliest functions (slows it down)"),
+                 no_analyze=(False, "do not ANALYZE the tables after loading"),
+                 keep=(False, "leave the bench data in place at the end"), check=h.SHARED["check"])  # fmt: skip
     args = p.parse_args(argv)
     if args.orders < 1 or args.skus < 3 or args.skus > 999 or args.batch_size < 1:
         p.error("need --orders >= 1, 3 <= --skus <= 999, --batch-size >= 1")
@@ -165,7 +159,6 @@ def timed_transactions(conn, txns: list[dict]):
 def verify(args, expired: int, customer_id: int, order_ids: list[int]) -> bool:
     from inventory.services import stock_audit
 
-    print("\n=== verification ===")
     with connection.cursor() as cursor:
         cursor.execute("SELECT status, count(*) FROM orders WHERE customer_id = %s GROUP BY status", [customer_id])
         statuses = dict(cursor.fetchall())
@@ -195,9 +188,7 @@ def verify(args, expired: int, customer_id: int, order_ids: list[int]) -> bool:
          f"{other_events} other events",
          events == distinct_events == well_formed == len(order_ids) and not other_events),
     ]  # fmt: skip
-    for text, passed in checks:
-        print(f"  [{'ok' if passed else 'FAIL'}] {text}")
-    return all(passed for _, passed in checks)
+    return h.print_checks(checks, "=== verification ===", no="FAIL")
 
 
 def main(argv=None) -> int:
@@ -207,8 +198,7 @@ def main(argv=None) -> int:
     from orders.services import expire_unpaid_orders
 
     lock = h.lock_or_exit(LOCK_KEY, "expiry")
-    if any((leftovers := cleanup()).values()):
-        print(f"removed leftovers of an earlier run: {leftovers}")
+    h.leftovers(cleanup())
     ok = goals_met = True
     try:
         t0 = time.perf_counter()
@@ -259,19 +249,14 @@ def main(argv=None) -> int:
                 print(f"  {kind[2:]:<40} {statistics.mean(values):7.1f}  (max {max(values):.1f})")
             print(f"  {'Python (rest of the transaction)':<40} {statistics.mean(batch_ms) - sql_total:7.1f}")
             print(f"  {'whole transaction':<40} {statistics.mean(batch_ms):7.1f}")
-        if args.profile:
-            for order in ("tottime", "cumulative"):
-                print(f"\n=== cProfile of the timed run (under the profiler), top {args.profile} by {order} ===")
-                pstats.Stats(profiler).sort_stats(order).print_stats(args.profile)
-
+        for order in ("tottime", "cumulative") if args.profile else ():
+            print(f"\n=== cProfile of the timed run (under the profiler), top {args.profile} by {order} ===")
+            pstats.Stats(profiler).sort_stats(order).print_stats(args.profile)
         ok = verify(args, expired, customer_id, order_ids)
-        goals = [(f"orders/s {rate:,.0f} >= {GOAL_ORDERS_PER_S:,}", rate >= GOAL_ORDERS_PER_S),
-                 (f"longest transaction {longest['ms']:.1f} ms < {GOAL_MAX_TXN_MS} ms",
-                  longest["ms"] < GOAL_MAX_TXN_MS)]
-        print("\n=== goals ===")
-        for text, passed in goals:
-            print(f"  [{'met' if passed else 'MISSED'}] {text}")
-        goals_met = all(passed for _, passed in goals)
+        goals_met = h.print_checks([
+            (f"orders/s {rate:,.0f} >= {GOAL_ORDERS_PER_S:,}", rate >= GOAL_ORDERS_PER_S),
+            (f"longest transaction {longest['ms']:.1f} ms < {GOAL_MAX_TXN_MS} ms", longest["ms"] < GOAL_MAX_TXN_MS),
+        ], "=== goals ===", yes="met")  # fmt: skip
     finally:
         if args.keep:
             print("\n--keep: bench data left in place (the next run removes it first)")
@@ -280,7 +265,6 @@ def main(argv=None) -> int:
             print(f"\ncleanup in {time.perf_counter() - t1:.1f} s: {removed}")
         lock.close()
     return 1 if not ok or (args.check and not goals_met) else 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

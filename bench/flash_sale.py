@@ -6,7 +6,6 @@
 
 Exit status 1 when a check is missed (the list at the end)."""
 
-import argparse
 import importlib
 import math
 import random
@@ -36,26 +35,18 @@ METRICS = ("shop_orders_created_total", "shop_checkout_refusals_total", "shop_id
            "shop_queue_admitted_total", "shop_queue_orders_rejected_total")
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--attempts", type=int, default=50_000, help="checkout attempts in the sale (default 50000)")
-    p.add_argument("--shoppers", type=int, default=5_000, help="distinct shoppers (default 5000)")
-    p.add_argument("--stock", type=int, default=1_000, help="units of the flash-sale SKU (default 1000)")
-    p.add_argument("--price", type=int, default=4_999, help="price in minor units (default 4999)")
-    p.add_argument("--concurrency", type=int, default=64, help="open connections / requests in flight (default 64)")
-    p.add_argument("--workers", type=int, default=2, help="gunicorn workers (default 2)")
-    p.add_argument("--threads", type=int, default=4, help="gunicorn threads per worker (default 4)")
-    p.add_argument("--rate-limit", default="8/min", help="RATE_LIMIT_CHECKOUT for gunicorn (default 8/min)")
-    p.add_argument("--wave", type=int, default=500, help="shoppers arrive in waves of this many (default 500; "
-                   "0: one wave, every shopper's attempts spread over the whole sale)")  # fmt: skip
-    p.add_argument("--healthz-requests", type=int, default=10_000, help="GET /healthz per measurement (default 10000)")
-    p.add_argument("--refused-requests", type=int, default=20_000,
-                   help="checkouts of the refused phase (default 20000; at most the rate limit per shopper)")
-    p.add_argument("--client-threads", type=int, default=1, help="wrk threads (default 1: the machine has 2 cores)")
-    p.add_argument("--no-sql-probe", action="store_true", help="serve config.wsgi unwrapped (no per-request SQL count)")
-    p.add_argument("--no-pg-stat", action="store_true", help="skip the pg_stat_database cross-check")
-    p.add_argument("--no-cleanup", action="store_true", help="leave the drill's orders, sale and carts in place")
-    p.add_argument("--seed", type=int, default=7, help="random seed of the shoppers' order")
+def parse_args(argv=None):
+    p = h.parser(__doc__, "concurrency", "workers", "threads", "client_threads", concurrency=64,
+                 attempts=(50_000, "checkout attempts in the sale"), shoppers=(5_000, "distinct shoppers"),
+                 stock=(1_000, "units of the flash-sale SKU"), price=(4_999, "price in minor units"),
+                 rate_limit=("8/min", "RATE_LIMIT_CHECKOUT for gunicorn"),
+                 wave=(500, "shoppers arrive in waves of this many (0: one wave, every shopper's attempts spread over "
+                       "the whole sale)"), healthz_requests=(10_000, "GET /healthz per measurement"),
+                 refused_requests=(20_000, "checkouts of the refused phase (at most the rate limit per shopper)"),
+                 no_sql_probe=(False, "serve config.wsgi unwrapped (no per-request SQL count)"),
+                 no_pg_stat=(False, "skip the pg_stat_database cross-check"),
+                 no_cleanup=(False, "leave the drill's orders, sale and carts in place"),
+                 seed=(7, "random seed of the shoppers' order"))  # fmt: skip
     p.add_argument("--mode", choices=("direct", "queue"), default="direct",
                    help="the sale's mode (queue: a checkout topic of the run's own and write_queued_orders)")
     args = p.parse_args(argv)
@@ -155,8 +146,7 @@ def plan(people: list[h.Shopper], count: int, wave: int, rng: random.Random) -> 
 
 
 def lat(records) -> str:
-    ms = [r[1] for r in records]
-    return f"p50 {h.pct(ms, 50):.1f} ms, p99 {h.pct(ms, 99):.1f} ms" if ms else "-"
+    return h.latency([r[1] for r in records])
 
 
 def sql(records) -> tuple[str, int | None, int | None]:
@@ -191,21 +181,15 @@ def main(argv=None, results: dict | None = None) -> int:
     t_start = time.perf_counter()
     h.setup()
     from core.ratelimit import parse_rate
-    from inventory.models import FlashSale
-    from inventory.services.flash_sales import end_flash_sale, seed_flash_sale
+    from inventory.services.flash_sales import seed_flash_sale
     from orders.services.queue import forget_queue, queue_depths
 
     rate_count, _ = parse_rate(args.rate_limit)
-    run_id = uuid.uuid4().hex[:8]
-    rng = random.Random(args.seed)
-    db, queue = connection.settings_dict, args.mode == "queue"
+    run_id, rng, queue = uuid.uuid4().hex[:8], random.Random(args.seed), args.mode == "queue"
     topic_env = h.queue_topic(f"bench.flash.{run_id}") if queue else {}
-    print(f"flash-sale drill {run_id}, {args.mode} mode: database {db['NAME']}@{db['HOST']}:{db['PORT']}, "
-          f"Redis {settings.CACHES['default']['LOCATION']} (gate {settings.CACHES['gate']['LOCATION']})")  # fmt: skip
-
+    print(f"flash-sale drill {run_id}, {args.mode} mode: {h.where()} (gate {settings.CACHES['gate']['LOCATION']})")
     t0 = time.perf_counter()
-    if (leftovers := h.delete_orders(h.user_ids(PREFIX)))["orders"]:
-        print(f"removed leftovers of an earlier run: {leftovers['orders']} orders, {leftovers['events']} events")
+    h.leftovers(h.delete_orders(h.user_ids(PREFIX)))
     forget_queue(sku=SKU)
     seed_flash_sale(sku=SKU, stock=args.stock, price=args.price, name="Flash drill item", mode=args.mode)
     shoppers = h.ensure_shoppers(args.shoppers, prefix=PREFIX)
@@ -230,26 +214,19 @@ def main(argv=None, results: dict | None = None) -> int:
                                 "--loglevel", "WARNING", "--hostname", f"flash-drill-{run_id}@%h"], env, group=True)
 
     def run(name: str, count: int, prefix: str, tokens=(), who=()) -> h.Run:
-        before = h.cache_generation()
-        with tqdm(total=count, desc=name, unit="req", file=sys.stderr, dynamic_ncols=True) as bar:
-            phase = h.run_wrk(server, numbered=(f"fd{run_id}-{prefix}-", tokens, who), count=count, record=True,
-                              concurrency=args.concurrency, threads=args.client_threads, progress=bar)  # fmt: skip
-        if moved := h.cache_generation() - before:
-            print(f"warning: the hot-cache generation moved {moved} time(s) during {name} (another process changed "
-                  "products, tokens or users): every worker then reloaded tokens and the flash-sale list from "
-                  "PostgreSQL", file=sys.stderr)  # fmt: skip
-        return phase
+        moved = "every worker then reloaded tokens and the flash-sale list from PostgreSQL"
+        with h.generation_watch(name, moved), tqdm(total=count, desc=name, unit="req", file=sys.stderr,
+                                                   dynamic_ncols=True) as bar:  # fmt: skip
+            return h.run_wrk(server, numbered=(f"fd{run_id}-{prefix}-", tokens, who), count=count, record=True,
+                             concurrency=args.concurrency, threads=args.client_threads, progress=bar)  # fmt: skip
 
     try:
         celery.start()
         if writer:  # its consumer group joined: it has skipped a message that is not a checkout request
             writer.start()
             h.produce(settings.KAFKA_CHECKOUT_TOPIC, [(b"warm-up", b"warm-up")])
-            deadline = time.monotonic() + 60
-            while "not a checkout request" not in writer.tail():
-                if time.monotonic() > deadline or not writer.alive():
-                    raise RuntimeError(f"write_queued_orders not reading within 60 s:\n{writer.tail()}")
-                time.sleep(0.1)
+            h.wait_until(lambda: "not a checkout request" in writer.tail(), 60, "write_queued_orders not reading",
+                         writer)  # fmt: skip
         app = "config.wsgi" if args.no_sql_probe else "bench.flash_sale:sql_probe"
         with h.Gunicorn(workers=args.workers, threads=args.threads, env=env, app=app) as server:
             print(f"gunicorn {server.base_url}: {args.workers} workers x {args.threads} threads, DEBUG off, "
@@ -300,9 +277,7 @@ def main(argv=None, results: dict | None = None) -> int:
             forget_queue(sku=SKU)
         shutil.rmtree(metrics_dir, ignore_errors=True)
         if not args.no_cleanup:
-            done = h.delete_orders(h.user_ids(PREFIX))
-            if ended := FlashSale.objects.filter(product_id=SKU).exists():
-                end_flash_sale(sku=SKU)
+            done, ended = h.delete_orders(h.user_ids(PREFIX)), h.end_sale(SKU)
 
     sale, refused = phases["sale"], phases["refused"]
     ok = 202 if queue else 201  # the status of an admitted checkout
@@ -370,11 +345,11 @@ def main(argv=None, results: dict | None = None) -> int:
                    ("  ...other than token-cache loads == 0", sale_other == 0 and not ref_other,
                     f"sale {sale_other}, refused phase {ref_other}")]  # fmt: skip
     if pg:
-        estimate = pg["busy"] - pg["idle"]
+        estimate, name = pg["busy"] - pg["idle"], connection.settings_dict["NAME"]
         verdict = (f"about {estimate:,} attributable to the refused phase"
                    if estimate >= 0 and pg["idle"] <= max(100, pg["busy"] // 2)
                    else "INCONCLUSIVE: other clients used the database heavily during one of the windows")  # fmt: skip
-        print(f"pg_stat_database (xact_commit + xact_rollback of {db['NAME']}): {pg['busy']:,} transactions over the "
+        print(f"pg_stat_database (xact_commit + xact_rollback of {name}): {pg['busy']:,} transactions over the "
               f"refused phase + /healthz + {PG_FLUSH_SECONDS:.0f} s flush wait ({pg['window']:.1f} s), {pg['idle']:,} "
               f"over an idle window as long just after (background: this bench's Celery worker, other clients) "
               f"-> {verdict}" + (f"; the SQL probe counted {ref_total:,} statements in the refused phase's 409s "
@@ -395,9 +370,7 @@ def main(argv=None, results: dict | None = None) -> int:
                        counter=state["counter"], sql=None if sale_total is None else sale_total + (ref_total or 0),
                        p50=h.pct([r[1] for r in admitted], 50), p99=h.pct([r[1] for r in admitted], 99),
                        lag=lag if queue else None, missed=[label.strip() for label, good, _ in checks if not good])
-    print("\nCHECKS")
-    for label, good, detail in checks:
-        print(f"  [{'ok' if good else 'MISSED'}] {label}: {detail}")
+    ok = h.print_checks(checks, "CHECKS")
     if args.no_cleanup:
         print("cleanup skipped (--no-cleanup): the next run removes the drill's orders first")
     else:
@@ -405,7 +378,7 @@ def main(argv=None, results: dict | None = None) -> int:
               f"markers deleted, reservations given back, flash sale {'ended' if ended else 'was not open'}, "
               f"carts and rate-limit windows deleted")  # fmt: skip
     print(f"total time {time.perf_counter() - t_start:.0f} s")
-    return 0 if all(good for _, good, _ in checks) else 1
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

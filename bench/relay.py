@@ -5,8 +5,8 @@
 
 Part 1: OutboxRelay().drain() on --events events against a producer that encodes the same envelopes
 (goal >= 0.8; a producer of pre-encoded envelopes is shown too) and the case study's relay (the floor,
-goal >= 20x). Part 2: relay_outbox and a real consumer as
-subprocesses, place_order at a steady --rate: commit -> consumer effect lag (goal: p99 < 1 s)."""
+goal >= 20x). Part 2: relay_outbox and a real consumer as subprocesses, place_order at a steady --rate:
+commit -> consumer effect lag (goal: p99 < 1 s)."""
 
 import argparse
 import contextlib
@@ -36,31 +36,23 @@ from bench import harness as h
 PREFIX = "BENCH-RL-"
 BENCH_MARK = "relay"  # payload["bench"] of the part-1 events: how a killed run's leftovers are found
 AGGREGATE_BASE = 9_100_000_000  # fake order ids of the part-1 events (aggregate_id only, no FK)
-LOCK_KEY = 0x42_52_4C_01  # pg advisory lock: one relay bench at a time on a database
+LOCK_KEY = 0x42_52_4C_01
 # issue 26: the relay against a producer that encodes the same envelopes in Python (it was 0.5 of the
 # pre-encoded producer, which measures the broker and librdkafka more than any relay).
 GOALS = {"encoding": 0.8, "floor": 20.0, "p99_ms": 1000.0}
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--events", type=int, default=50_000, help="outbox events of part 1 (default 50000)")
-    p.add_argument("--aggregates", type=int, default=10_000, help="distinct aggregate_ids (default 10000)")
-    p.add_argument("--floor-events", type=int, default=2_000, help="events sent one by one (default 2000)")
-    p.add_argument("--rounds", type=int, default=3, help="part-1 rounds, median reported (default 3)")
+def parse_args(argv=None):
+    p = h.parser(__doc__, "check", events=(50_000, "outbox events of part 1"),
+                 aggregates=(10_000, "distinct aggregate_ids"), floor_events=(2_000, "events sent one by one"),
+                 rounds=(3, "part-1 rounds, median reported"), rate=(200.0, "orders/s of part 2"),
+                 seconds=(20.0, "duration of part 2"), threads=(8, "place_order threads of part 2"),
+                 skus=(20, "products of part 2"), no_vacuum=(False, "no VACUUM ANALYZE of outbox_events before timing"),
+                 consumer_all=(False, "the lag consumer also applies events other processes write meanwhile"),
+                 skip_throughput=(False, "part 2 only"), skip_lag=(False, "part 1 only"),
+                 profile=(False, "always show where drain() spends its time"),
+                 profile_events=(10_000, "events of the profiled drain"))  # fmt: skip
     p.add_argument("--batch-size", type=int, default=None, help="relay batch size (default: settings)")
-    p.add_argument("--rate", type=float, default=200.0, help="orders/s of part 2 (default 200)")
-    p.add_argument("--seconds", type=float, default=20.0, help="duration of part 2 (default 20)")
-    p.add_argument("--threads", type=int, default=8, help="place_order threads of part 2 (default 8)")
-    p.add_argument("--skus", type=int, default=20, help="products of part 2 (default 20)")
-    p.add_argument("--no-vacuum", action="store_true", help="no VACUUM ANALYZE of outbox_events before timing")
-    p.add_argument("--consumer-all", action="store_true",
-                   help="the lag consumer also applies events other processes write meanwhile (default: skips them)")
-    p.add_argument("--skip-throughput", action="store_true", help="part 2 only")
-    p.add_argument("--skip-lag", action="store_true", help="part 1 only")
-    p.add_argument("--profile", action="store_true", help="always show where drain() spends its time")
-    p.add_argument("--profile-events", type=int, default=10_000, help="events of the profiled drain")
-    p.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
     p.add_argument("--consumer-child", metavar="NAME", help=argparse.SUPPRESS)  # part 2's consumer process
     args = p.parse_args(argv)
     if min(args.events, args.rounds, args.threads, args.aggregates, args.floor_events, args.rate, args.seconds) <= 0:
@@ -165,8 +157,8 @@ def time_case_study(topic: str, count: int) -> tuple[float, int]:
 
     producer = new_producer()
     warm_up(producer, topic)
-    published, began = 0, time.perf_counter()
-    while True:
+    published, began, rows = 0, time.perf_counter(), True
+    while rows:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute("SELECT e.id, e.aggregate_id, e.payload::text FROM outbox_pending AS p JOIN outbox_events "
                            "AS e ON e.id = p.id ORDER BY p.id LIMIT 100 FOR UPDATE OF e SKIP LOCKED")  # fmt: skip
@@ -177,8 +169,6 @@ def time_case_study(topic: str, count: int) -> tuple[float, int]:
                     raise RuntimeError("case study: a message was not delivered within 30 s")
                 mark_published([event_id])
         published += len(rows)
-        if not rows:
-            break
     if published < count:
         raise RuntimeError(f"case study: {published} of {count} events published")
     return time.perf_counter() - began, published
@@ -240,42 +230,37 @@ def part1(args, topic: str, original_topic: str, lock) -> dict:
               f"{run['inline']:,.0f}/s (= {run['relay'] / run['inline']:.2f}), pre-encoded {run['bare']:,.0f}/s, "
               f"floor {run['floor']:,.0f}/s, send-and-wait alone {run['alone']:,.0f}/s")  # fmt: skip
 
-    def med(key: str) -> float:
-        return statistics.median(r[key] for r in runs)
-
-    def spread(key: str) -> str:
-        return f"{min(r[key] for r in runs):,.0f}..{max(r[key] for r in runs):,.0f}" if len(runs) > 1 else ""
-
+    med = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
     extra = sum(max(0, r["extra"]) for r in runs)
+    rows = [("relay: OutboxRelay().drain()", args.events, "relay", f"batch {args.batch_size or 'default'}, "
+             f"{sum(r['failures'] for r in runs)} failed batch(es)"
+             + (f", +{extra // len(runs):,} others' events/round" if extra else "")),
+            ("(a) bare producer, 1 flush", args.events, "bare", "info: pre-encoded envelopes, new_producer() config"),
+            ("    same, envelope() encoded inline", args.events, "inline",
+             "the goal's producer: the JSON encoding the relay also does"),
+            ("(b) floor: the case study's relay", args.floor_events, "floor",
+             f"{med['floor_ms']:.2f} ms per event: send-and-wait + UPDATE"),
+            ("    send-and-wait alone, no database", args.floor_events, "alone",
+             f"info: {med['alone_ms']:.2f} ms per produce + flush")]  # fmt: skip
     print()
     h.print_table(["approach", "events", "events/s (median)", "range", "note"], [
-        ["relay: OutboxRelay().drain()", f"{args.events:,}", f"{med('relay'):,.0f}", spread("relay"),
-         f"batch {args.batch_size or 'default'}, {sum(r['failures'] for r in runs)} failed batch(es)"
-         + (f", +{extra // len(runs):,} others' events/round" if extra else "")],
-        ["(a) bare producer, 1 flush", f"{args.events:,}", f"{med('bare'):,.0f}", spread("bare"),
-         "info: pre-encoded envelopes, new_producer() config"],
-        ["    same, envelope() encoded inline", f"{args.events:,}", f"{med('inline'):,.0f}", spread("inline"),
-         "the goal's producer: the JSON encoding the relay also does"],
-        ["(b) floor: the case study's relay", f"{args.floor_events:,}", f"{med('floor'):,.0f}", spread("floor"),
-         f"{med('floor_ms'):.2f} ms per event: send-and-wait + UPDATE"],
-        ["    send-and-wait alone, no database", f"{args.floor_events:,}", f"{med('alone'):,.0f}", spread("alone"),
-         f"info: {med('alone_ms'):.2f} ms per produce + flush"],
-    ])  # fmt: skip
-    ratio_encoding, ratio_floor = med("relay") / med("inline"), med("relay") / med("floor")
+        [label, f"{n:,}", f"{med[key]:,.0f}", f"{min(r[key] for r in runs):,.0f}..{max(r[key] for r in runs):,.0f}"
+         if len(runs) > 1 else "", note] for label, n, key, note in rows])  # fmt: skip
+    ratio_encoding, ratio_floor = med["relay"] / med["inline"], med["relay"] / med["floor"]
     ok_c, ok_f = ratio_encoding >= GOALS["encoding"], ratio_floor >= GOALS["floor"]
     print(f"\n  relay / producer encoding the envelopes = {ratio_encoding:.2f}  (goal >= {GOALS['encoding']})  "
-          f"{'OK' if ok_c else 'MISSED'}")  # fmt: skip
-    print(f"  relay / floor = {ratio_floor:.1f}x  (goal >= {GOALS['floor']:.0f}x)  {'OK' if ok_f else 'MISSED'}")
-    print(f"  (relay / pre-encoded producer = {med('relay') / med('bare'):.2f}; pre-encoded / floor = "
-          f"{med('bare') / med('floor'):.1f}x: the most any relay could reach against this broker; "
-          f"relay / send-and-wait alone = {med('relay') / med('alone'):.1f}x)")  # fmt: skip
+          f"{h.verdict(ok_c, 'OK')}\n  relay / floor = {ratio_floor:.1f}x  (goal >= {GOALS['floor']:.0f}x)  "
+          f"{h.verdict(ok_f, 'OK')}")  # fmt: skip
+    print(f"  (relay / pre-encoded producer = {med['relay'] / med['bare']:.2f}; pre-encoded / floor = "
+          f"{med['bare'] / med['floor']:.1f}x: the most any relay could reach against this broker; "
+          f"relay / send-and-wait alone = {med['relay'] / med['alone']:.1f}x)")  # fmt: skip
     print(f"  every producer above was connected before its timing began (a first delivery: {startup_s:.2f} s, "
           "once per process)")  # fmt: skip
     if extra:
         print(f"  note: the relay also published {extra} event(s) that other processes wrote meanwhile")
     if errors := sum(r["errors"] for r in runs):
         print(f"  note: {errors} delivery error(s) in the ceiling/floor runs")
-    return {"ok": ok_c and ok_f, "ceiling": med("inline")}
+    return {"ok": ok_c and ok_f, "ceiling": med["inline"]}
 
 
 def timed(function, times: dict[str, list[float]], phase):
@@ -375,7 +360,7 @@ def phase_split(topic: str, args, lock, ceiling: float | None) -> None:
     bound = statistics.median(bounds)
     print(f"bound: marking switched off, {args.events:,} events, median of {args.rounds}: {bound:,.0f} events/s"
           + (f" = {bound / ceiling:.2f} of the producer encoding the envelopes" if ceiling else "")
-          + f" (rounds {', '.join(f'{b:,.0f}' for b in bounds)})")  # fmt: skip
+          + f" (rounds {h.each(bounds, ',.0f', ', ')})")  # fmt: skip
     profiler = cProfile.Profile()
     published, seconds, *_ = drain_once(topic, args.profile_events, args, lock, profiler=profiler)
     print(f"\ncProfile of drain(): {published:,} events in {seconds:.2f} s ({published / seconds:,.0f} events/s with "
@@ -383,7 +368,7 @@ def phase_split(topic: str, args, lock, ceiling: float | None) -> None:
     out = io.StringIO()
     pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(16)
     lines = out.getvalue().splitlines()
-    for line in lines[next((i for i, line in enumerate(lines) if line.lstrip().startswith("ncalls")), 0):]:
+    for line in lines[next((i for i, line in enumerate(lines) if line.lstrip().startswith("ncalls")), 0) :]:
         if line.strip():
             print("  " + line.replace(f"{h.ROOT}/", "").replace(f"{sys.prefix}/lib/python3.11/site-packages/", ""))
 
@@ -393,8 +378,6 @@ def consumer_child(name: str) -> int:
     commit; prints "E order produced_ms received effect done" per event, DONE at the end. Other
     customers' events (BENCH_RL_CUSTOMERS) are skipped unless BENCH_RL_ALL=1."""
     h.setup()
-    from django.db import transaction
-
     from outbox.consumers import EventConsumer, register
     from outbox.shutdown import stop_on_sigterm
 
@@ -433,6 +416,15 @@ def consumer_child(name: str) -> int:
           f"skipped_foreign={skipped[0]} offset_commits={len(commits)} "
           f"ms_per_offset_commit={sum(commits) / max(len(commits), 1) * 1000:.1f}", flush=True)  # fmt: skip
     return 0
+
+
+LAGS = {  # part 2's lags, from (produced, received, effect, done) of an order's event and its commit time
+    "commit -> produced by relay_outbox (CreateTime)": lambda s, c: s[0] - c,
+    "commit -> the consumer starts applying it": lambda s, c: s[1] - c,
+    "  of which produced -> applying (broker, fetch, batch)": lambda s, c: s[1] - s[0],
+    "commit -> consumer's effect committed": lambda s, c: s[2] - c,
+    "consumer apply() (its transaction, retries)": lambda s, c: s[3] - s[1],
+}
 
 
 def part2(args, topic: str, run_id: str) -> dict:
@@ -482,16 +474,10 @@ def part2(args, topic: str, run_id: str) -> dict:
         began = time.perf_counter()
         warm_ids = [place_order(customer_id=shoppers[total + i], idempotency_key=f"bench-rl-{run_id}-w{i}").order.id
                     for i in range(warmup)]  # fmt: skip
-        deadline = time.monotonic() + 90
-        while not all(o in seen for o in warm_ids):
-            if dead := [child for child in (relay, consumer) if not child.alive()]:
-                raise RuntimeError(f"{dead[0].name} exited:\n{dead[0].tail()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"warm-up orders did not reach the consumer within 90 s; relay log:\n{relay.tail()}"
-                                   f"\nconsumer log:\n{consumer.tail()}")  # fmt: skip
-            time.sleep(0.05)
+        h.wait_until(lambda: all(o in seen for o in warm_ids), 90, "warm-up orders did not reach the consumer",
+                     relay, consumer, every=0.05)  # fmt: skip
         print(f"  warm-up: {warmup} orders through relay_outbox and the consumer in "
-              f"{time.perf_counter() - began:.1f} s")
+              f"{time.perf_counter() - began:.1f} s")  # fmt: skip
 
         commit_at: dict[int, float] = {}  # order id -> wall clock right after place_order returned
         tickets, late, errors = itertools.count(), [], []
@@ -533,19 +519,11 @@ def part2(args, topic: str, run_id: str) -> dict:
         alive = {child.name: child.alive() for child in (relay, consumer)}
 
         mine = [o for o in commit_at if o in seen]
-        lags = {name: [(f(seen[o], commit_at[o])) * 1000 for o in mine] for name, f in [
-            ("commit -> produced by relay_outbox (CreateTime)", lambda s, c: s[0] - c),
-            ("commit -> the consumer starts applying it", lambda s, c: s[1] - c),
-            ("  of which produced -> applying (broker, fetch, batch)", lambda s, c: s[1] - s[0]),
-            ("commit -> consumer's effect committed", lambda s, c: s[2] - c),
-            ("consumer apply() (its transaction, retries)", lambda s, c: s[3] - s[1]),
-        ]}  # fmt: skip
-        missing = len(commit_at) - len(mine)
-        achieved = len(commit_at) / max(load_s, 1e-9)
+        lags = {name: [f(seen[o], commit_at[o]) * 1000 for o in mine] for name, f in LAGS.items()}
+        missing, achieved = len(commit_at) - len(mine), len(commit_at) / max(load_s, 1e-9)
         print(f"  placed {len(commit_at):,} orders in {load_s:.1f} s = {achieved:.0f} orders/s ({len(errors)} errors;"
               f" {sum(x > 0.05 for x in late)} started > 50 ms behind schedule, at most "
-              f"{max(late, default=0) * 1000:.0f} ms)" + (f"\n  first error: {errors[0]}" if errors else ""))
-        print()
+              f"{max(late, default=0) * 1000:.0f} ms)" + (f"\n  first error: {errors[0]}" if errors else "") + "\n")
         h.print_table(["lag (ms)", "orders", "p50", "p90", "p99", "max"], [
             [name, f"{len(v):,}", *(f"{h.pct(v, p):.0f}" for p in (50, 90, 99)), f"{max(v, default=0):.0f}"]
             for name, v in lags.items()])  # fmt: skip
@@ -563,7 +541,7 @@ def part2(args, topic: str, run_id: str) -> dict:
         p99 = h.pct(lags["commit -> consumer's effect committed"], 99) if mine else float("inf")
         results["ok"] = p99 < GOALS["p99_ms"] and missing == 0 and not errors
         print(f"\n  p99 lag (commit -> effect) = {p99:.0f} ms  (goal < {GOALS['p99_ms']:.0f} ms)  "
-              f"{'OK' if results['ok'] else 'MISSED'}"
+              f"{h.verdict(results['ok'], 'OK')}"
               + (f"; {missing} order(s) did not reach the consumer within 30 s" if missing else ""))  # fmt: skip
         for name in (name for name, up in alive.items() if not up):
             print(f"  {name} died during the run")
@@ -583,8 +561,6 @@ def main(argv=None) -> int:
     if args.consumer_child:
         return consumer_child(args.consumer_child)
     h.setup()
-    from django.conf import settings
-
     from outbox.topics import ensure_topics
 
     run_id = time.strftime("%Y%m%d%H%M%S") + f"{os.getpid() % 1000:03d}"
@@ -595,8 +571,7 @@ def main(argv=None) -> int:
     print(f"python -m bench.relay: {os.cpu_count()} CPU(s), broker {settings.KAFKA_BOOTSTRAP_SERVERS}, "
           f"batch size {args.batch_size or settings.OUTBOX_BATCH_SIZE}, DEBUG={settings.DEBUG}")  # fmt: skip
     h.warn_if_busy()
-    if any((leftovers := cleanup()).values()):
-        print(f"cleaned up a previous run's leftovers: {leftovers}")
+    h.leftovers(cleanup())
     topics = [topic, lag_topic, f"{lag_topic}.dlq"]
     ensure_topics(topics=topics)
     results: dict[str, dict] = {}
