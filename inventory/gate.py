@@ -9,7 +9,9 @@ undersell. Keys (on the "gate" Redis, one instance, not a cluster):
 
   gate:{sku}:remaining    units the gate still lets through
   gate:{sku}:bought       hash customer id -> units admitted
-  gate:refusals           hash sku -> checkouts turned away
+  gate:refusals           hash: SKU -> checkouts turned away at the gate; SKU|limit_reached
+                          -> of those, over the per-customer limit; SKU|rate_limited ->
+                          checkouts rate-limited with the SKU in the cart (refusal_fields)
   checkout:{customer}:{idempotency key}   set once an order exists: a replay
                           passes without taking units
   gate:released:{token}   set by a release that must happen once (release_once)
