@@ -15,7 +15,7 @@ from inventory.models import FlashSale
 from orders.models import Order, OrderItem, OrderStatus, Refund
 from orders.queue_writer import WRITER_GROUP
 from orders.selectors import flash_sale_status
-from orders.services.queue import queue_depths, stale_queued
+from orders.services.queue_admission import queue_depths, stale_queued
 from outbox.lag import consumer_positions
 from outbox.services import backlog
 

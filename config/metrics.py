@@ -16,7 +16,7 @@ from core.metrics import CONTENT_TYPE_LATEST, generate_latest, metrics_allowed, 
 from core.views import not_found
 from inventory import gate
 from inventory.models import FlashSale
-from orders.services.queue import queue_depths, stale_queued
+from orders.services.queue_admission import queue_depths, stale_queued
 from outbox.services import backlog
 
 LIVE_CACHE_SECONDS = 5.0

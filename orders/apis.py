@@ -17,7 +17,7 @@ from orders.exceptions import IdempotencyKeyInvalid, IdempotencyKeyMissing
 from orders.models import OrderStatus
 from orders.selectors import customer_orders
 from orders.services import cancel_customer_order, get_customer_order, place_order
-from orders.services.queue import QUEUED
+from orders.services.queue_admission import QUEUED
 from shop.apis import AddressSerializer
 
 _KEY = re.compile(r"^[\x21-\x7e]{1,64}$")

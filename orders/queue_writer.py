@@ -1,5 +1,5 @@
 """The queue's writer: reads admitted checkouts from KAFKA_CHECKOUT_TOPIC and
-writes them in batches (orders/services/queue.py write_batch), then commits the
+writes them in batches (orders/services/queue_writing.py write_batch), then commits the
 offsets. Several may run: the topic's partitions share the work.
 
 The offsets are committed only after the batch's transaction and its clean-up
@@ -23,7 +23,8 @@ from django.db import close_old_connections
 from core.backoff import backoff_seconds
 from core.kafka import GroupConsumer
 from core.outages import failed_service
-from orders.services.queue import QueuedRequest, WrittenBatch, finish_written_batch, write_batch
+from orders.services.queue_admission import QueuedRequest
+from orders.services.queue_writing import WrittenBatch, finish_written_batch, write_batch
 
 logger = logging.getLogger(__name__)
 

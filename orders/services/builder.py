@@ -1,6 +1,6 @@
 """The one way an order is built, for both paths that write orders: direct
 checkout (orders/services/checkout.py) and the flash-sale queue's writer
-(orders/services/queue.py). From the cart's priced lines it decides the
+(orders/services/queue_writing.py). From the cart's priced lines it decides the
 order's values (total, payment deadline, items), its request hash and the
 payload of the event that announces it; the two paths only differ in how they
 send the rows (one INSERT each, or COPY for a batch). What prices a line

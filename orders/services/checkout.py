@@ -25,7 +25,7 @@ from orders.services.admission import admit_cart, give_back_cart
 from orders.services.builder import OrderDraft, build_order, price_cart
 from orders.services.holds import take_holds
 from orders.services.idempotency import order_under_key, same_request
-from orders.services.queue import (
+from orders.services.queue_admission import (
     QUEUED,
     queue_checkout,
     queued_or_written_order,
@@ -116,7 +116,7 @@ def place_order(
 
 def _queue_order(*, lines: dict[str, int], gated: dict[str, int], queue: set[str], draft: OrderDraft) -> PlacedOrder:
     """A cart with a queue-mode flash-sale SKU: priced as any, then handed to
-    Kafka (orders/services/queue.py); the queue's writer builds the order from
+    Kafka (orders/services/queue_admission.py); the queue's writer builds the order from
     the same draft."""
     order, replayed = queue_checkout(draft=draft, gated=gated, partition_key=min(queue.intersection(lines)))
     return PlacedOrder(order=order, replayed=replayed, queued=order.status == QUEUED)

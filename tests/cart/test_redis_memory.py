@@ -14,7 +14,7 @@ from django.core.cache import caches
 from cart import storage
 from core.hotcache import GENERATION_KEY, bump_generation, hot_cache
 from inventory import gate
-from orders.services import queue as queue_service
+from orders.services import queue_admission
 from tests.helpers import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
@@ -54,8 +54,8 @@ def small_redis(settings, tmp_path):
 
 def test_a_guest_cart_flood_evicts_carts_and_never_the_gate_or_the_queue(small_redis):
     gate.set_counter(sku="FLASH", remaining=100, reset_customers=True)
-    small_redis.zadd(queue_service.pending_key("FLASH"), {1: time.time()})
-    small_redis.sadd(queue_service.SKUS_KEY, "FLASH")
+    small_redis.zadd(queue_admission.pending_key("FLASH"), {1: time.time()})
+    small_redis.sadd(queue_admission.SKUS_KEY, "FLASH")
     bump_generation()  # the hot-cache generation exists once something changed
     generation = hot_cache.ensure_generation()
 
@@ -68,6 +68,6 @@ def test_a_guest_cart_flood_evicts_carts_and_never_the_gate_or_the_queue(small_r
         assert written < 200_000, "Redis never filled up"
 
     assert small_redis.get(gate.remaining_key("FLASH")) == b"100"
-    assert small_redis.zcard(queue_service.pending_key("FLASH")) == 1
+    assert small_redis.zcard(queue_admission.pending_key("FLASH")) == 1
     assert small_redis.get(GENERATION_KEY) == generation.encode()
     print(f"\n{written:,} guest carts written, {small_redis.info('stats')['evicted_keys']:,} keys evicted")

@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 from inventory import gate
 from orders.models import Order, OrderStatus
 from orders.queue_producer import Breaker, forget_queue_producer, queue_producer
-from orders.services.queue import queue_depths
+from orders.services.queue_admission import queue_depths
 from outbox.topics import ensure_topics
 from tests.factories import product_with_stock
 from tests.helpers import fill_cart, free_port, shopper_client, start_broker
