@@ -33,6 +33,19 @@ def fresh_probes():
 
 
 @pytest.fixture(autouse=True)
+def fresh_queue_producer():
+    """The process's queue producer (orders.queue_producer), and so its circuit breaker,
+    is made anew on first use in each test: a breaker opened by one test (a broker it
+    stopped, a bootstrap address where nothing listens) does not refuse the next one's
+    queue checkouts, and a producer built on one test's settings serves no other."""
+    from orders.queue_producer import forget_queue_producer
+
+    forget_queue_producer()
+    yield
+    forget_queue_producer()
+
+
+@pytest.fixture(autouse=True)
 def generous_rate_limits(settings):
     """Rate limits out of the way; tests of the limits set their own."""
     settings.RATE_LIMITS = {"checkout": "100000/min", "cart_write": "100000/min", "auth": "100000/min"}

@@ -197,6 +197,24 @@ def wait_until(condition: Callable[[], bool], timeout: float) -> bool:
     return condition()
 
 
+def wall_clock_ahead(monkeypatch, seconds: float, *modules) -> None:
+    """The wall clock jumps `seconds` ahead: Django's `timezone.now()`, and `time.time()`
+    as `modules` (each doing `import time`) read it. An expiry or an age measured
+    against it has passed without the test waiting; monotonic clocks keep real time."""
+    real_now = timezone.now
+
+    class Ahead:
+        def __getattr__(self, name: str):
+            return getattr(time, name)
+
+        def time(self) -> float:
+            return time.time() + seconds
+
+    monkeypatch.setattr(timezone, "now", lambda: real_now() + timedelta(seconds=seconds))
+    for module in modules:
+        monkeypatch.setattr(module, "time", Ahead())
+
+
 def redis_commands(redis, monkeypatch) -> list[str]:
     """Record every command sent from now on; outside a pipeline, one is one round-trip."""
     sent = []

@@ -7,6 +7,7 @@ from inventory.services.flash_sales import seed_flash_sale
 from orders.models import Order
 from orders.queue_producer import forget_queue_producer
 from orders.queue_writer import QueueWriter
+from orders.services.queue_admission import queue_depths
 from outbox.topics import ensure_topics
 from tests.factories import UserFactory, product_with_stock
 from tests.helpers import fill_cart, place_pending_order, shopper_client, wait_until
@@ -52,10 +53,16 @@ def shopper_with_cart(redis, lines=None):
 
 
 def drain(expected_orders: int, *, timeout: float = 30.0) -> QueueWriter:
-    """Run a writer until `expected_orders` orders exist and the queue is empty."""
+    """Run a writer until `expected_orders` orders exist and the queue is empty: every
+    request admitted through the API handled (written, rejected or found written; none
+    pending in Redis), the last batch's clean-up done and its offsets committed."""
     writer = QueueWriter()
+
+    def empty() -> bool:
+        return writer.run_once() == 0 and Order.objects.count() >= expected_orders and not any(queue_depths().values())
+
     try:
-        assert wait_until(lambda: writer.run_once() == 0 and Order.objects.count() >= expected_orders, timeout)
+        assert wait_until(empty, timeout), f"{Order.objects.count()} orders, pending {queue_depths()}"
     finally:
         writer.close()
     return writer

@@ -6,10 +6,9 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
@@ -17,15 +16,15 @@ from django.test.utils import CaptureQueriesContext
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from cart.storage import cart_key, taken_key
-from core.kafka import client_config
+from core.kafka import client_config, consumer_group
 from inventory import gate
 from inventory.services.flash_sales import set_flash_sale_mode
 from orders.models import Order, OrderStatus
-from orders.queue_writer import QueueWriter
-from orders.services import expire_unpaid_orders, place_order
-from orders.services import queue as queue_service
+from orders.queue_writer import WRITER_GROUP, QueueWriter
+from orders.services import expire_unpaid_orders, place_order, queue_admission, queue_writing
 from orders.services.builder import OrderDraft, PricedLine
-from orders.services.queue import QueuedRequest, allocate_order_id, queue_depths, write_batch
+from orders.services.queue_admission import QueuedRequest, allocate_order_id, queue_depths
+from orders.services.queue_writing import write_batch
 from outbox.models import OutboxEvent
 from tests.factories import SHIPPING_ADDRESS, UserFactory, product_with_stock
 from tests.helpers import (
@@ -36,6 +35,7 @@ from tests.helpers import (
     run_until_stopped,
     shopper_client,
     wait_until,
+    wall_clock_ahead,
 )
 from tests.orders.conftest import SKU, checkout, drain, queue_sale, shopper_with_cart, stock
 
@@ -96,16 +96,16 @@ def test_an_admitted_queued_checkout_confirms_its_key_in_one_lookup_and_takes_id
     assert len(lookups) == 5
     assert all('"orders"."idempotency_key" = \'cold\'' in sql and "LIMIT 1" in sql for sql in lookups)
     # ... and no statement for their ids: the block the first checkout took hands them out, in order.
-    ids = sorted(int(raw) for raw in redis.mget([queue_service.key_key(c.id, "cold") for c in customers[1:]]))
+    ids = sorted(int(raw) for raw in redis.mget([queue_admission.request_key(c.id, "cold") for c in customers[1:]]))
     assert ids == list(range(ids[0], ids[0] + 5))
 
 
 def test_ids_are_handed_out_once_across_threads_and_never_by_a_forked_child(monkeypatch):
-    block = queue_service._IdBlock()
+    block = queue_admission._IdBlock()
     taken = run_in_threads([lambda: [block.take() for _ in range(60)] for _ in range(8)])  # 480 ids, 5 blocks
     ids = [i for batch in taken for i in batch]
     assert len(set(ids)) == len(ids) == 480
-    monkeypatch.setattr(queue_service.os, "getpid", lambda: -1)  # as a child forked after the parent took a block
+    monkeypatch.setattr(queue_admission.os, "getpid", lambda: -1)  # as a child forked after the parent took a block
     child = block.take()
     assert child > max(ids)  # a block of its own, from the sequence: none of the parent's left-overs
 
@@ -132,7 +132,7 @@ def test_the_same_key_is_the_same_order_while_queued_and_after(redis):
 def forget_the_key(redis, client, key: str) -> None:
     """What a Redis restart without persistence loses of a checkout: the gate's
     replay marker and the queue's record of the key."""
-    assert redis.delete(gate.replay_key(client.user.id, key), queue_service.key_key(client.user.id, key)) >= 1
+    assert redis.delete(gate.replay_key(client.user.id, key), queue_admission.request_key(client.user.id, key)) >= 1
 
 
 def test_a_key_redis_forgot_is_confirmed_against_the_database(redis):
@@ -165,9 +165,7 @@ def test_a_retry_queued_twice_leads_to_the_order_written_first(redis):
     assert retry.status_code == 202 and retry.json()["id"] != first.json()["id"]
     assert gate.counters(skus=[SKU])[SKU]["remaining"] == 8
 
-    drain(1)
-    time.sleep(0.5)  # anything more would have been written by now
-    drain(1)
+    drain(1)  # until both requests are handled: neither is pending any more
 
     assert Order.objects.count() == 1 and stock() == (9, 1)
     shown = client.get(f"/api/orders/{retry.json()['id']}")
@@ -207,16 +205,16 @@ def test_what_the_stock_cannot_cover_is_rejected_in_arrival_order(redis):
 def test_the_clean_up_goes_in_small_calls_and_still_cleans_up_every_request(redis, monkeypatch):
     """One script over a whole batch held Redis for milliseconds (every admission waited): the
     writer's clean-up goes CLEAN_UP_CHUNK requests at a time, here 2, across written and rejected."""
-    monkeypatch.setattr(queue_service, "CLEAN_UP_CHUNK", 2)
+    monkeypatch.setattr(queue_writing, "CLEAN_UP_CHUNK", 2)
     done_calls = []
-    real_run_script = queue_service.run_script
+    real_run_script = queue_writing.run_script
 
     def run_script(source, *, keys, args, alias="default"):
-        if source is queue_service._DONE:
+        if source is queue_writing._DONE:
             done_calls.append(len(keys) // 4)
         return real_run_script(source, keys=keys, args=args, alias=alias)
 
-    monkeypatch.setattr(queue_service, "run_script", run_script)
+    monkeypatch.setattr(queue_writing, "run_script", run_script)
     queue_sale(2)
     gate.set_counter(sku=SKU, remaining=6, reset_customers=False)  # the gate drifted: 3 of 5 are rejected
     clients = [shopper_with_cart(redis) for _ in range(5)]
@@ -243,10 +241,10 @@ def test_twin_requests_under_one_key_hand_off_one_order(redis):
     customer = UserFactory()
     draft = OrderDraft(customer.id, "q-twin", [PricedLine(SKU, "Flash", 1, 500)], "EUR", SHIPPING_ADDRESS, 900)
     answers = run_in_threads(
-        [lambda: queue_service.queue_checkout(draft=draft, gated={}, partition_key=SKU) for _ in range(2)]
+        [lambda: queue_admission.queue_checkout(draft=draft, gated={}, partition_key=SKU) for _ in range(2)]
     )
 
-    assert {order.id for order, _ in answers} == {int(redis.get(queue_service.key_key(customer.id, "q-twin")))}
+    assert {order.id for order, _ in answers} == {int(redis.get(queue_admission.request_key(customer.id, "q-twin")))}
     assert sorted(replayed for _, replayed in answers) == [False, True]
     assert len(redis.keys("queue:order:*")) == 1 and queue_depths() == {SKU: 1}
 
@@ -326,9 +324,16 @@ def request_for(customer, key: str) -> QueuedRequest:
     )
 
 
-def produce_requests(topic: str, customers: list, per_customer: int) -> int:
+def produce_requests(topic: str, customers: list, per_customer: int) -> tuple[int, dict[int, int]]:
+    """How many requests were produced, and each partition's end offset after them
+    (from the broker's acknowledgements: the development broker's watermarks are loose)."""
     producer = Producer(client_config(acks="all"))
-    count = 0
+    count, ends = 0, {}
+
+    def acknowledged(error, message) -> None:
+        if error is None:
+            ends[message.partition()] = max(ends.get(message.partition(), 0), message.offset() + 1)
+
     for customer in customers:
         for n in range(per_customer):
             request = QueuedRequest(
@@ -339,11 +344,22 @@ def produce_requests(topic: str, customers: list, per_customer: int) -> int:
                 currency="EUR",
                 lines=[PricedLine(SKU, "Flash", 1, 500)],
             )
-            producer.produce(topic, key=SKU, value=request.to_json())
+            producer.produce(topic, key=SKU, value=request.to_json(), on_delivery=acknowledged)
             count += 1
         producer.poll(0)
     assert producer.flush(30) == 0
-    return count
+    return count, ends
+
+
+def committed_by_the_writers(topic: str) -> dict[int, int]:
+    """The writers' group's committed offsets on `topic`, by partition (where it committed any)."""
+    consumer = Consumer(client_config(**{"group.id": consumer_group(WRITER_GROUP), "enable.auto.commit": False}))
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        committed = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
+        return {tp.partition: tp.offset for tp in committed if tp.offset >= 0}
+    finally:
+        consumer.close()
 
 
 def start_writer(tmp_path, topic: str, **extra_env: str) -> subprocess.Popen:
@@ -371,7 +387,7 @@ def start_writer(tmp_path, topic: str, **extra_env: str) -> subprocess.Popen:
 def test_a_writer_killed_mid_batch_loses_nothing_and_writes_nothing_twice(queue_topic, tmp_path):
     queue_sale(10_000)
     customers = UserFactory.create_batch(40)
-    total = produce_requests(queue_topic, customers, per_customer=100)  # 4,000 admitted requests
+    total, ends = produce_requests(queue_topic, customers, per_customer=100)  # 4,000 admitted requests
 
     writer = start_writer(tmp_path, queue_topic)
     try:
@@ -381,7 +397,11 @@ def test_a_writer_killed_mid_batch_loses_nothing_and_writes_nothing_twice(queue_
         killed_at = Order.objects.count()
         writer = start_writer(tmp_path, queue_topic)
         assert wait_until(lambda: Order.objects.count() >= total, 90), (tmp_path / "writer.log").read_text()[-2000:]
-        time.sleep(1)  # anything redelivered after the last batch would show now
+        # Every request read, written and its batch committed: what the killed writer
+        # left (redelivered to this one) was handled, and nothing is left to come again.
+        assert wait_until(lambda: committed_by_the_writers(queue_topic) == ends, 30), (
+            tmp_path / "writer.log"
+        ).read_text()[-2000:]
     finally:
         writer.send_signal(signal.SIGTERM)
         writer.wait(timeout=20)
@@ -430,7 +450,7 @@ def test_a_redis_error_in_the_clean_up_keeps_the_batch_until_the_clean_up_is_don
     queue_sale(10)
     client = shopper_with_cart(redis)
     assert checkout(client, "q-clean-up").status_code == 202
-    real, calls = queue_service.clean_up, []
+    real, calls = queue_writing.clean_up, []
 
     def clean_up(outcomes):
         calls.append(len(outcomes))
@@ -438,7 +458,7 @@ def test_a_redis_error_in_the_clean_up_keeps_the_batch_until_the_clean_up_is_don
             raise RedisConnectionError("Redis went away after the commit")
         real(outcomes)
 
-    monkeypatch.setattr(queue_service, "clean_up", clean_up)
+    monkeypatch.setattr(queue_writing, "clean_up", clean_up)
     stop = threading.Event()
     thread = run_until_stopped(QueueWriter(), stop)
     try:
@@ -477,14 +497,14 @@ def test_a_batch_is_cleaned_up_while_the_next_is_written_and_its_offsets_wait_fo
     clients = [shopper_with_cart(redis) for _ in range(2)]
     for n, client in enumerate(clients):
         assert checkout(client, f"q-overlap-{n}").status_code == 202
-    real, cleaning, release = queue_service.clean_up, threading.Event(), threading.Event()
+    real, cleaning, release = queue_writing.clean_up, threading.Event(), threading.Event()
 
     def clean_up(outcomes):
         cleaning.set()
         assert release.wait(30)
         real(outcomes)
 
-    monkeypatch.setattr(queue_service, "clean_up", clean_up)
+    monkeypatch.setattr(queue_writing, "clean_up", clean_up)
     writer, second = QueueWriter(), None
     try:
         assert wait_until(lambda: writer.run_once() == 1, 30) and cleaning.wait(30)
@@ -512,7 +532,7 @@ def test_a_failed_clean_up_found_after_the_next_batch_was_written_brings_both_ba
     clients = [shopper_with_cart(redis) for _ in range(2)]
     for n, client in enumerate(clients):
         assert checkout(client, f"q-again-{n}").status_code == 202
-    real, calls = queue_service.clean_up, []
+    real, calls = queue_writing.clean_up, []
 
     def clean_up(outcomes):
         calls.append([request.idempotency_key for request, _, _ in outcomes])
@@ -520,7 +540,7 @@ def test_a_failed_clean_up_found_after_the_next_batch_was_written_brings_both_ba
             raise RedisConnectionError("Redis went away after the commit")
         real(outcomes)
 
-    monkeypatch.setattr(queue_service, "clean_up", clean_up)
+    monkeypatch.setattr(queue_writing, "clean_up", clean_up)
     writer = QueueWriter()
     try:
         assert wait_until(lambda: writer.run_once() == 1, 30)
@@ -534,22 +554,22 @@ def test_a_failed_clean_up_found_after_the_next_batch_was_written_brings_both_ba
     assert Order.objects.count() == 2 and stock() == (8, 2)
 
 
-def test_a_queued_request_never_written_is_counted_as_stale(redis, settings, capsys):
+def test_a_queued_request_never_written_is_counted_as_stale(redis, settings, capsys, monkeypatch):
     """The broker acknowledged it and then lost it (the development broker keeps
     its log in memory): the shop says so instead of showing QUEUED for ever."""
     queue_sale(10)
     settings.QUEUE_STALE_AFTER_SECONDS = 1
     client = shopper_with_cart(redis)
     assert checkout(client, "q-lost-message").status_code == 202
-    assert queue_service.stale_queued() == {SKU: 0}
+    assert queue_admission.stale_queued() == {SKU: 0}
 
-    time.sleep(1.2)  # past the bound, and no writer ran
+    wall_clock_ahead(monkeypatch, 1.2, queue_admission)  # past the bound, and no writer ran
 
-    assert queue_service.stale_queued() == {SKU: 1}
+    assert queue_admission.stale_queued() == {SKU: 1}
     call_command("shop_status")
     assert "STALE 1" in capsys.readouterr().out
     drain(1)
-    assert queue_service.stale_queued() == {SKU: 0} and queue_depths() == {SKU: 0}
+    assert queue_admission.stale_queued() == {SKU: 0} and queue_depths() == {SKU: 0}
 
 
 def test_the_writer_builds_the_order_checkout_builds_from_the_same_cart(redis):

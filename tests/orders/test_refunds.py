@@ -13,11 +13,12 @@ from django.core.management import call_command
 from django.test import Client, RequestFactory
 
 from config import dev_provider
+from core.outages import failed_service
 from orders.models import Notification, Refund
 from orders.provider import ProviderUnavailable
 from orders.services import refund_paid_order
 from orders.services.refunds import retry_refund, submit_refund
-from outbox.consumers import apply_event, failed_service
+from outbox.consumers import apply_event
 from outbox.models import OutboxEvent
 from tests.factories import UserFactory, product_with_stock
 from tests.helpers import consumer_event, place_pending_order, post_signed, post_webhook, shopper_client, staff_client
@@ -174,7 +175,15 @@ def test_simulate_payment_confirms_a_refund(refund, capsys):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_dev_simulator_answers_a_retry_alike_and_confirms_once(live_server, settings, redis):
+def test_the_dev_simulator_answers_a_retry_alike_and_confirms_once(live_server, settings, redis, monkeypatch):
+    confirmations = []  # every confirmation the simulator starts (a thread of its own)
+
+    class Recorded(threading.Thread):
+        def start(self) -> None:
+            confirmations.append(self)
+            super().start()
+
+    monkeypatch.setattr(dev_provider, "threading", SimpleNamespace(Thread=Recorded))
     product_with_stock(sku="A", price=1250, available=5)
     order = place_pending_order(redis, UserFactory(), {"A": 2})
     post_webhook(Client(), payment_id="pay-sim", order_id=order.id, amount=2500)
@@ -185,11 +194,11 @@ def test_the_dev_simulator_answers_a_retry_alike_and_confirms_once(live_server, 
                                  HTTP_IDEMPOTENCY_KEY=refund.idempotency_key)  # fmt: skip
     answers = {dev_provider.refunds(call).content for _ in range(3)}
     assert len(answers) == 1
-    deadline = time.monotonic() + 10
-    while Refund.objects.get(id=refund.id).status != Refund.Status.COMPLETED and time.monotonic() < deadline:
-        time.sleep(0.1)
+    assert len(confirmations) == 1  # the retries started none
+    for confirmation in confirmations:  # sent, and answered by the webhook
+        confirmation.join(10)
+        assert not confirmation.is_alive()
     assert Refund.objects.get(id=refund.id).status == Refund.Status.COMPLETED
-    time.sleep(1)  # a second confirmation would have come by now
     assert OutboxEvent.objects.filter(event_type="RefundCompleted").count() == 1
 
 
