@@ -153,9 +153,12 @@ def test_a_key_redis_forgot_is_confirmed_against_the_database(redis):
     assert queue_depths() == {SKU: 0} and not redis.keys("queue:order:*")
 
 
-def test_a_retry_queued_twice_leads_to_the_order_written_first(redis):
+@pytest.mark.parametrize("batch_size", [500, 1], ids=["one batch", "a batch each"])
+def test_a_retry_queued_twice_leads_to_the_order_written_first(redis, settings, batch_size):
     """Redis forgot the key while the first request was still in the queue: the
-    retry is queued under a new id, and the writer makes that id lead to the order."""
+    retry is queued under a new id, and the writer makes that id lead to the order,
+    whether it meets the first in its batch or finds it written by an earlier one."""
+    settings.QUEUE_BATCH_SIZE = batch_size
     queue_sale(10)
     client = shopper_with_cart(redis)
     first = checkout(client, "q-twice-queued")
