@@ -1,13 +1,8 @@
-"""The public catalog against /healthz on a gunicorn this bench starts (issue 18; bench/README.md).
+"""Catalog endpoints against /healthz on a gunicorn of its own: requests/s, p50, p99, CPU per request, the
+ratio (goal >= 0.5) and SQL statements per request once warm (goal 0). Issue 18; bench/README.md.
 
-    python -m bench.catalog --rounds 3 --duration 5
+    python -m bench.catalog --rounds 3 --duration 5"""
 
-GET /healthz, GET /api/products (pages, sorts, a search) and GET /api/products/{sku} with the same
-client and concurrency: requests/s, p50, p99, gunicorn CPU per request, the ratio to /healthz (goal
->= 0.5) and the SQL statements per request once warm (goal 0; the stock hints are re-read by one
-query per process every 5 s, counted here)."""
-
-import importlib
 import sys
 
 from django.db import connection
@@ -17,17 +12,12 @@ from bench import harness as h
 
 GOAL = 0.5
 HEALTHZ = "GET /healthz"
-PREFIX = "BENCH-C-"
+PREFIX, PRODUCTS = "BENCH-C-", 1000
 SQL_KEY = "bench:catalog:sql"
-_application = None
 
 
 def sql_probe(environ, start_response):
-    """config.wsgi's application; a request that sent SQL adds its statements to a Redis counter
-    (a warm request sends none, so costs nothing more). Served as bench.catalog:sql_probe."""
-    global _application
-    if _application is None:
-        _application = importlib.import_module("config.wsgi").application
+    """config.wsgi; a request that sent SQL adds its count to a Redis counter (a warm one costs nothing more)."""
     counted = [0]
 
     def count(execute, sql, params, many, context):
@@ -35,17 +25,10 @@ def sql_probe(environ, start_response):
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(count):
-        response = _application(environ, start_response)
+        response = h.wsgi_application()(environ, start_response)
     if counted[0]:
         get_redis_connection("default").incrby(SQL_KEY, counted[0])
     return response
-
-
-def parse_args(argv=None):
-    p = h.parser(__doc__, "workers", "threads", "concurrency", "duration", "warmup", "rounds",
-                 products=(1000, f"{PREFIX} products"),
-                 check=(False, f"exit 1 when a ratio is below {GOAL} or a request sent SQL"))  # fmt: skip
-    return p.parse_args(argv)
 
 
 def build_specs(skus: list[str]) -> dict[str, list[h.Spec]]:
@@ -56,17 +39,14 @@ def build_specs(skus: list[str]) -> dict[str, list[h.Spec]]:
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
+    args = h.parser(__doc__, "workers", "threads", "concurrency", "duration", "warmup", "rounds",
+                    check=(False, f"exit 1 when a ratio is below {GOAL} or a request sent SQL")).parse_args(argv)
     h.setup()
-    skus = [f"{PREFIX}{i:04d}" for i in range(1, args.products + 1)]
+    skus = [f"{PREFIX}{i:04d}" for i in range(1, PRODUCTS + 1)]
     h.ensure_products(skus, 1000)
     specs = build_specs(skus)
     redis = get_redis_connection("default")
-    h.warn_if_busy()
-    with h.Gunicorn(workers=args.workers, threads=args.threads, env=dict(h.PRODUCTION_LIKE_ENV),
-                    app="bench.catalog:sql_probe") as server:  # fmt: skip
-        print(f"gunicorn {server.base_url}: {args.workers} workers x {args.threads} threads, DEBUG off; "
-              f"{args.products:,} {PREFIX} products among the catalog's")  # fmt: skip
+    with h.Gunicorn(workers=args.workers, threads=args.threads, app="bench.catalog:sql_probe") as server:
         for name, spec_list in specs.items():
             status, body = h.http_call(server.base_url, "GET", spec_list[0].path)
             if status != 200:
@@ -78,8 +58,6 @@ def main(argv=None) -> int:
     column = {"SQL statements": lambda r: f"{r.probe} ({r.probe / max(r.answered, 1):.5f}/req)"}
     ratios = h.print_endpoints(summary, f"{args.duration:g} s", args.rounds, "/healthz", column)
     ok = all(ratio >= GOAL and summary[name].bad_status == 0 for name, (ratio, _) in ratios.items())
-    print("SQL statements: sent by the measured requests, all processes; the catalog's only query once warm is the")
-    print("stock hints' refresh, one per process at most every 5 s. by CPU: healthz's CPU per request over this one's.")
     print(f"goal catalog/healthz >= {GOAL}: {h.verdict(ok, 'met', 'NOT met')}")
     return 1 if args.check and not ok else 0
 

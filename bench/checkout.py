@@ -1,12 +1,7 @@
-"""Checkout throughput: place_order against the same work through plain psycopg (issue 4; bench/README.md).
+"""place_order against the same work through plain psycopg, (a) one hot SKU and (b) --skus SKUs: orders/s and
+the ratio (goal >= 0.6); the SQL statements of a k-line checkout (goal k + 6). Issue 4; bench/README.md.
 
-    python -m bench.checkout                                # 16 threads, 3 rounds of 1500 orders
-    python -m bench.checkout --orders 3000 --rounds 1 --skus 1000
-
-Scenarios (one-line carts, quantity 1): (a) one hot SKU, (b) --skus SKUs picked at random. Orders/s,
-p50/p99 and CPU per order of place_order and of the ceiling, the statements below through plain
-psycopg, and the ratio Django/psycopg (goal >= 0.6 on both, issue 26); then the SQL statements
-of a k-line checkout (goal k + 6, with the saved address and with one in the body)."""
+    python -m bench.checkout [--orders 3000 --rounds 1 --skus 1000]"""
 
 import hashlib
 import itertools
@@ -28,6 +23,10 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from bench import harness as h
+from core.hotcache import StaleCache, hot_cache
+from orders.services import place_order
+from shop.models import Product
+from shop.selectors import cached_products
 
 PREFIX = "BENCH-CO-"
 HOT_SKU = f"{PREFIX}HOT"
@@ -57,8 +56,6 @@ EVENT = ("INSERT INTO outbox_events (event_id, aggregate_type, aggregate_id, eve
 RESERVE = "UPDATE inventory SET available = available - %s, reserved = reserved + %s WHERE available >= %s AND sku = %s"
 PRICES: dict[str, tuple[str, int]] = {}  # sku -> (name, price): the ceiling's hot cache, filled before the runs
 CEILING_STATEMENTS = 5  # besides COMMIT
-TABLES = ("shop_product", "shop_address", "order_pending_counts", "orders", "order_unpaid_holds", "outbox_events",
-          "inventory")  # fmt: skip
 
 
 def parse_args(argv=None):
@@ -66,12 +63,10 @@ def parse_args(argv=None):
                  orders=(1500, "measured orders per run"),
                  rounds=(3, "runs per scenario and side, interleaved; the median run is reported"),
                  warmup=(10, "unmeasured orders per thread before each run"), skus=(1000, "SKUs of scenario (b)"),
-                 seed=(4, "random seed of the SKU picks"), scenarios=("ab", "which scenarios to run: a, b or ab"))
+                 scenarios=("ab", "which scenarios to run: a, b or ab"))
     args = p.parse_args(argv)
-    if args.threads < 1 or args.rounds < 1 or args.orders < args.threads or args.skus < 15:
-        p.error("need --threads >= 1, --rounds >= 1, --orders >= --threads, --skus >= 15")
-    if not args.scenarios or not set(args.scenarios) <= {"a", "b"}:
-        p.error("--scenarios: a, b or ab")
+    if args.orders < args.threads or args.skus < 15 or not set(args.scenarios) <= {"a", "b"}:
+        p.error("need --orders >= --threads, --skus >= 15, --scenarios a, b or ab")
     return args
 
 
@@ -79,8 +74,7 @@ Job = namedtuple("Job", "customer_id key sku")
 
 
 def psycopg_order(conn, cur, job: Job) -> bool:
-    """One checkout through the ceiling's statements, its values computed as place_order computes
-    them (request hash, total, expiry, the event's payload). Rolled back when it fails."""
+    """One checkout through the ceiling's statements, its values computed as place_order computes them."""
     name, price = PRICES[job.sku]
     currency, now = settings.SHOP_CURRENCY, timezone.now()
     expires_at = now + timedelta(seconds=settings.ORDER_PAYMENT_TIMEOUT_SECONDS)
@@ -114,25 +108,16 @@ def psycopg_order(conn, cur, job: Job) -> bool:
 
 
 def django_cursor(conn):
-    """The cursor Django's settings give it: parameters bound on the server (and statements psycopg
-    prepares once run prepare_threshold times) with OPTIONS server_side_binding, else on the client."""
+    """The cursor Django's settings give it: server-side binding with OPTIONS server_side_binding."""
     server_side = connection.settings_dict["OPTIONS"].get("server_side_binding")
     return psycopg.Cursor(conn) if server_side else psycopg.ClientCursor(conn)
 
 
-STALE_RETRIES = [0]  # place_order calls retried after StaleCache
-
-
 def django_order(job: Job, address: dict | None = None):
-    """place_order as the API calls it: on StaleCache (the hot-cache generation moved, e.g. a product
-    changed meanwhile) the caches are dropped and the call is made once more (HotCacheApiView)."""
-    from core.hotcache import StaleCache, hot_cache
-    from orders.services import place_order
-
+    """place_order as the API calls it: once more after StaleCache, the caches dropped (HotCacheApiView)."""
     try:
         return place_order(customer_id=job.customer_id, idempotency_key=job.key, shipping_address=address)
     except StaleCache:
-        STALE_RETRIES[0] += 1
         hot_cache.clear()
         return place_order(customer_id=job.customer_id, idempotency_key=job.key, shipping_address=address)
 
@@ -154,8 +139,7 @@ class RunResult:
 
 
 def run_threads(side: str, jobs: list[Job], warm: list[Job], threads: int) -> RunResult:
-    """`threads` threads, thread t taking jobs t, t + threads, ...; each does its warm-up jobs, then
-    all start together; the run lasts from the common start to the last thread's last order."""
+    """`threads` threads, each warmed up with its share of `warm`, then timed from a common start to the last order."""
     gate = threading.Barrier(threads + 1)
     latencies: list[list[float]] = [[] for _ in range(threads)]
     errors: list[str] = []
@@ -228,51 +212,32 @@ def same_work(customer_id: int, sku: str, key: str) -> list[str]:
 
 
 def count_statements(customer_id: int, skus: list[str], k: int, key: str, address: dict | None = None) -> tuple:
-    """Statements of one checkout of a k-line cart, in autocommit mode (no surrounding transaction), to the
-    saved address or to `address` sent in the body: (CaptureQueriesContext count, execute_wrapper count,
-    what the wrapped statements are)."""
-    from shop.selectors import cached_products
-
+    """One checkout of a k-line cart outside any transaction: (CaptureQueriesContext, execute_wrapper) counts."""
     cached_products(skus=skus[:k])  # a checkout in steady state: the prices in the hot cache
-    seen: list[tuple[str, bool]] = []
+    seen: list[str] = []
 
     def wrapper(execute, sql, params, many, context):
-        seen.append((sql, connection.in_atomic_block))
+        seen.append(sql)
         return execute(sql, params, many, context)
 
     h.fill_carts([(customer_id, {sku: 1 for sku in skus[:k]})])
     with CaptureQueriesContext(connection) as ctx, connection.execute_wrapper(wrapper):
         django_order(Job(customer_id, key, ""), address)
-    kinds, in_transaction = [], False
-    for sql, atomic in seen + [("", False)]:
-        if atomic != in_transaction:
-            kinds.append("BEGIN" if atomic else "COMMIT")
-        in_transaction = atomic
-        if sql:  # the first keyword and the first table the statement names
-            words = sql.replace('"', " ").split()
-            table = next((w for w in words if w in TABLES), "?")
-            kinds.append(f"{words[0].upper()} {table}" + ("" if atomic else " (autocommit)"))
-    return len(ctx.captured_queries), len(seen), kinds
+    return len(ctx.captured_queries), len(seen)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     h.setup()
-    from shop.models import Product
-    from shop.selectors import cached_products
-
-    print(f"checkout bench: {args.threads} threads, {args.orders} measured orders per run "
-          f"(+{args.warmup} warm-up per thread), {h.where()}, DEBUG={settings.DEBUG}")  # fmt: skip
     lock = h.lock_or_exit(LOCK_KEY, "checkout")
-    h.leftovers(h.delete_orders(h.user_ids(PREFIX)))
+    h.delete_orders(h.user_ids(PREFIX))  # a killed run's
     warm_total = args.warmup * args.threads
-    per_run, run_id, rng = args.orders + warm_total, uuid.uuid4().hex[:8], random.Random(args.seed)
-    skus, t0 = [f"{PREFIX}{i:04d}" for i in range(1, args.skus + 1)], time.perf_counter()
+    per_run, run_id, rng = args.orders + warm_total, uuid.uuid4().hex[:8], random.Random(4)
+    skus = [f"{PREFIX}{i:04d}" for i in range(1, args.skus + 1)]
     h.ensure_products([HOT_SKU, *skus], STOCK + 2 * args.rounds * per_run + 100)  # a run reserves per_run at most
     shoppers = h.ensure_users(per_run + 1, prefix=PREFIX)
     PRICES.update({sku: (name, price) for sku, name, price in Product.objects.filter(
         sku__in=[HOT_SKU, *skus], is_active=True).values_list("sku", "name", "price")})  # fmt: skip
-    print(f"data ready in {time.perf_counter() - t0:.1f} s: {len(PRICES)} products, {len(shoppers)} shoppers")
     cached_products(skus=list(PRICES))  # place_order's hot cache holds the prices, as the ceiling's PRICES
     results: dict[str, dict[str, list[RunResult]]] = {}
     try:
@@ -292,15 +257,14 @@ def main(argv=None) -> int:
             result = run_threads(side, jobs[warm_total:], jobs[:warm_total], args.threads)
             results.setdefault(scenario, {}).setdefault(side, []).append(result)
     finally:
-        done = h.delete_orders(h.user_ids(PREFIX))
+        h.delete_orders(h.user_ids(PREFIX))
         connection.close()
         lock.close()
 
     titles, ok = {"a": "(a) 1 hot SKU", "b": f"(b) {args.skus} SKUs, random"}, True
     rounds = f"median of {args.rounds} interleaved runs" if args.rounds > 1 else "one run"
-    print(f"\nplace_order vs the same work through plain psycopg: {args.threads} threads, {args.orders} orders a run,")
-    print(f"{rounds}. The psycopg side makes no Redis call (Django's also reads and clears the cart).")
-    print("CPU ms/order: CPU time of this Python process (all threads) per order.")
+    print(f"\nplace_order vs the same work through plain psycopg: {args.threads} threads, {args.orders} orders a run,"
+          f" {rounds}; CPU ms/order: this process's")  # fmt: skip
     print(f"{'scenario':<24}{'side':<10}{'orders/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'CPU ms/order':>14}{'errors':>8}"
           "   orders/s of each run")  # fmt: skip
     for scenario, sides in results.items():
@@ -318,8 +282,6 @@ def main(argv=None) -> int:
         for side, runs in sides.items():
             for error in [e for run in runs for e in run.errors][:3]:
                 print(f"{'':<24}{side} error: {error}")
-    if STALE_RETRIES[0]:
-        print(f"({STALE_RETRIES[0]} place_order calls met StaleCache and were retried once, as the API does)")
     if differences or counts[1][1] != CEILING_STATEMENTS:
         ok = False
         print(f"the ceiling no longer does place_order's work: update bench/checkout.py. place_order sent "
@@ -327,17 +289,14 @@ def main(argv=None) -> int:
               f"rows that differ: {differences or 'none'}")  # fmt: skip
     else:
         print("the ceiling wrote the same rows as place_order (an order each way, compared) with as many statements")
-    print("\nSQL statements per checkout of a k-line cart (one place_order outside any transaction, caches warm; "
-          "execute_wrapper sees\nonly cursor statements, BEGIN and COMMIT are added; CaptureQueriesContext logs them):")
-    for label, (captured, wrapped, _kinds) in counts.items():
+    print("\nSQL statements per checkout of a k-line cart (caches warm; execute_wrapper + BEGIN + COMMIT):")
+    for label, (captured, wrapped) in counts.items():
         goal = int(str(label).split(",")[0]) + STATEMENT_GOAL_EXTRA
         ok &= (met := wrapped + 2 <= goal)
         print(f"  k={label}: execute_wrapper {wrapped} + BEGIN + COMMIT = {wrapped + 2}; CaptureQueriesContext "
               f"{captured}  (goal <= k + {STATEMENT_GOAL_EXTRA} = {goal})  {h.verdict(met)}")  # fmt: skip
-    print(f"  k=1: {', '.join(counts[1][2])}")
-    print(f"\ncleanup: {done['orders']} orders and {done['events']} outbox events deleted, "
-          f"stock given back on {done['skus_restored']} SKUs")  # fmt: skip
     return 1 if args.check and not ok else 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,11 +1,13 @@
-"""What the benches share (bench/README.md): Django set-up, the processes they start and stop, bench
-data made in bulk, the one clean-up of bench orders, the wrk load generator, their options and figures."""
+"""What the benches share (bench/README.md): the processes they start and stop, bench data made in bulk, the one
+clean-up of bench orders, the wrk load generator, their options and figures."""
 
 import argparse
 import atexit
 import contextlib
 import ctypes
+import functools
 import http.client
+import importlib
 import json
 import math
 import os
@@ -31,33 +33,37 @@ from django.contrib.auth.hashers import make_password
 from django.db import connection, transaction
 from django.utils import timezone
 from django_redis import get_redis_connection
+from knox.crypto import hash_token
+from knox.models import AuthToken
+
+from bench import PRODUCTION_LIKE_ENV
+from cart.storage import cart_key
+from core.authentication import remember_tokens
+from core.hotcache import bump_generation
+from core.kafka import admin_client
+from core.ratelimit import window_key
+from inventory import gate
+from inventory.models import FlashSale, Stock, StockMovement
+from inventory.services.flash_sales import end_flash_sale
+from orders.models import Notification, OrderItem, OrderStatus, Payment, PendingOrderCount, Refund
+from orders.services.holds import give_back_holds
+from orders.services.queue_admission import forget_queue, order_key
+from outbox.relay import new_producer
+from outbox.topics import ensure_topics
+from shop.models import Address, Product
+from shop.services import ADDRESS_KEPT_SECONDS, address_key
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = ROOT / ".venv" / "bin"
 LUA = Path(__file__).with_name("wrk.lua")
 HOST = "127.0.0.1"
 PASSWORD = "bench-password-not-secret"  # bench shoppers on the development database only
-LIFTED = dict.fromkeys(  # bench shoppers hold many unpaid orders
-    ["MAX_PENDING_ORDERS_PER_CUSTOMER", "MAX_UNPAID_UNITS_PER_SKU", "MAX_UNPAID_UNITS_PER_ADDRESS"], "1000000000"
-)
-# DEBUG off needs secrets of its own, made afresh for each run (a committed one would be refused).
-PRODUCTION_LIKE_ENV = {"DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(64), "SECURE_SSL_REDIRECT": "0",
-                       "PAYMENT_WEBHOOK_SECRET": secrets.token_urlsafe(40), "LOG_LEVEL": "WARNING",
-                       **LIFTED}  # fmt: skip
-DEVELOPMENT_ENV = {"DEBUG": "1", **LIFTED}
 
 
 def setup() -> None:
-    """Django on config.settings, production-like (values already in the environment win), on the
-    development database and Redis; SIGTERM and SIGHUP unwind through the benches' clean-ups."""
-    for key, value in PRODUCTION_LIKE_ENV.items():
-        os.environ.setdefault(key, value)
-    os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
+    """SIGTERM and SIGHUP unwind through the benches' clean-ups (Django is set up on import: bench/__init__.py)."""
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, lambda signum, frame: sys.exit(128 + signum))
-    import django
-
-    django.setup()
 
 
 class _Help(argparse.RawDescriptionHelpFormatter):
@@ -79,10 +85,9 @@ SHARED = {  # options several benches have: name -> (default, help); a bench may
 }
 
 
-def parser(doc: str, *shared: str, prog: str | None = None, **own) -> argparse.ArgumentParser:
-    """A bench's options: the `shared` ones by name (SHARED; name=default in `own` changes a default), then its
-    `own`, name=(default, help), each of its default's type (False: a flag); the help shows the defaults."""
-    p = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=_Help)
+def parser(doc: str, *shared: str, **own) -> argparse.ArgumentParser:
+    """The `shared` options by name (name=default in `own` changes a default), then `own`: name=(default, help)."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=_Help)
     options = {name: SHARED[name] for name in shared}
     for name, spec in own.items():
         options[name] = spec if isinstance(spec, tuple) else (spec, options[name][1])
@@ -108,16 +113,6 @@ def lock_or_exit(key: int, bench: str):
     return conn
 
 
-def leftovers(removed: dict) -> None:
-    if any(removed.values()):
-        print(f"removed leftovers of an earlier run: {removed}")
-
-
-def where() -> str:
-    db = connection.settings_dict
-    return f"database {db['NAME']}@{db['HOST']}:{db['PORT']}, Redis {settings.CACHES['default']['LOCATION']}"
-
-
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
@@ -133,8 +128,7 @@ def process_cpu_seconds(pid: int) -> float:
 
 
 class Child:
-    """A subprocess, stopped however the bench exits: by stop() (SIGTERM, then SIGKILL; its process group
-    with `group`), at exit, and by the kernel (PR_SET_PDEATHSIG). Its log is kept unless it exits cleanly."""
+    """A subprocess stopped however the bench exits (stop(), atexit, PR_SET_PDEATHSIG); its log kept if it fails."""
 
     def __init__(self, name: str, command: list[str], env: dict | None = None, *, pipe_stdout=False, group=False):
         self.name, self.command, self.pipe_stdout, self.group = name, command, pipe_stdout, group
@@ -175,10 +169,10 @@ class Child:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signum) if self.group else proc.send_signal(signum)
 
-    def stop(self, timeout: float = 20.0, keep_log: bool = False) -> int | None:
+    def stop(self, timeout: float = 20.0) -> None:
         proc, self.proc = self.proc, None
         if proc is None:
-            return None
+            return
         if proc.poll() is None:
             self._kill(proc, signal.SIGTERM)
             try:
@@ -190,14 +184,11 @@ class Child:
             self._kill(proc, signal.SIGKILL)  # whatever of the group is left (a Celery pool child)
         with contextlib.suppress(OSError):
             self.log.close()
-            if not keep_log and proc.returncode in (0, -signal.SIGTERM):
+            if proc.returncode in (0, -signal.SIGTERM):
                 os.unlink(self.log.name)
-        return proc.returncode
 
 
 def wait_until(ready, seconds: float, failure: str, *children: Child, every: float = 0.1) -> None:
-    """Polls ready() until it is true; RuntimeError (`failure` and the children's logs) after `seconds` or as
-    soon as one of the `children` has exited."""
     deadline = time.monotonic() + seconds
     while not ready():
         if (dead := [c for c in children if not c.alive()]) or time.monotonic() > deadline:
@@ -213,35 +204,34 @@ def free_port() -> int:
 
 
 class Gunicorn(Child):
-    """`gunicorn APP` on a free 127.0.0.1 port (config.wsgi by default); `with Gunicorn(...) as server:`."""
-
     def __init__(self, *, workers=2, threads=4, env=None, extra_args: Sequence[str] = (), app="config.wsgi"):
         self.port = free_port()
         self.base_url = f"http://{HOST}:{self.port}"
         command = [str(VENV_BIN / "gunicorn"), app, "--bind", f"{HOST}:{self.port}", "--workers", str(workers),
                    "--threads", str(threads), "--graceful-timeout", "10",
                    "--no-control-socket", *extra_args]  # fmt: skip - the default socket may be a dev server's
-        super().__init__("gunicorn", command, env)
+        super().__init__("gunicorn", command, {**PRODUCTION_LIKE_ENV, **(env or {})})
 
-    def start(self, boot_timeout: float = 60.0):
+    def start(self):
         super().start()
-        deadline, last = time.monotonic() + boot_timeout, "no answer"
-        while time.monotonic() < deadline and self.alive():
-            with contextlib.suppress(OSError, http.client.HTTPException):
-                status, body = http_call(self.base_url, "GET", "/healthz", timeout=2)
-                if status == 200:
-                    return self
-                last = f"{status} {body[:300]!r}"
-            time.sleep(0.1)
-        tail, log = self.tail(), self.log.name
-        self.stop(keep_log=True)
-        raise RuntimeError(f"gunicorn gave no 200 on /healthz (last: {last}; log {log}):\n{tail}")
+        wait_until(self.healthy, 60, "gunicorn gave no 200 on /healthz", self)
+        return self
+
+    def healthy(self) -> bool:
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            return http_call(self.base_url, "GET", "/healthz", timeout=2)[0] == 200
+        return False
 
     def __enter__(self):
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+@functools.cache
+def wsgi_application():  # config.wsgi's, imported in a server only: it starts warming a queue producer
+    return importlib.import_module("config.wsgi").application
 
 
 def http_call(base_url: str, method: str, path: str, headers=None, body=b"", timeout=10.0) -> tuple[int, bytes]:
@@ -260,11 +250,7 @@ BENCH_ADDRESS = {"name": "Bench shopper", "line1": "Calle Mayor 1", "line2": "",
 
 
 def ensure_users(count: int, *, prefix: str, password: str | None = None) -> list[int]:
-    """Users {prefix}00001... in bulk, one password hash (None: unusable), each with the pending-order
-    counter the account signal gives and a saved shipping address (checkouts send no body); their ids."""
-    from orders.models import PendingOrderCount
-    from shop.models import Address
-
+    """Users {prefix}00001... in bulk with the account signal's pending-order counter and a saved address; ids."""
     user_model = get_user_model()
     names = [f"{prefix}{i:05d}" for i in range(1, count + 1)]
     with transaction.atomic():
@@ -289,13 +275,7 @@ def user_ids(prefix: str) -> list[int]:
 
 
 def ensure_shoppers(count: int, *, prefix: str) -> list[Shopper]:
-    """`count` shoppers with fresh API tokens (the database keeps only digests), in bulk, written
-    through to Redis as the token API does."""
-    from knox.crypto import hash_token
-    from knox.models import AuthToken
-
-    from core.authentication import remember_tokens
-
+    """Users with fresh API tokens, written through to Redis as the token API does."""
     ids = ensure_users(count, prefix=prefix, password=PASSWORD)
     with transaction.atomic():
         # No signals: these tokens are in no process's cache (a bench starts its own servers).
@@ -309,11 +289,6 @@ def ensure_shoppers(count: int, *, prefix: str) -> list[Shopper]:
 
 
 def ensure_products(skus: list[str], min_available: int) -> None:
-    """Products with at least `min_available` units available, received with a ledger entry. Bulk."""
-    from core.hotcache import bump_generation
-    from inventory.models import Stock, StockMovement
-    from shop.models import Product
-
     with transaction.atomic():
         existing = dict(Product.objects.filter(sku__in=skus).values_list("sku", "is_active"))
         missing = [sku for sku in skus if sku not in existing]
@@ -341,17 +316,11 @@ def _delete_keys(redis, keys: list) -> None:
 
 
 def checkout_window(customer_id: int) -> str:
-    from core.ratelimit import window_key
-
     return window_key("checkout", f"user:{customer_id}")
 
 
 def fill_carts(carts: list[tuple[int, dict[str, int]]]) -> None:
-    """Exactly these carts in Redis, checkout rate limits reset, and each shopper's saved address
-    (BENCH_ADDRESS) where the shop keeps it once saved through the API (shop.services.set_default_address)."""
-    from cart.storage import cart_key
-    from shop.services import ADDRESS_KEPT_SECONDS, address_key
-
+    """Exactly these carts, checkout rate limits reset, each shopper's saved address as set_default_address keeps it."""
     redis, address = get_redis_connection("default"), json.dumps(BENCH_ADDRESS)
     for start in range(0, len(carts), 2000):
         pipe = redis.pipeline(transaction=False)
@@ -363,17 +332,8 @@ def fill_carts(carts: list[tuple[int, dict[str, int]]]) -> None:
         pipe.execute()
 
 
-def delete_orders(customer_ids: list[int]) -> dict[str, int]:
-    """The one clean-up of bench orders: their open orders' reservations and unpaid holds given back, their outbox
-    events, refunds, payments, notifications, items and the orders deleted, the customers' pending
-    slots freed; then their carts, checkout rate-limit windows, replay markers and queued checkouts
-    (queue:key:{customer}:*, queue:order:{id}; written or not). Idempotent."""
-    from cart.storage import cart_key
-    from inventory import gate
-    from orders.models import Notification, OrderItem, OrderStatus, Payment, Refund
-    from orders.services import queue
-    from orders.services.holds import give_back_holds
-
+def delete_orders(customer_ids: list[int]) -> None:
+    """The one clean-up of bench orders and what they hold (bench/README.md). Idempotent."""
     holding = [str(OrderStatus.PENDING_PAYMENT), str(OrderStatus.PAID)]  # a cancelled order gave it back
     connection.close_if_unusable_or_obsolete()  # a failed run may leave a broken connection behind
     with transaction.atomic(), connection.cursor() as cursor:
@@ -386,65 +346,43 @@ def delete_orders(customer_ids: list[int]) -> dict[str, int]:
             FROM (SELECT i.sku, SUM(i.quantity) AS q FROM order_items i JOIN orders o ON o.id = i.order_id
                   WHERE o.id = ANY(%s) AND o.status = ANY(%s) GROUP BY i.sku) AS r
             WHERE s.sku = r.sku""", [ids, holding])  # fmt: skip
-        restored = cursor.rowcount
         give_back_holds(order_ids=ids)  # before the items go: it reads them
         cursor.execute("DELETE FROM outbox_events WHERE aggregate_type = 'order' AND aggregate_id = ANY(%s)",
                        [[str(i) for i in ids]])  # fmt: skip
-        events = cursor.rowcount
         for model in (Refund, Payment, Notification, OrderItem):
             cursor.execute(f"DELETE FROM {model._meta.db_table} WHERE order_id = ANY(%s)", [ids])
         cursor.execute("DELETE FROM orders WHERE id = ANY(%s)", [ids])
         cursor.execute("UPDATE order_pending_counts SET pending = 0 WHERE customer_id = ANY(%s)", [customer_ids])
     redis, customers = get_redis_connection("default"), set(customer_ids)
     _delete_keys(redis, [k for c in customer_ids for k in (cart_key(c), checkout_window(c))])
-    _delete_keys(gate.connection(), markers := [gate.replay_key(c, key) for _, c, key in orders])
+    _delete_keys(gate.connection(), [gate.replay_key(c, key) for _, c, key in orders])
     queued = [k for k in redis.scan_iter("queue:key:*", count=10_000) if int(k.split(b":")[2]) in customers]
-    _delete_keys(redis, queued + [queue.order_key(int(i)) for i in (redis.mget(queued) if queued else []) if i])
-    return {"orders": len(ids), "events": events, "skus_restored": restored, "markers": len(markers)}
+    _delete_keys(redis, queued + [order_key(int(i)) for i in (redis.mget(queued) if queued else []) if i])
 
 
-def delete_products(prefix: str) -> dict[str, int]:
-    from core.hotcache import bump_generation
-
-    counts = {}
+def delete_products(prefix: str) -> None:
     with transaction.atomic(), connection.cursor() as cursor:
         for table in ("inventory_stockmovement", "inventory", "shop_product"):
             cursor.execute(f"DELETE FROM {table} WHERE sku LIKE %s", [prefix.replace("_", "\\_") + "%"])
-            counts[table] = cursor.rowcount
-        if counts["shop_product"]:
-            transaction.on_commit(bump_generation)  # raw deletes send no signals
-    return counts
+        if cursor.rowcount:  # products deleted (raw deletes send no signals)
+            transaction.on_commit(bump_generation)
 
 
-def end_sale(sku: str) -> bool:
-    """The flash sale of `sku` ended if open (whether it was) and its queue forgotten."""
-    from inventory.models import FlashSale
-    from inventory.services.flash_sales import end_flash_sale
-    from orders.services.queue import forget_queue
-
+def end_sale(sku: str) -> None:
     forget_queue(sku=sku)
-    if was_open := FlashSale.objects.filter(product_id=sku).exists():
+    if FlashSale.objects.filter(product_id=sku).exists():
         end_flash_sale(sku=sku)
-    return was_open
 
 
-def delete_topics(topics: list[str]) -> str:
-    from core.kafka import admin_client
-
+def delete_topics(topics: list[str]) -> None:
     admin = admin_client()  # kept alive until the futures are done
-    try:
+    with contextlib.suppress(Exception):  # the broker may not support it; the topics are the bench's own
         for future in admin.delete_topics(topics, operation_timeout=10, request_timeout=10).values():
             future.result(timeout=10)
-        return "deleted"
-    except Exception as exc:  # the broker may not support it; the topics are the bench's own
-        return f"not deleted ({type(exc).__name__}: {str(exc)[:120]})"
 
 
 def queue_topic(name: str) -> dict[str, str]:
-    """A checkout topic of the run's own for queue-mode flash sales, and a consumer group prefix, in this
-    process's settings; returns the environment that gives them to gunicorn and write_queued_orders."""
-    from outbox.topics import ensure_topics
-
+    """A checkout topic and consumer group prefix of the run's own, here and in the environment returned."""
     settings.KAFKA_CHECKOUT_TOPIC, settings.KAFKA_CONSUMER_GROUP_PREFIX = name, f"{name}."
     ensure_topics(topics=[name])
     return {"KAFKA_CHECKOUT_TOPIC": name, "KAFKA_CONSUMER_GROUP_PREFIX": f"{name}."}
@@ -455,10 +393,7 @@ def queue_writer(env: dict) -> Child:
 
 
 def produce(topic: str, messages, producer=None, *, each=False) -> int:
-    """(key, value[, headers]) messages through `producer` (default: a new one of the relay's, acks=all), all
-    delivered when it returns (with `each`: a send-and-wait per message); returns the delivery errors."""
-    from outbox.relay import new_producer
-
+    """(key, value[, headers]) messages, all delivered on return (`each`: a send-and-wait each); the errors."""
     producer, errors = producer or new_producer(), []
     for key, value, *headers in messages:
         while True:
@@ -476,23 +411,6 @@ def produce(topic: str, messages, producer=None, *, each=False) -> int:
     return len(errors)
 
 
-def cache_generation() -> int:
-    from core.hotcache import GENERATION_KEY
-
-    return int(get_redis_connection("default").get(GENERATION_KEY) or 0)
-
-
-@contextlib.contextmanager
-def generation_watch(during: str, then: str):
-    """Warns when the hot-cache generation moved during the block (another process changed products, tokens or
-    users), `then` saying what that cost."""
-    before = cache_generation()
-    yield
-    if moved := cache_generation() - before:
-        print(f"warning: the hot-cache generation moved {moved} time(s) during {during} (another process changed "
-              f"products, tokens or users): {then}", file=sys.stderr)  # fmt: skip
-
-
 def lua_string(value: str) -> str:
     return '"' + "".join(c if c.isalnum() or c in " -_./:{}[],'" else f"\\{ord(c):03d}" for c in value) + '"'
 
@@ -508,9 +426,6 @@ def raw_request(spec: Spec, host: str) -> str:
 
 @dataclass
 class Run:
-    """records (with record=True): (status, latency ms, error code, SQL counts or None, time.monotonic() of
-    the answer)."""
-
     client: str
     concurrency: int
     sent: int
@@ -521,7 +436,7 @@ class Run:
     p50_ms: float
     p99_ms: float
     cpu_seconds: float  # the server's (gunicorn master and workers) during the run
-    records: list = field(default_factory=list, repr=False)
+    records: list = field(default_factory=list, repr=False)  # (status, ms, error code, SQL counts, monotonic time)
     probe: int | None = None  # what measure_endpoints' probe counted during the run
 
     @property
@@ -537,11 +452,8 @@ class Run:
 
 
 def run_wrk(server: Gunicorn, *, specs: Sequence[Spec] = (), numbered: tuple = (), count: int | None = None,
-            duration: float | None = None, concurrency=16, threads=1, record=False, progress=None) -> Run:  # fmt: skip
-    """wrk, closed loop: `concurrency` keep-alive connections over `threads` threads, each sending its
-    next request when the previous answer arrived; `count` requests (capped in time) or `duration`
-    seconds; cycling through `specs`, or numbered requests (prefix, tokens, who) as bench/wrk.lua
-    says. `progress.update(n)` is called as answers come (count runs)."""
+            duration: float | None = None, concurrency=16, threads=1, record=False) -> Run:  # fmt: skip
+    """wrk, closed loop, `count` requests or `duration` s: `specs` in turn, or numbered requests (bench/wrk.lua)."""
     if shutil.which("wrk") is None:
         raise SystemExit("wrk not found: apt-get install -y wrk (make bench-tools)")
     threads = max(1, min(threads, concurrency, count or concurrency))
@@ -563,9 +475,7 @@ def run_wrk(server: Gunicorn, *, specs: Sequence[Spec] = (), numbered: tuple = (
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         output, finished = [], 0
         for line in proc.stdout:
-            if line.startswith("P "):
-                if progress is not None:
-                    progress.update(int(line.split()[1]))
+            if line.startswith("P "):  # progress
                 continue
             output.append(line)
             finished += line.startswith("BENCH_THREAD_DONE")
@@ -597,8 +507,7 @@ def run_wrk(server: Gunicorn, *, specs: Sequence[Spec] = (), numbered: tuple = (
 
 
 def measure_endpoints(server, specs: dict[str, list[Spec]], *, rounds: int, warmup: float, probe=None, **load):
-    """Each endpoint warmed up for `warmup` s (every worker's caches and connection pools filled), then `rounds`
-    rounds of every endpoint in turn (a run's `probe` is probe() after - before); the median run of each."""
+    """Each endpoint warmed up, then `rounds` rounds of every endpoint in turn; the median run of each."""
     for spec_list in specs.values() if warmup > 0 else ():
         run_wrk(server, specs=spec_list, **{**load, "count": None, "duration": warmup})
     runs: dict[str, list[Run]] = {name: [] for name in specs}
@@ -612,8 +521,7 @@ def measure_endpoints(server, specs: dict[str, list[Spec]], *, rounds: int, warm
 
 
 def print_endpoints(runs: dict[str, Run], how: str, rounds: int, ratio: str, extra=None) -> dict[str, tuple]:
-    """The endpoints' table, each but the first (the base) with its requests/s over the base's and the base's CPU
-    per request over its own (by CPU); `extra`: more columns, title -> f(run). Returns name -> the two ratios."""
+    """The endpoints' table, each but the first with its ratios to it (requests/s, and CPU per request inverted)."""
     (_, base), extra = next(iter(runs.items())), extra or {}
     ratios = {name: (r.rps / base.rps if base.rps else 0.0, base.cpu_ms / r.cpu_ms if r.cpu_ms else None)
               for name, r in list(runs.items())[1:]}  # fmt: skip
@@ -635,17 +543,14 @@ def pct(values: list[float], p: float) -> float:
 
 
 def latency(ms: list[float], *ps: float) -> str:
-    """'p50 1.2 ms, p99 3.4 ms' of `ms` (by default), '-' when empty."""
     return ", ".join(f"p{p:g} {pct(ms, p):.1f} ms" for p in ps or (50, 99)) if ms else "-"
 
 
-def median(runs: list, key):
-    """The median run by `key` (of an even count, the lower middle one)."""
+def median(runs: list, key):  # of an even count, the lower middle one
     return sorted(runs, key=key)[(len(runs) - 1) // 2]
 
 
 def each(values, spec: str = ".2f", sep: str = " ") -> str:
-    """Every round's figure, for the lines that give a median."""
     return sep.join(f"{v:{spec}}" for v in values)
 
 
@@ -654,28 +559,11 @@ def verdict(met: bool, yes: str = "ok", no: str = "MISSED") -> str:
 
 
 def print_checks(checks: Sequence[tuple], title: str | None = None, yes: str = "ok", no: str = "MISSED") -> bool:
-    """(label, met[, detail]) lines as '[ok] label: detail' or '[MISSED] ...'; whether all were met."""
     if title:
         print(f"\n{title}")
     for label, met, *detail in checks:
         print(f"  [{verdict(met, yes, no)}] {label}" + (f": {detail[0]}" if detail else ""))
     return all(met for _, met, *_ in checks)
-
-
-def cpu_times(since: tuple[int, int] | None = None):
-    """The machine's (total, idle) CPU ticks; with `since`, the share of the CPUs busy since those."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    total, idle = sum(fields), fields[3] + fields[4]
-    return (total, idle) if since is None else 1 - (idle - since[1]) / max(1, total - since[0])
-
-
-def warn_if_busy(threshold: float = 0.2) -> None:
-    before = cpu_times()
-    time.sleep(1.0)
-    if (busy := cpu_times(since=before)) > threshold:
-        print(f"warning: the CPUs were {busy:.0%} busy before the bench started (os.cpu_count() = {os.cpu_count()}):"
-              " other processes compete with the server and the client, figures will be low and noisy",
-              file=sys.stderr)  # fmt: skip
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:

@@ -1,11 +1,7 @@
-"""The hoard probe (issue 25; bench/README.md): how many units of one SKU can one client
-address keep off sale with fresh accounts and unpaid orders?
+"""How many units of one SKU one client address keeps off sale with fresh accounts and unpaid orders, without
+and with the caps. Issue 25; bench/README.md.
 
-    python -m bench.hoard [--accounts 10] [--stock 145]
-
-Each account made just now places as many unpaid orders as it may, each for as many units as it can
-get (99, else the largest quantity not refused); once with the anti-hoarding caps out of reach
-(before), once with the settings' caps (after). Prints the units held and for how long."""
+    python -m bench.hoard [--accounts 10] [--stock 145]"""
 
 import sys
 import uuid
@@ -14,6 +10,10 @@ from django.conf import settings
 from django.utils import timezone
 
 from bench import harness as h
+from core.exceptions import DomainError
+from inventory.services.stock import set_available_stock
+from orders.models import Order
+from orders.services import place_order
 
 PREFIX = "BENCH-HOARD-"
 SKU, ADDRESS = f"{PREFIX}MUG", "192.0.2.99"
@@ -21,10 +21,6 @@ SKU, ADDRESS = f"{PREFIX}MUG", "192.0.2.99"
 
 def probe(accounts: list[int], *, caps: dict, run: str) -> tuple[int, float]:
     """(units held, seconds until the first of them is back on sale)."""
-    from core.exceptions import DomainError
-    from orders.models import Order
-    from orders.services import place_order
-
     for name, value in caps.items():
         setattr(settings, name, value)
     held, joined = 0, timezone.now()
@@ -44,11 +40,9 @@ def probe(accounts: list[int], *, caps: dict, run: str) -> tuple[int, float]:
 
 
 def main(argv=None) -> int:
-    args = h.parser(__doc__, prog="python -m bench.hoard", accounts=(10, "accounts made just now"),
+    args = h.parser(__doc__, accounts=(10, "accounts made just now"),
                     stock=(145, "units of the SKU")).parse_args(argv)
     h.setup()
-    from inventory.services.stock import set_available_stock
-
     accounts = h.ensure_users(args.accounts, prefix=f"{PREFIX}A")
     run = uuid.uuid4().hex[:8]
     h.ensure_products([SKU], 0)

@@ -1,8 +1,6 @@
-"""`manage.py load_catalog` on a generated CSV: a first import (all new SKUs) and a re-import with
-changed prices and stock (bench/README.md).
+"""`manage.py load_catalog` on a generated CSV: a first import and a re-import, rows/s (bench/README.md).
 
-    python -m bench.load_catalog [--rows 100000]
-"""
+    python -m bench.load_catalog [--rows 100000]"""
 
 import csv
 import tempfile
@@ -13,6 +11,7 @@ from pathlib import Path
 from django.core.management import call_command
 
 from bench import harness as h
+from inventory.services import stock_audit
 
 PREFIX = "BENCH-CAT-"
 
@@ -28,8 +27,6 @@ def write_csv(path: Path, rows: int, *, bump: int = 0) -> None:
 def main() -> None:
     args = h.parser(__doc__, rows=(100_000, "rows of the CSV")).parse_args()
     h.setup()
-    from inventory.services import stock_audit
-
     h.delete_products(PREFIX)
     with tempfile.TemporaryDirectory() as tmp:
         first, second = Path(tmp, "first.csv"), Path(tmp, "second.csv")

@@ -1,14 +1,9 @@
-"""Queue checkout for flash sales (issue 17; bench/README.md).
+"""Queue checkout for flash sales (issue 17; bench/README.md): 1. the writer's orders/s against place_order,
+2. the drill in direct then queue mode, 3. regular orders' p99 with no sale, in direct mode and during a drain.
 
-    python -m bench.queue                              # parts 1, 2 and 3 at full size
-    python -m bench.queue --parts 1,3 --requests 10000 --rounds 1 --hot-orders 2000 --quiet-seconds 5
+    python -m bench.queue [--parts 1,3 --requests 10000 --rounds 1 --hot-orders 2000 --quiet-seconds 5]
     python -m bench.queue --parts 2 --drill "--attempts 5000 --shoppers 500 --stock 100 --refused-requests 2000"
-
-1. write_queued_orders drains --requests queued checkouts of one hot SKU (a checkout topic of the run's
-   own), timed from the first order written to the last, against place_order on the same SKU (16
-   threads, direct mode, as bench.checkout); 2. the drill (bench.flash_sale) in direct, then queue mode;
-3. regular place_order calls on 1,000 other SKUs at 100/s (a child process) with no sale, during direct
-   mode's hot load and during the writer's drain. Exit status 1 with --check when a goal is missed."""
+"""
 
 import argparse
 import hashlib
@@ -32,19 +27,21 @@ from django_redis import get_redis_connection
 from bench import checkout as co
 from bench import flash_sale
 from bench import harness as h
+from inventory.services.flash_sales import seed_flash_sale
+from orders.services.builder import PricedLine
+from orders.services.queue_admission import SKUS_KEY, QueuedRequest, pending_key
+from shop.selectors import cached_products
 
 PREFIX = "BENCH-Q-"  # products BENCH-Q-HOT, BENCH-Q-0001...; shoppers BENCH-Q-H00001... (hot), BENCH-Q-R00001...
 HOT, NAME, PRICE, STOCK = f"{PREFIX}HOT", "Bench queue item", 4_999, 10_000_000
 SKUS = [f"{PREFIX}{i:04d}" for i in range(1, 1001)]
-REGULAR = 1000  # shoppers of the regular orders, each ordering again every REGULAR / rate seconds
+REGULAR, RATE = 1000, 100.0  # part 3's regular orders: shoppers, each ordering again every REGULAR / RATE s; orders/s
 LOCK_KEY = 0x42_43_51_01
 CHURNED = "orders, order_items, outbox_events, outbox_pending, order_pending_counts, inventory"
 
 
 def background(n: int) -> None:
-    """n CANCELLED orders of shopper BENCH-Q-B00001 by COPY, deleted with the run's: an orders table as a shop's,
-    so that the planner checks the foreign keys to it by index, as in production (a generic plan made while the
-    table is empty stays a seq scan in a backend, autovacuum being off: the writer crawls, quadratically)."""
+    """n CANCELLED orders by COPY: with the table empty when analysed, the foreign-key checks to it seq scan."""
     customer, now = h.ensure_users(1, prefix=f"{PREFIX}B")[0], time.strftime("%Y-%m-%d %H:%M:%S+00", time.gmtime())
     with connection.cursor() as cursor, cursor.cursor.copy("COPY orders (idempotency_key, request_hash, status, "
                                                            "total_amount, currency, expires_at, created_at, "
@@ -53,20 +50,16 @@ def background(n: int) -> None:
             copy.write_row((f"bg-{i}", "-", "CANCELLED", 0, settings.SHOP_CURRENCY, now, now, customer))
 
 
-def vacuum() -> float:
-    """VACUUM (ANALYZE) what the checkouts churn, as autovacuum would (off on the development database)."""
-    began = time.perf_counter()
+def vacuum() -> None:  # as autovacuum would (off on the development database)
     with h.pg_connect(autocommit=True) as conn:
         conn.execute(f"VACUUM (ANALYZE) {CHURNED}")
-    return time.perf_counter() - began
 
 
 def parse_args(argv=None):
     p = h.parser(__doc__, "check", parts=("1,2,3", "which parts to run"), rounds=(5, "rounds of each part, medians"),
                  requests=(50_000, "queued requests per writer drain"), orders=(1500, "part 1 orders per round"),
                  threads=(16, "place_order threads on the hot SKU"), warmup=(10, "unmeasured orders per thread"),
-                 hot_orders=(5000, "part 3 direct mode's hot orders"), rate=(100.0, "part 3 regular orders/s"),
-                 quiet_seconds=(10.0, "part 3 window without a sale"),
+                 hot_orders=(5000, "part 3 direct mode's hot orders"), quiet_seconds=(10.0, "part 3 window, no sale"),
                  background=(100_000, "CANCELLED orders in the table meanwhile"),
                  drill=("", 'part 2: options for bench.flash_sale, e.g. "--attempts 5000"'))  # fmt: skip
     p.add_argument("--regular-child", metavar="FILE", help=argparse.SUPPRESS)
@@ -78,11 +71,7 @@ def parse_args(argv=None):
 
 
 def queued(n: int, customers: list[int], tag: str) -> tuple[list[int], list[tuple[bytes, bytes]]]:
-    """n admitted checkouts of the hot SKU as the API hands them to Kafka (key: the SKU), their ids from
-    the orders' sequence as allocate_order_id() takes them (here in one statement); (ids, messages)."""
-    from orders.services.builder import PricedLine
-    from orders.services.queue import SKUS_KEY, QueuedRequest, pending_key
-
+    """n admitted checkouts of the hot SKU as the API hands them to Kafka, ids from the orders' sequence."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT nextval(pg_get_serial_sequence('orders', 'id')) FROM generate_series(1, %s)", [n])
         ids = [row[0] for row in cursor.fetchall()]
@@ -97,10 +86,8 @@ def queued(n: int, customers: list[int], tag: str) -> tuple[list[int], list[tupl
 
 
 def drain(env: dict, n: int, customers: list[int], tag: str) -> dict:
-    """Produce n queued checkouts, then start write_queued_orders and time it from the first order written
-    to the last (one partition, ids ascending: the last id written means every one is), polling every 20 ms
-    (the time overstated by 20 ms at most: 0.2% of a 50,000-request drain). Every 5 ms, the poll was 200
-    statements a second of the bench's own, on the machine whose regular orders part 3 times meanwhile."""
+    """Produce n queued checkouts, then start write_queued_orders and time it from the first order written to the
+    last (one partition, ids ascending), polling every 20 ms (every 5 ms, the poll loaded the machine part 3 times)."""
     ids, messages = queued(n, customers, tag)
     if errors := h.produce(env["KAFKA_CHECKOUT_TOPIC"], messages):
         raise RuntimeError(f"{errors} queued checkouts not delivered to {env['KAFKA_CHECKOUT_TOPIC']}")
@@ -116,10 +103,10 @@ def drain(env: dict, n: int, customers: list[int], tag: str) -> dict:
                 raise RuntimeError(f"write_queued_orders {'exited' if not writer.alive() else 'too slow'}:\n"
                                    f"{writer.tail()}")  # fmt: skip
             if first is None and exists(ids[0]):
-                first, cpu0, machine = time.monotonic(), writer.cpu_seconds(), h.cpu_times()
+                first, cpu0 = time.monotonic(), writer.cpu_seconds()
                 before = poll.execute(count, [ids[0], ids[-1]]).fetchone()[0]  # the first batch (or more)
             if first is not None and exists(ids[-1]):
-                last, cpu, machine = time.monotonic(), writer.cpu_seconds() - cpu0, h.cpu_times(since=machine)
+                last, cpu = time.monotonic(), writer.cpu_seconds() - cpu0
             time.sleep(0.02)
         written, rejected, batches = poll.execute(count, [ids[0], ids[-1]]).fetchone()
     finally:
@@ -127,11 +114,10 @@ def drain(env: dict, n: int, customers: list[int], tag: str) -> dict:
         writer.stop()
     timed = n - before
     return {"rate": timed / (last - first), "seconds": last - first, "window": (first, last), "written": written,
-            "rejected": rejected, "cpu_ms": cpu * 1000 / timed, "batches": batches, "busy": machine}
+            "rejected": rejected, "cpu_ms": cpu * 1000 / timed, "batches": batches}
 
 
 def place(customers: list[int], n: int, args, tag: str) -> co.RunResult:
-    """place_order on the hot SKU (direct mode), args.threads threads as bench.checkout runs them."""
     warm = args.warmup * args.threads
     jobs = [co.Job(customers[i], f"{tag}-{i}", HOT) for i in range(n + warm)]
     h.fill_carts([(job.customer_id, {HOT: 1}) for job in jobs])
@@ -147,11 +133,11 @@ def part1(args, env: dict, hot: list[int], run_id: str) -> list:
         runs.append(p := place(hot, args.orders, args, f"{PREFIX}{run_id}-p{r}"))
         vacuum()
         drains.append(d := drain(env, args.requests, hot, f"{PREFIX}{run_id}-q{r}"))
-        done = h.delete_orders(hot)
+        h.delete_orders(hot)
         print(f"  round {r + 1}: place_order {p.rate:,.0f} orders/s ({h.latency([x * 1000 for x in p.latencies])}, "
               f"{p.cpu_ms:.2f} CPU ms/order, {len(p.errors)} errors); writer {d['rate']:,.0f} orders/s "
               f"({d['seconds']:.2f} s, {d['batches']} batches, {d['cpu_ms']:.3f} writer CPU ms/order, "
-              f"{d['written']:,} written, {d['rejected']} rejected); {done['orders']:,} orders deleted")  # fmt: skip
+              f"{d['written']:,} written, {d['rejected']} rejected)")  # fmt: skip
     p, d = h.median(runs, lambda x: x.rate), h.median(drains, lambda x: x["rate"])
     ratio = d["rate"] / p.rate if p.rate else 0.0
     ok = all(x["written"] == args.requests and not x["rejected"] for x in drains)
@@ -162,8 +148,7 @@ def part1(args, env: dict, hot: list[int], run_id: str) -> list:
 
 
 def part2(args) -> list:
-    """args.rounds rounds of the drill, direct then queue mode: a p99 of 1,000 answers on a busy 2-core
-    machine moves by a third from run to run (bench/README.md), so the medians are compared."""
+    """args.rounds rounds of the drill, direct then queue mode; the medians are compared (bench/README.md)."""
     rounds: list[dict[str, dict]] = []
     for r in range(args.rounds):
         results: dict[str, dict] = {}
@@ -201,12 +186,8 @@ def part2(args) -> list:
 
 
 def regular_child(args) -> int:
-    """Part 3's regular orders, in a process of their own: 8 threads place an order every 8 / rate s each,
-    each on a random SKU for the next shopper (cart filled first); latency from the scheduled start.
-    Prints "ready", then writes "scheduled latency error" lines to the file until SIGTERM."""
+    """Part 3's regular orders: 8 threads, latency from the scheduled start; "scheduled latency error" lines."""
     h.setup()
-    from shop.selectors import cached_products
-
     customers, threads = h.user_ids(f"{PREFIX}R"), 8
     cached_products(skus=SKUS)  # the hot cache warm, as a server's
     out, t0 = open(args.regular_child, "w", buffering=1), time.monotonic() + 0.2  # noqa: SIM115 - until killed
@@ -214,7 +195,7 @@ def regular_child(args) -> int:
     def body(slot: int) -> None:
         rng, k = random.Random(slot), slot
         while True:
-            at, customer = t0 + k / args.rate, customers[k % len(customers)]
+            at, customer = t0 + k / RATE, customers[k % len(customers)]
             h.fill_carts([(customer, {rng.choice(SKUS): 1})])
             time.sleep(max(0.0, at - time.monotonic()))
             try:
@@ -236,13 +217,13 @@ def regular_child(args) -> int:
 
 
 def part3(args, env: dict, hot: list[int], run_id: str) -> list:
-    print(f"\npart 3: regular place_order calls on {len(SKUS):,} other SKUs at {args.rate:g}/s (a child process, 8 "
+    print(f"\npart 3: regular place_order calls on {len(SKUS):,} other SKUs at {RATE:g}/s (a child process, 8 "
           f"threads) with no sale for {args.quiet_seconds:g} s, during place_order on {HOT} ({args.threads} threads, "
           f"{args.hot_orders:,} orders) and during write_queued_orders draining {args.requests:,} requests")
     out = Path(tempfile.mkdtemp(prefix="bench-queue-")) / "regular.txt"
-    child = h.Child("regular", [str(h.VENV_BIN / "python"), "-m", "bench.queue", "--regular-child", str(out),
-                                "--rate", str(args.rate)], pipe_stdout=True).start()  # fmt: skip
-    windows, busy = {}, {}  # (round, name) -> (start, end) in time.monotonic(); -> the machine's CPU busy share
+    child = h.Child("regular", [str(h.VENV_BIN / "python"), "-m", "bench.queue", "--regular-child", str(out)],
+                    pipe_stdout=True).start()  # fmt: skip
+    windows = {}  # (round, name) -> (start, end) in time.monotonic()
     try:
         if child.proc.stdout.readline().strip() != "ready":
             raise RuntimeError(f"the regular orders' process failed:\n{child.tail()}")
@@ -252,13 +233,12 @@ def part3(args, env: dict, hot: list[int], run_id: str) -> list:
             tag = f"{PREFIX}{run_id}-d{r}"
             for name, load in (("no sale", lambda: time.sleep(args.quiet_seconds)),
                                ("direct mode", lambda tag=tag: place(hot, args.hot_orders, args, tag))):
-                began, cpu = time.monotonic(), h.cpu_times()
-                run = load()
-                windows[r, name], busy[r, name] = (began, time.monotonic()), h.cpu_times(since=cpu)
+                began, run = time.monotonic(), load()
+                windows[r, name] = began, time.monotonic()
             h.delete_orders(hot)
             vacuum()
             d = drain(env, args.requests, hot, f"{PREFIX}{run_id}-w{r}")
-            windows[r, "queue mode"], busy[r, "queue mode"] = d["window"], d["busy"]
+            windows[r, "queue mode"] = d["window"]
             h.delete_orders(hot)
             vacuum()
             print(f"  round {r + 1}: hot load: direct {run.rate:,.0f} orders/s over {run.seconds:.1f} s "
@@ -276,10 +256,8 @@ def part3(args, env: dict, hot: list[int], run_id: str) -> list:
         p99.setdefault(name, []).append(h.pct(ms, 99))
         print(f"  round {r + 1}, regular orders, {name}: {len(inside):,} in {b - a:.1f} s "
               f"({len(inside) / (b - a):.0f}/s), errors {dict(Counter(x[2] for x in inside if x[2] != '-')) or 0}, "
-              f"p50/p90/p99/max "
-              f"{'/'.join(f'{h.pct(ms, q):.1f}' for q in (50, 90, 99, 100))} ms; the CPUs {busy[r, name]:.0%} busy")
+              f"p50/p90/p99/max {'/'.join(f'{h.pct(ms, q):.1f}' for q in (50, 90, 99, 100))} ms")
     quiet, direct, queue = (statistics.median(p99[name]) for name in ("no sale", "direct mode", "queue mode"))
-    print("  regular p99 per round (ms): " + "; ".join(f"{name} {h.each(v, '.1f')}" for name, v in p99.items()))
     n = f"medians of {args.rounds}"
     return [(f"3. regular p99, queue mode <= 2 x no sale, {n}", "<= 2 x", f"{queue:.1f} ms vs 2 x {quiet:.1f} ms",
              queue <= 2 * quiet),
@@ -292,15 +270,12 @@ def main(argv=None) -> int:
     if args.regular_child:
         return regular_child(args)
     h.setup()
-    from inventory.services.flash_sales import seed_flash_sale
-
     run_id, began = uuid.uuid4().hex[:8], time.perf_counter()
     lock = h.lock_or_exit(LOCK_KEY, "queue")
     print(f"queue bench {run_id}: parts {sorted(args.parts)}, {os.cpu_count()} CPUs, broker "
           f"{settings.KAFKA_BOOTSTRAP_SERVERS}, QUEUE_BATCH_SIZE {settings.QUEUE_BATCH_SIZE}, QUEUE_BATCH_WAIT_MS "
           f"{settings.QUEUE_BATCH_WAIT_MS}")  # fmt: skip
-    h.warn_if_busy()
-    h.leftovers(h.delete_orders(h.user_ids(PREFIX)))
+    h.delete_orders(h.user_ids(PREFIX))  # a killed run's
     rows, env, topic = [], {}, f"bench.queue.{run_id}"
     try:
         if args.parts & {1, 3}:
@@ -310,9 +285,6 @@ def main(argv=None) -> int:
             h.ensure_users(REGULAR, prefix=f"{PREFIX}R")
             env = h.queue_topic(topic)
             background(args.background)
-            print(f"data ready: {HOT} in a direct-mode flash sale ({STOCK:,} units), {len(SKUS):,} other SKUs, "
-                  f"{len(hot):,} + {REGULAR:,} shoppers, {args.background:,} background orders; checkout topic "
-                  f"{topic}; VACUUM (ANALYZE) {CHURNED}: {vacuum():.1f} s, and before every timed run")  # fmt: skip
         if 3 in args.parts:  # first: before part 1's 300,000 orders set checkpoints going
             rows += part3(args, env, hot, run_id)
         if 1 in args.parts:
@@ -320,9 +292,10 @@ def main(argv=None) -> int:
         if 2 in args.parts:
             rows += part2(args)
     finally:
-        done, _ = h.delete_orders(h.user_ids(PREFIX)), h.end_sale(HOT)
-        print(f"\ncleanup: {done['orders']:,} orders, {done['events']:,} events, {done['markers']:,} replay markers "
-              f"deleted; {HOT}'s sale ended" + (f"; topic {topic} {h.delete_topics([topic])}" if env else ""))
+        h.delete_orders(h.user_ids(PREFIX))
+        h.end_sale(HOT)
+        if env:
+            h.delete_topics([topic])
         lock.close()
     print(f"\nSUMMARY ({time.perf_counter() - began:.0f} s)")
     rows.sort(key=lambda row: row[0][0])  # by part

