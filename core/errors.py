@@ -60,6 +60,8 @@ class ErrorCode(StrEnum):
     IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
     CART_EMPTY = "cart_empty"
     SHIPPING_ADDRESS_REQUIRED = "shipping_address_required"
+    SALE_NOT_STARTED = "sale_not_started"
+    SALE_ENDED = "sale_ended"
     QUEUE_UNAVAILABLE = "queue_unavailable"
     SKU_UNAVAILABLE = "sku_unavailable"
     TOO_MANY_PENDING_ORDERS = "too_many_pending_orders"

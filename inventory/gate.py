@@ -17,6 +17,9 @@ undersell. Keys (on the "gate" Redis, one instance, not a cluster):
   gate:released:{token}   set by a release that must happen once (release_once)
 """
 
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
 from django.conf import settings
 from django_redis import get_redis_connection
 from redis.exceptions import RedisError
@@ -24,6 +27,9 @@ from redis.exceptions import RedisError
 from core.errors import ErrorCode
 from core.exceptions import DomainError
 from core.redis_scripts import compose, load_lua, lua_constants, run_script
+
+if TYPE_CHECKING:
+    from inventory.services.flash_sales import GateRule
 
 REFUSALS_KEY = "gate:refusals"
 # A sale's fields in REFUSALS_KEY are its SKU and the SKU with these suffixes; the scripts get the same names.
@@ -54,6 +60,18 @@ class LimitReached(DomainError):
     message = "You have reached the per-customer limit for this flash-sale item."
 
 
+class SaleNotStarted(DomainError):
+    code = ErrorCode.SALE_NOT_STARTED
+    status = 409
+    message = "This flash sale has not started yet."
+
+
+class SaleEnded(DomainError):
+    code = ErrorCode.SALE_ENDED
+    status = 409
+    message = "This flash sale has ended."
+
+
 class GateUnavailable(DomainError):
     code = ErrorCode.GATE_UNAVAILABLE
     status = 503
@@ -81,7 +99,7 @@ def shares_cart_redis() -> bool:
     return settings.CACHES["gate"]["LOCATION"] == settings.CACHES["default"]["LOCATION"]
 
 
-def admit(*, customer_id: int, idempotency_key: str, lines: dict[str, int], limits: dict[str, int]) -> bool:
+def admit(*, customer_id: int, idempotency_key: str, lines: dict[str, int], rules: dict[str, "GateRule"]) -> bool:
     """Take the units of every gated line, or raise. False: a replay of an
     order that already exists, nothing taken."""
     skus = sorted(lines)
@@ -89,26 +107,34 @@ def admit(*, customer_id: int, idempotency_key: str, lines: dict[str, int], limi
     args: list = [customer_id]
     for sku in skus:
         keys += [remaining_key(sku), bought_key(sku)]
-        args += [sku, lines[sku], limits.get(sku) or 0]
+        args += [sku, lines[sku], rules[sku].limit, rules[sku].opens_ms, rules[sku].closes_ms]
     keys.append(REFUSALS_KEY)
     try:
         verdict, sku = run_script(_ADMIT, keys=keys, args=args, alias="gate")
     except RedisError as exc:
         raise GateUnavailable() from exc
-    return judge(verdict, sku, limits)
+    return judge(verdict, sku, rules)
 
 
-def judge(verdict: bytes, sku: bytes, limits: dict[str, int]) -> bool:
+def judge(verdict: bytes, sku: bytes, rules: dict[str, "GateRule"]) -> bool:
     """The admit function's verdict: True when units were taken, False for a
     replay (nothing taken); raises when refused."""
     verdict, sku = verdict.decode(), sku.decode()
+    if verdict == "not_started":
+        raise SaleNotStarted(sku=sku, starts_at=_iso(rules[sku].opens_ms))
+    if verdict == "ended":
+        raise SaleEnded(sku=sku, ended_at=_iso(rules[sku].closes_ms))
     if verdict == "sold_out":
         raise SoldOut(sku=sku)
     if verdict == "limit_reached":
-        raise LimitReached(sku=sku, limit=limits.get(sku))
+        raise LimitReached(sku=sku, limit=rules[sku].limit)
     if verdict == "missing":  # the counter was lost (Redis restarted): fail closed until synced
         raise GateUnavailable(sku=sku)
     return verdict == "admitted"
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat()
 
 
 def release(*, customer_id: int, lines: dict[str, int]) -> None:

@@ -1,6 +1,7 @@
 from django.conf import settings
 from django.db import models
 from django.db.models.functions import Coalesce
+from django.utils import timezone
 
 # Stock figures are PostgreSQL integers: no count of units may pass this.
 MAX_UNITS = 2**31 - 1
@@ -143,7 +144,11 @@ class FlashSale(models.Model):
     )
     per_customer_limit = models.PositiveIntegerField(null=True, blank=True)
     mode = models.CharField(max_length=6, choices=Mode.choices, default=Mode.DIRECT)
-    started_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(auto_now_add=True)  # when it was seeded
+    # The window checkouts are admitted in: the gate compares it with Redis's clock, so the
+    # sale opens and closes on time with no process running at the edges. No end: open-ended.
+    starts_at = models.DateTimeField(default=timezone.now)
+    ends_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -152,6 +157,10 @@ class FlashSale(models.Model):
                 name="flash_sale_limit_positive",
             ),
             models.CheckConstraint(condition=models.Q(mode__in=FlashSaleMode.values), name="flash_sale_mode_valid"),
+            models.CheckConstraint(
+                condition=models.Q(ends_at__isnull=True) | models.Q(ends_at__gt=models.F("starts_at")),
+                name="flash_sale_ends_after_start",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -1,14 +1,24 @@
 -- The gate's public Lua functions, shared with checkout's one-call admission
 -- and its early refusal (orders/lua/admission.lua, orders/lua/refusal.lua).
--- `lines` holds {sku, quantity, limit (0: none), remaining key, bought key}
--- per gated line.
---
+-- `lines` holds {sku, quantity, limit (0: none), remaining key, bought key,
+-- opens, closes (Unix ms; closes 0: no end)} per gated line.
+
+-- now_ms(): Redis's own clock in milliseconds, the sale windows' clock: a sale
+-- opens and closes on time with no process told at the edges.
+local function now_ms()
+  local time = redis.call('TIME')
+  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+
 -- refused(customer, lines): the verdict admit() would give, taking and
--- counting nothing: sold_out, limit_reached or missing (the counter is gone)
--- and the SKU; nil when every line passes.
+-- counting nothing: not_started, ended, sold_out, limit_reached or missing
+-- (the counter is gone) and the SKU; nil when every line passes.
 local function refused(customer, lines)
+  local now = now_ms()
   for _, line in ipairs(lines) do
-    local sku, quantity, limit, remaining, bought = unpack(line)
+    local sku, quantity, limit, remaining, bought, opens, closes = unpack(line)
+    if now < opens then return 'not_started', sku end
+    if closes > 0 and now >= closes then return 'ended', sku end
     local left = redis.call('GET', remaining)
     if not left then return 'missing', sku end
     if tonumber(left) < quantity then return 'sold_out', sku end
@@ -28,11 +38,12 @@ local function count_refusal(refusals, verdict, sku)
 end
 
 -- admit(customer, lines, refusals_key): all lines pass or nothing is taken.
--- Returns a verdict (admitted, sold_out, limit_reached, missing) and the SKU.
+-- Returns a verdict (admitted or one of refused()'s) and the SKU; the refusals
+-- hash counts a sale's sold-out and over-the-limit refusals.
 local function admit(customer, lines, refusals)
   local verdict, sku = refused(customer, lines)
   if verdict then
-    if verdict ~= 'missing' then count_refusal(refusals, verdict, sku) end
+    if verdict == 'sold_out' or verdict == 'limit_reached' then count_refusal(refusals, verdict, sku) end
     return verdict, sku
   end
   for _, line in ipairs(lines) do

@@ -1,5 +1,9 @@
+from dataclasses import dataclass
+from datetime import datetime
+
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
+from django.utils import timezone
 
 from core.exceptions import NotFound
 from core.hotcache import hot_cache
@@ -9,30 +13,50 @@ from inventory.services.stock import set_available_stock
 from shop.models import Product
 
 
-def _sales() -> dict[str, tuple[int, str]]:
-    """Gated SKU -> (per-customer limit, 0: none; mode), from process memory once
-    warm (kept honest by the cache generation, like the rest of the hot cache)."""
+@dataclass(frozen=True)
+class GateRule:
+    """What the gate checks for one SKU: the per-customer limit (0: none) and the
+    window in Unix milliseconds (closes 0: open-ended), and how admitted checkouts go."""
+
+    limit: int
+    mode: str
+    opens_ms: int
+    closes_ms: int
+
+
+def _ms(moment: datetime | None) -> int:
+    return 0 if moment is None else int(moment.timestamp() * 1000)
+
+
+def _sales() -> dict[str, GateRule]:
+    """Gated SKU -> its rule, from process memory once warm (kept honest by the
+    cache generation, like the rest of the hot cache)."""
     if hot_cache.flash_sales is None:
         hot_cache.ensure_generation()
-        rows = FlashSale.objects.values_list("product_id", "per_customer_limit", "mode")
-        hot_cache.flash_sales = {sku: (limit or 0, mode) for sku, limit, mode in rows}
+        rows = FlashSale.objects.values_list("product_id", "per_customer_limit", "mode", "starts_at", "ends_at")
+        hot_cache.flash_sales = {
+            sku: GateRule(limit or 0, mode, _ms(starts), _ms(ends)) for sku, limit, mode, starts, ends in rows
+        }
+    return hot_cache.flash_sales
+
+
+def gate_rules() -> dict[str, GateRule]:
+    return _sales()
+
+
+def gate_rules_in_memory() -> dict[str, GateRule] | None:
+    """gate_rules() when this process holds them, else None (and no query)."""
     return hot_cache.flash_sales
 
 
 def gated_skus() -> dict[str, int]:
     """Gated SKU -> per-customer limit (0: none)."""
-    return {sku: limit for sku, (limit, _) in _sales().items()}
-
-
-def gated_skus_in_memory() -> dict[str, int] | None:
-    """gated_skus() when this process holds them, else None (and no query)."""
-    sales = hot_cache.flash_sales
-    return None if sales is None else {sku: limit for sku, (limit, _) in sales.items()}
+    return {sku: rule.limit for sku, rule in _sales().items()}
 
 
 def queued_skus() -> set[str]:
     """The gated SKUs whose admitted checkouts go through the queue."""
-    return {sku for sku, (_, mode) in _sales().items() if mode == FlashSale.Mode.QUEUE}
+    return {sku for sku, rule in _sales().items() if rule.mode == FlashSale.Mode.QUEUE}
 
 
 @transaction.atomic
@@ -59,10 +83,13 @@ def seed_flash_sale(
     name: str | None = None,
     per_customer_limit: int | None = None,
     mode: str = FlashSale.Mode.DIRECT,
+    starts_at: datetime | None = None,
+    ends_at: datetime | None = None,
     user: AbstractBaseUser | None = None,
 ) -> FlashSale:
     """Create or update the product, bring its available stock to exactly
-    `stock` through the ledger, and open the gate with the same number."""
+    `stock` through the ledger, and open the gate with the same number, for
+    checkouts from `starts_at` (default: now) until `ends_at` (default: no end)."""
     product = Product.objects.filter(sku=sku).first()
     if product is None:
         if price is None:
@@ -74,8 +101,12 @@ def seed_flash_sale(
     set_available_stock(sku=sku, available=stock, user=user, note="flash sale seed")
     if mode not in FlashSale.Mode.values:
         raise ValueError(f"mode must be one of {', '.join(FlashSale.Mode.values)}")
+    starts_at = starts_at or timezone.now()
+    if ends_at is not None and ends_at <= starts_at:
+        raise ValueError("a sale ends after it starts")
     sale, _ = FlashSale.objects.update_or_create(
-        product=product, defaults={"per_customer_limit": per_customer_limit, "mode": mode}
+        product=product,
+        defaults={"per_customer_limit": per_customer_limit, "mode": mode, "starts_at": starts_at, "ends_at": ends_at},
     )
     transaction.on_commit(lambda: gate.set_counter(sku=sku, remaining=stock, reset_customers=True))
     return sale

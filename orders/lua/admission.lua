@@ -6,15 +6,15 @@
 -- KEYS: cart, generation, rate-limit window, replay marker, refusals, saved
 -- address, taken cart, then (remaining, bought) per gated SKU. ARGV:
 -- generation, rate limit (0: none), window ms, customer, checkout key, taken
--- cart's TTL, then (sku, per-customer limit) per gated SKU.
+-- cart's TTL, then (sku, per-customer limit, window opens, closes) per gated SKU.
 -- Returns {status, cart (or ms to wait when limited), verdict, sku, saved
 -- address (false: not in Redis), 1 when the cart was taken now}.
 if stale(KEYS[2], ARGV[1]) then return {STALE, {}, '', ''} end
 local wait = limited(KEYS[3], ARGV[2], ARGV[3])
 if wait then
   -- counted per gated SKU in the cart, for the live flash-sale page
-  for i = 1, (#ARGV - 6) / 2 do
-    local sku = ARGV[5 + 2*i]
+  for i = 1, (#ARGV - 6) / 4 do
+    local sku = ARGV[3 + 4*i]
     if cart_quantity(KEYS[1], sku) then redis.call('HINCRBY', KEYS[5], sku .. RATE_LIMITED_SUFFIX, 1) end
   end
   return {LIMITED, wait, '', ''}
@@ -24,10 +24,11 @@ local address = redis.call('GET', KEYS[6])
 local quantities = {}
 for i = 1, #cart, 2 do quantities[cart[i]] = tonumber(cart[i + 1]) end
 local lines = {}
-for i = 1, (#ARGV - 6) / 2 do
-  local sku = ARGV[5 + 2*i]
+for i = 1, (#ARGV - 6) / 4 do
+  local sku = ARGV[3 + 4*i]
   if quantities[sku] then
-    lines[#lines + 1] = {sku, quantities[sku], tonumber(ARGV[6 + 2*i]), KEYS[6 + 2*i], KEYS[7 + 2*i]}
+    lines[#lines + 1] = {sku, quantities[sku], tonumber(ARGV[4 + 4*i]), KEYS[6 + 2*i], KEYS[7 + 2*i],
+                         tonumber(ARGV[5 + 4*i]), tonumber(ARGV[6 + 4*i])}
   end
 end
 local verdict, sku = 'none', ''

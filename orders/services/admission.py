@@ -25,7 +25,7 @@ from core.exceptions import DomainError, RateLimited
 from core.hotcache import GENERATION_KEY, hot_cache
 from core.redis_scripts import GENERATION_LUA, compose, load_lua, run_script
 from inventory import gate
-from inventory.services.flash_sales import gated_skus, gated_skus_in_memory, queued_skus
+from inventory.services.flash_sales import gate_rules, gate_rules_in_memory, queued_skus
 from orders.metrics import CHECKOUT_REFUSALS
 from orders.queue_producer import queue_producer
 from shop.services import address_key
@@ -62,15 +62,15 @@ def admit_cart(*, customer_id: int, idempotency_key: str, rate_limited: bool) ->
     first attempt took."""
     generation = hot_cache.ensure_generation()
     scope = "checkout" if rate_limited else None
-    limits = gated_skus()
+    rules = gate_rules()
     if not gate.shares_cart_redis():
         lines, took = storage.take_lines(
             customer_id=customer_id, idempotency_key=idempotency_key, generation=generation, rate_scope=scope
         )
-        gated = {sku: quantity for sku, quantity in lines.items() if sku in limits}
+        gated = {sku: quantity for sku, quantity in lines.items() if sku in rules}
         try:
             admitted = bool(gated) and gate.admit(
-                customer_id=customer_id, idempotency_key=idempotency_key, lines=gated, limits=limits
+                customer_id=customer_id, idempotency_key=idempotency_key, lines=gated, rules=rules
             )
         except BaseException:
             if took:
@@ -89,19 +89,19 @@ def admit_cart(*, customer_id: int, idempotency_key: str, rate_limited: bool) ->
         storage.taken_key(customer_id),
     ]
     args: list = [generation, limit.limit, limit.ms, customer_id, idempotency_key, settings.TAKEN_CART_TTL_SECONDS]
-    for sku, per_customer in limits.items():
+    for sku, rule in rules.items():
         keys += [gate.remaining_key(sku), gate.bought_key(sku)]
-        args += [sku, per_customer]
+        args += [sku, rule.limit, rule.opens_ms, rule.closes_ms]
     try:
         status, flat, verdict, sku, *rest = run_script(_ADMISSION, keys=keys, args=args)
     except RedisError as exc:
         raise storage.unavailable(exc) from exc
     storage.check_status(status, flat)
     lines = storage.as_lines(flat)
-    gated = {sku: quantity for sku, quantity in lines.items() if sku in limits}
+    gated = {sku: quantity for sku, quantity in lines.items() if sku in rules}
     if verdict == b"sold_out":
         hot_cache.sold_out = hot_cache.sold_out | {sku.decode()}
-    admitted = bool(gated) and gate.judge(verdict, sku, limits)
+    admitted = bool(gated) and gate.judge(verdict, sku, rules)
     return Admission(lines, gated, admitted, rest[0], bool(rest[1]))
 
 
@@ -122,9 +122,9 @@ def early_refusal(*, customer_id: int, idempotency_key: str) -> DomainError | No
     and every answer can come from process memory and one Lua call; None
     whenever anything would need more (a query, a stale cache, Redis down, the
     queue's broker down, a gate on a Redis of its own)."""
-    limits = gated_skus_in_memory()
+    rules = gate_rules_in_memory()
     generation = hot_cache.generation
-    if not hot_cache.sold_out or not limits or generation is None or not gate.shares_cart_redis():
+    if not hot_cache.sold_out or not rules or generation is None or not gate.shares_cart_redis():
         return None
     if queued_skus() and queue_producer().breaker.refusing():
         return None  # checkout answers 503 queue_unavailable first
@@ -137,9 +137,9 @@ def early_refusal(*, customer_id: int, idempotency_key: str) -> DomainError | No
         gate.REFUSALS_KEY,
     ]
     args: list = [generation, limit.limit, limit.ms, customer_id]
-    for sku, per_customer in limits.items():
+    for sku, rule in rules.items():
         keys += [gate.remaining_key(sku), gate.bought_key(sku)]
-        args += [sku, per_customer]
+        args += [sku, rule.limit, rule.opens_ms, rule.closes_ms]
     try:
         verdict, detail, *now_sold_out = run_script(_REFUSAL, keys=keys, args=args)
     except RedisError:
@@ -152,7 +152,7 @@ def early_refusal(*, customer_id: int, idempotency_key: str) -> DomainError | No
     if verdict == b"rate_limited":
         refusal: DomainError = RateLimited(retry_after=max(1, math.ceil(detail / 1000)))
     elif verdict == b"limit_reached":
-        refusal = gate.LimitReached(sku=detail.decode(), limit=limits.get(detail.decode()))
+        refusal = gate.LimitReached(sku=detail.decode(), limit=rules[detail.decode()].limit)
     else:
         refusal = gate.SoldOut(sku=detail.decode())
     CHECKOUT_REFUSALS.labels(refusal.code).inc()

@@ -7,7 +7,7 @@ from django.core.management import call_command
 from inventory import gate
 from inventory.models import FlashSale, Stock
 from inventory.services.flash_sales import gated_skus
-from tests.helpers import checkout, fill_cart, shopper_client
+from tests.helpers import checkout, fill_cart, shopper_client, wait_until
 from tests.inventory.conftest import counter, seed
 
 pytestmark = pytest.mark.django_db
@@ -87,3 +87,82 @@ def test_units_ordered_count_neither_cancelled_nor_rejected_orders(redis):
     OrderItemFactory(product=product, quantity=3, order__status=OrderStatus.CANCELLED)
     [sale] = flash_sale_status(sku="HOT")
     assert sale.units_ordered == 1
+
+
+def test_a_scheduled_sale_opens_on_time_with_no_process_told(redis, django_capture_on_commit_callbacks):
+    """The gate compares the window with Redis's clock: refused before the start,
+    admitted after it, and nothing moved the cache generation in between."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from core.hotcache import hot_cache
+    from inventory.services.flash_sales import seed_flash_sale
+
+    opens = timezone.now() + timedelta(seconds=2)
+    with django_capture_on_commit_callbacks(execute=True):
+        seed_flash_sale(sku="HOT", stock=5, price=999, starts_at=opens)
+    shopper = shopper_client()
+    fill_cart(redis, shopper.user.id, {"HOT": 1})
+    early = checkout(shopper, key="k1")
+    assert early.status_code == 409 and early.json()["error"]["code"] == "sale_not_started"
+    assert timezone.now() < opens and counter() == 5  # refused before the start, nothing taken
+    generation = hot_cache.ensure_generation()
+    answers = []
+    assert wait_until(lambda: answers.append(checkout(shopper, key="k1").status_code) or answers[-1] == 201, 10)
+    assert timezone.now() >= opens and set(answers[:-1]) <= {409}
+    assert counter() == 4 and hot_cache.ensure_generation() == generation
+
+
+def test_a_sale_closes_on_time_and_takes_nothing_after(redis, django_capture_on_commit_callbacks):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from inventory.services.flash_sales import seed_flash_sale
+
+    ends = timezone.now() + timedelta(seconds=1.5)
+    with django_capture_on_commit_callbacks(execute=True):
+        seed_flash_sale(sku="HOT", stock=5, price=999, ends_at=ends)
+    first, late = shopper_client(), shopper_client()
+    fill_cart(redis, first.user.id, {"HOT": 1})
+    assert checkout(first).status_code == 201 and counter() == 4
+    fill_cart(redis, late.user.id, {"HOT": 1})
+    assert wait_until(lambda: timezone.now() >= ends, 5)  # the moment comes; nobody is told
+    answer = checkout(late)
+    assert answer.status_code == 409 and answer.json()["error"]["code"] == "sale_ended"
+    assert counter() == 4 and Stock.objects.get(product_id="HOT").reserved == 1
+
+
+def test_the_gate_on_its_own_redis_keeps_the_window_too(redis):
+    """gate.admit (a gate on a Redis of its own): the same window, by the same clock."""
+    from inventory.services.flash_sales import GateRule
+
+    seed(stock=5)
+    now_ms = int(gate.connection().time()[0]) * 1000
+    later, earlier = now_ms + 60_000, now_ms - 60_000
+    with pytest.raises(gate.SaleNotStarted):
+        gate.admit(customer_id=1, idempotency_key="k", lines={"HOT": 1}, rules={"HOT": GateRule(0, "direct", later, 0)})
+    with pytest.raises(gate.SaleEnded):
+        gate.admit(customer_id=1, idempotency_key="k", lines={"HOT": 1},
+                   rules={"HOT": GateRule(0, "direct", earlier - 1, earlier)})  # fmt: skip
+    assert counter() == 5 and not gate.counters(skus=["HOT"])["HOT"]["refused"]  # not counted as sold out
+    assert gate.admit(customer_id=1, idempotency_key="k", lines={"HOT": 2},
+                      rules={"HOT": GateRule(0, "direct", earlier, later)})  # fmt: skip
+    assert counter() == 3
+
+
+def test_seed_flash_sale_takes_a_window(capsys, django_capture_on_commit_callbacks):
+    from django.core.management.base import CommandError
+
+    with django_capture_on_commit_callbacks(execute=True):
+        call_command("seed_flash_sale", "HOT", "--stock", "3", "--price", "999",
+                     "--starts-at", "2030-01-01T10:00:00+00:00", "--ends-at", "2030-01-01T11:00")  # fmt: skip
+    sale = FlashSale.objects.get()
+    assert sale.starts_at.isoformat() == "2030-01-01T10:00:00+00:00" and sale.ends_at > sale.starts_at
+    assert "from 2030-01-01T10:00:00+00:00" in capsys.readouterr().out
+    with pytest.raises(CommandError, match="ends after it starts"):
+        call_command("seed_flash_sale", "HOT", "--stock", "3", "--starts-at", "2030-01-01T10:00:00+00:00",
+                     "--ends-at", "2030-01-01T09:00:00+00:00")  # fmt: skip
+    with pytest.raises(CommandError, match="not an ISO 8601 moment"):
+        call_command("seed_flash_sale", "HOT", "--stock", "3", "--starts-at", "tomorrow")

@@ -169,10 +169,8 @@ def test_refused_checkout_makes_one_redis_call(redis, monkeypatch):
 
 
 def test_gate_on_a_redis_of_its_own_admits_in_a_second_call(redis, settings):
-    settings.CACHES = {
-        **settings.CACHES,
-        "gate": {**settings.CACHES["gate"], "LOCATION": settings.CACHES["default"]["LOCATION"][:-2] + "13"},
-    }
+    own_redis = settings.CACHES["default"]["LOCATION"].rsplit("/", 1)[0] + "/13"
+    settings.CACHES = {**settings.CACHES, "gate": {**settings.CACHES["gate"], "LOCATION": own_redis}}
     assert not gate.shares_cart_redis()
     gate.connection().flushdb()
     try:

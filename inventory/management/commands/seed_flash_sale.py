@@ -1,4 +1,7 @@
+from datetime import datetime
+
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
 from inventory.models import FlashSale
 from inventory.services.flash_sales import seed_flash_sale
@@ -17,20 +20,33 @@ class Command(BaseCommand):
             "--mode", choices=FlashSale.Mode.values, default="direct",
             help="queue: admitted checkouts go through Kafka to write_queued_orders (default direct)",
         )
+        parser.add_argument("--starts-at", type=_moment, help="ISO 8601; the gate admits from then on (default now)")
+        parser.add_argument("--ends-at", type=_moment, help="ISO 8601; the gate refuses from then on (default never)")
 
-    def handle(self, *args, sku, stock, price, name, per_customer_limit, mode, **options):
+    def handle(self, *args, sku, stock, price, name, per_customer_limit, mode, starts_at, ends_at, **options):
         if stock < 0:
             raise CommandError("--stock must be 0 or more")
         if per_customer_limit is not None and per_customer_limit < 1:
             raise CommandError("--per-customer-limit must be 1 or more")
         try:
             sale = seed_flash_sale(
-                sku=sku, stock=stock, price=price, name=name, per_customer_limit=per_customer_limit, mode=mode
+                sku=sku, stock=stock, price=price, name=name, per_customer_limit=per_customer_limit, mode=mode,
+                starts_at=starts_at, ends_at=ends_at,
             )
         except ValueError as error:
             raise CommandError(str(error)) from None
         limit = sale.per_customer_limit or "none"
         self.stdout.write(
             f"{sku}: flash sale open with {stock} units (database available = gate counter = {stock}), "
-            f"per-customer limit {limit}, {sale.mode} mode"
+            f"per-customer limit {limit}, {sale.mode} mode, from {sale.starts_at.isoformat()} "
+            f"until {sale.ends_at.isoformat() if sale.ends_at else 'no end'}"
         )
+
+
+def _moment(text: str) -> datetime:
+    """An ISO 8601 moment; one without an offset is in the shop's time zone."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise CommandError(f"not an ISO 8601 moment: {text!r}") from None
+    return moment if timezone.is_aware(moment) else timezone.make_aware(moment)
