@@ -79,6 +79,26 @@ def dashboard(*, now=None) -> dict:
     }
 
 
+def _span(seconds: float) -> str:
+    seconds = int(seconds)
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    parts = [f"{days} d"] * bool(days) + [f"{hours} h"] * bool(hours) + [f"{minutes} min"] * bool(minutes)
+    return " ".join(parts + [f"{seconds} s"]) if not days else " ".join(parts)
+
+
+def sale_window(starts_at, ends_at, now) -> str:
+    """Where the sale stands in its window, as a countdown for the live page."""
+    if now < starts_at:
+        return f"opens in {_span((starts_at - now).total_seconds())}"
+    if ends_at is None:
+        return "open, no end"
+    if now < ends_at:
+        return f"open, ends in {_span((ends_at - now).total_seconds())}"
+    return f"ended {_span((now - ends_at).total_seconds())} ago"
+
+
 def live_flash_sale(*, sku: str, now=None) -> dict | None:
     """A sale as it runs: units left at the gate and in the database, orders a
     minute, refusals, the queue's depth in queue mode. None when no such sale."""
@@ -98,6 +118,9 @@ def live_flash_sale(*, sku: str, now=None) -> dict | None:
     return {
         "sku": sku,
         "mode": sale.mode,
+        "starts_at": sale.starts_at.isoformat(),
+        "ends_at": sale.ends_at.isoformat() if sale.ends_at else None,
+        "window": sale_window(sale.starts_at, sale.ends_at, now),
         "gate_remaining": sale.gate_remaining,
         "available": sale.available,
         "reserved": sale.reserved,

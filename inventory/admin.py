@@ -13,6 +13,7 @@ from django.http import HttpResponseRedirect
 from django.shortcuts import render
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
 
 from core.admin import ReadOnlyAdmin
@@ -27,6 +28,7 @@ from inventory.services import (
     stock_audit,
     write_off_stock,
 )
+from inventory.services.flash_sales import end_flash_sale, seed_flash_sale, update_flash_sale
 
 OPERATIONS = {
     "receive": ("Receive stock (+N)", receive_stock),
@@ -315,16 +317,84 @@ class ShipmentAdmin(ReadOnlyAdmin):
     search_fields = ["=order_id"]
 
 
-@admin.register(FlashSale)
-class FlashSaleAdmin(ReadOnlyAdmin):
-    """Read-only: sales are opened and closed with manage.py (they set the gate too)."""
+class FlashSaleForm(forms.ModelForm):
+    """A sale's rule, and on adding (or to re-seed) its units: validated as the
+    model is, saved through the flash-sale services (which set the gate too),
+    never by the model form."""
 
-    list_display = ["product_id", "mode", "per_customer_limit", "started_at", "available", "live"]
+    stock = forms.IntegerField(
+        min_value=0, max_value=MAX_UNITS, required=False,
+        help_text="Units on sale, in the database and the gate. Required to open a sale; "
+                  "on a running sale it re-seeds (clears the per-customer counts); blank keeps them.",
+    )  # fmt: skip
+
+    class Meta:
+        model = FlashSale
+        fields = ["product", "stock", "per_customer_limit", "mode", "starts_at", "ends_at"]
+        help_texts = {
+            "starts_at": "Checkouts are admitted from then on (Redis's clock: no process runs at the edges).",
+            "ends_at": "Checkouts are refused from then on. Blank: no end.",
+        }
+
+    def clean(self):
+        data = super().clean()
+        if self.instance._state.adding and data.get("stock") is None:
+            self.add_error("stock", "Give the units the sale opens with.")
+        starts, ends = data.get("starts_at"), data.get("ends_at")
+        if starts and ends and ends <= starts:
+            self.add_error("ends_at", "A sale ends after it starts.")
+        return data
+
+
+@admin.register(FlashSale)
+class FlashSaleAdmin(admin.ModelAdmin):
+    """Staff schedule, edit and end sales here as the commands do: through the
+    services, which set the gate with the database."""
+
+    form = FlashSaleForm
+    raw_id_fields = ["product"]  # a catalog of 100,000 products is no select box
+    list_display = ["product_id", "mode", "per_customer_limit", "starts_at", "ends_at", "state", "available", "live"]
     list_select_related = ["product__stock"]
+    actions = ["end_sales"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["product"] if obj is not None else []
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)  # ending a sale removes its gate: end_sales does both
+        return actions
 
     @admin.display(description="available")
     def available(self, sale):
         return sale.product.stock.available
+
+    @admin.display(description="now")
+    def state(self, sale):
+        now = timezone.now()
+        if now < sale.starts_at:
+            return "scheduled"
+        return "ended" if sale.ends_at is not None and now >= sale.ends_at else "open"
+
+    def save_model(self, request, obj, form, change):
+        data = form.cleaned_data
+        sku = obj.product_id
+        rule = {key: data.get(key) for key in ("per_customer_limit", "mode", "starts_at", "ends_at")}
+        if not change or data.get("stock") is not None:
+            sale = seed_flash_sale(sku=sku, stock=data["stock"], user=request.user, **rule)
+        else:
+            sale = update_flash_sale(sku=sku, **rule)
+        obj.pk, obj.started_at = sale.pk, sale.started_at
+
+    def delete_model(self, request, obj):
+        end_flash_sale(sku=obj.product_id)
+
+    @admin.action(description="End the selected sales now (removes their gates)", permissions=["delete"])
+    def end_sales(self, request, queryset):
+        skus = list(queryset.values_list("product_id", flat=True))
+        for sku in skus:
+            end_flash_sale(sku=sku)
+        self.message_user(request, f"Ended {len(skus)} flash sale(s): {', '.join(skus)}.", messages.SUCCESS)
 
     @admin.display(description="live page")
     def live(self, sale):

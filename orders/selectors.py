@@ -1,4 +1,5 @@
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.db.models import QuerySet, Sum
 
@@ -26,6 +27,8 @@ class FlashSaleStatus:
     reserved: int
     units_ordered: int
     refused: int
+    starts_at: datetime | None = None
+    ends_at: datetime | None = None
 
 
 def flash_sale_status(*, sku: str | None = None) -> list[FlashSaleStatus]:
@@ -52,6 +55,8 @@ def flash_sale_status(*, sku: str | None = None) -> list[FlashSaleStatus]:
                 reserved=stock.reserved if stock else 0,
                 units_ordered=ordered or 0,
                 refused=counters[sale.product_id]["refused"],
+                starts_at=sale.starts_at,
+                ends_at=sale.ends_at,
             )
         )
     return result

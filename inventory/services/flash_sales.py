@@ -112,6 +112,25 @@ def seed_flash_sale(
     return sale
 
 
+@transaction.atomic
+def update_flash_sale(
+    *, sku: str, per_customer_limit: int | None, mode: str, starts_at: datetime, ends_at: datetime | None
+) -> FlashSale:
+    """Change a running or scheduled sale's rule (its units stay as they are:
+    seed_flash_sale sets those). The change moves the cache generation, so every
+    process admits by the new rule at once."""
+    if mode not in FlashSale.Mode.values:
+        raise ValueError(f"mode must be one of {', '.join(FlashSale.Mode.values)}")
+    if ends_at is not None and ends_at <= starts_at:
+        raise ValueError("a sale ends after it starts")
+    sale = FlashSale.objects.select_for_update().filter(product_id=sku).first()
+    if sale is None:
+        raise NotFound(f"{sku} is not in a flash sale", sku=sku)
+    sale.per_customer_limit, sale.mode, sale.starts_at, sale.ends_at = per_customer_limit, mode, starts_at, ends_at
+    sale.save(update_fields=["per_customer_limit", "mode", "starts_at", "ends_at"])
+    return sale
+
+
 def sync_flash_sale(*, sku: str) -> int:
     """Reset the gate's counter from the database (after a Redis restart or a
     lost release). Returns the new counter."""

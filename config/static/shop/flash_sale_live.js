@@ -3,7 +3,7 @@
 // script, so that the admin's Content-Security-Policy allows scripts from 'self' only.
 (function () {
   const box = document.getElementById("flash-sale");
-  const names = ["at", "gate_remaining", "available", "reserved", "units_ordered", "orders_last_minute",
+  const names = ["at", "window", "gate_remaining", "available", "reserved", "units_ordered", "orders_last_minute",
                  "refused_sold_out", "refused_limit_reached", "refused_rate_limited", "queue_depth", "queue_stale"];
   async function refresh() {
     try {
