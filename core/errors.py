@@ -39,6 +39,13 @@ class ErrorCode(StrEnum):
     INVALID_CREDENTIALS = "invalid_credentials"
     WRONG_PASSWORD = "wrong_password"
 
+    # --- shop: vouchers ---------------------------------------------------------------
+    VOUCHER_UNKNOWN = "voucher_unknown"
+    VOUCHER_EXPIRED = "voucher_expired"
+    VOUCHER_NOT_STARTED = "voucher_not_started"
+    VOUCHER_USED_UP = "voucher_used_up"  # its usage limit reached, or this shopper's
+    VOUCHER_NOT_APPLICABLE = "voucher_not_applicable"  # no listed SKU in the cart, or the subtotal below its minimum
+
     # --- cart -------------------------------------------------------------------------
     CART_FULL = "cart_full"
     CART_TOKEN_UNKNOWN = "cart_token_unknown"
@@ -53,6 +60,8 @@ class ErrorCode(StrEnum):
     SOLD_OUT = "sold_out"
     LIMIT_REACHED = "limit_reached"
     GATE_UNAVAILABLE = "gate_unavailable"
+    SALE_NOT_STARTED = "sale_not_started"
+    SALE_ENDED = "sale_ended"
 
     # --- orders: checkout, orders, payments -------------------------------------------
     IDEMPOTENCY_KEY_MISSING = "idempotency_key_missing"
@@ -60,8 +69,6 @@ class ErrorCode(StrEnum):
     IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
     CART_EMPTY = "cart_empty"
     SHIPPING_ADDRESS_REQUIRED = "shipping_address_required"
-    SALE_NOT_STARTED = "sale_not_started"
-    SALE_ENDED = "sale_ended"
     QUEUE_UNAVAILABLE = "queue_unavailable"
     SKU_UNAVAILABLE = "sku_unavailable"
     TOO_MANY_PENDING_ORDERS = "too_many_pending_orders"

@@ -53,6 +53,7 @@ class HotCache:
         self.tokens: dict[str, tuple] = {}  # token key -> ((user, token), monotonic expiry)
         self.products: dict[str, CachedProduct | None] = {}  # None: no such SKU
         self.flash_sales: dict | None = None  # inventory's flash sales (inventory/services/flash_sales.py)
+        self.promotions = None  # shop's promotions and vouchers not yet ended (shop/selectors.py)
         self.catalog = None  # inventory's browsable catalog (inventory/catalog_browse.py)
         self.sold_out: frozenset[str] = frozenset()  # what the gate last said (orders/services/admission.py)
 
@@ -70,6 +71,7 @@ class HotCache:
             self.tokens.clear()
             self.products.clear()
             self.flash_sales = None
+            self.promotions = None
             self.catalog = None
             self.sold_out = frozenset()
 

@@ -1,10 +1,16 @@
-from django.contrib import admin
+from django import forms
+from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
 from django.contrib.auth.forms import AdminPasswordChangeForm
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.formats import localize
+from django.utils.html import format_html
 
 from core.admin import ReadOnlyAdmin
-from shop.models import LoyaltyEntry, Product
+from shop.models import LoyaltyEntry, Product, Promotion, VoucherRedemption
+from shop.promotions import end_promotions, normalize_code, save_promotion
 from shop.services import set_password
 
 
@@ -31,6 +37,134 @@ class LoyaltyEntryAdmin(ReadOnlyAdmin):
     list_filter = ["reason"]
     search_fields = ["customer__username", "=order_id"]
     list_select_related = ["customer"]
+
+
+class PromotionForm(forms.ModelForm):
+    """The promotion's fields as staff set them; the table's CHECKs are checked too
+    (ModelForm validates model constraints) and answered as form errors."""
+
+    class Meta:
+        model = Promotion
+        fields = [
+            "name", "kind", "value", "scope", "products", "min_subtotal", "starts_at", "ends_at", "code",
+            "usage_limit", "per_customer_limit",
+        ]  # fmt: skip
+        help_texts = {
+            "value": "Percent (1-100) for a percentage; minor units for an amount.",
+            "products": "The SKUs a promotion of the listed SKUs applies to (ignored for the whole cart).",
+            "min_subtotal": "Minor units: applies only when the cart's subtotal at catalog prices reaches it.",
+            "ends_at": "Blank: open-ended.",
+            "code": "Blank: automatic. With a code it is a voucher (letters, digits, dashes; any case).",
+            "usage_limit": "Vouchers only. Redemptions in all; blank: no limit.",
+            "per_customer_limit": "Vouchers only (ignored without a code). Redemptions per shopper; blank: no limit.",
+        }
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is None:
+            self.initial.setdefault("per_customer_limit", 1)  # a voucher's default: once per shopper
+
+    def clean_code(self):
+        code = normalize_code(self.cleaned_data.get("code") or "")
+        return code or None
+
+    def clean(self):
+        cleaned = super().clean()
+        uses = self.instance.uses  # not a form field, so its CHECKs are not validated by the form: here
+        if not cleaned.get("code"):
+            if cleaned.get("usage_limit") is not None:
+                self.add_error("usage_limit", "Only a voucher (a promotion with a code) has a usage limit.")
+            if uses:
+                self.add_error("code", f"Redeemed {uses} times: a voucher with uses keeps a code.")
+            cleaned["per_customer_limit"] = None
+        elif cleaned.get("usage_limit") is not None and cleaned["usage_limit"] < uses:
+            self.add_error("usage_limit", f"Redeemed {uses} times already: the limit cannot be below that.")
+        if cleaned.get("scope") == Promotion.Scope.CART:
+            cleaned["products"] = Product.objects.none()
+        elif cleaned.get("scope") == Promotion.Scope.SKUS and not cleaned.get("products"):
+            self.add_error("products", "List the SKUs the promotion applies to.")
+        return cleaned
+
+
+@admin.register(Promotion)
+class PromotionAdmin(admin.ModelAdmin):
+    """Staff create, edit, end and inspect promotions. `uses` is the redemption
+    services' alone: shown, never written by the form (shop/promotions.py)."""
+
+    form = PromotionForm
+    list_display = ["name", "discount", "window", "code", "uses", "remaining", "active_now"]
+    list_filter = ["kind", "scope"]
+    search_fields = ["name", "code"]
+    autocomplete_fields = ["products"]
+    readonly_fields = ["uses", "remaining", "redemptions_so_far", "created_at", "updated_at"]
+    actions = ["end_now"]
+    fieldsets = [
+        (None, {"fields": ["name", "kind", "value", "scope", "products", "min_subtotal"]}),
+        ("Window", {"fields": ["starts_at", "ends_at"]}),
+        ("Voucher", {"fields": ["code", "usage_limit", "per_customer_limit", "uses", "remaining",
+                                "redemptions_so_far"]}),
+        (None, {"fields": ["created_at", "updated_at"]}),
+    ]
+    REDEMPTIONS_SHOWN = 50
+
+    def save_model(self, request, obj, form, change):
+        save_promotion(promotion=obj)
+
+    @admin.display(description="discount")
+    def discount(self, promotion):
+        return promotion.discount_label
+
+    @admin.display(description="window")
+    def window(self, promotion):
+        ends = localize(timezone.localtime(promotion.ends_at)) if promotion.ends_at else "open-ended"
+        return f"{localize(timezone.localtime(promotion.starts_at))} – {ends}"
+
+    @admin.display(description="remaining uses")
+    def remaining(self, promotion):
+        if promotion.code is None:
+            return "-"
+        return "no limit" if promotion.usage_limit is None else promotion.remaining_uses
+
+    @admin.display(description="active now", boolean=True)
+    def active_now(self, promotion):
+        return promotion.is_active_at(timezone.now())
+
+    @admin.display(description="redemptions")
+    def redemptions_so_far(self, promotion):
+        if promotion.pk is None:
+            return "-"
+        redemptions = VoucherRedemption.objects.filter(voucher=promotion)
+        count = redemptions.count()
+        if not count:
+            return "none"
+        orders = redemptions.order_by("-id").values_list("order_id", flat=True)[: self.REDEMPTIONS_SHOWN]
+        more = f" (the newest {self.REDEMPTIONS_SHOWN})" if count > self.REDEMPTIONS_SHOWN else ""
+        url = reverse("admin:shop_voucherredemption_changelist") + f"?voucher__id__exact={promotion.pk}"
+        return format_html(
+            '{} so far; orders{}: {} · <a href="{}">all redemptions</a>',
+            count, more, ", ".join(str(order_id) for order_id in orders), url,
+        )  # fmt: skip
+
+    @admin.action(description="End selected promotions now", permissions=["change"])
+    def end_now(self, request, queryset):
+        ids = list(queryset.values_list("pk", flat=True))
+        ended = end_promotions(promotion_ids=ids)
+        self.message_user(request, f"{ended} promotion(s) ended.", messages.SUCCESS)
+        if ended < len(ids):
+            self.message_user(
+                request,
+                f"{len(ids) - ended} not ended: already over, or not started yet (delete one that has not "
+                "started, or move its window).",
+                messages.WARNING,
+            )
+
+
+@admin.register(VoucherRedemption)
+class VoucherRedemptionAdmin(ReadOnlyAdmin):
+    list_display = ["voucher", "order_id", "customer", "created_at"]
+    search_fields = ["=order_id", "voucher__code", "customer__username"]
+    list_select_related = ["voucher", "customer"]
+    list_filter = [("voucher", admin.RelatedOnlyFieldListFilter)]
 
 
 class UserPasswordChangeForm(AdminPasswordChangeForm):

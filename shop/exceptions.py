@@ -18,3 +18,33 @@ class WrongPassword(DomainError):
     code = ErrorCode.WRONG_PASSWORD
     status = 400
     message = "The current password is not right."
+
+
+class VoucherUnknown(DomainError):
+    code = ErrorCode.VOUCHER_UNKNOWN
+    status = 422
+    message = "There is no voucher with that code."
+
+
+class VoucherNotStarted(DomainError):
+    code = ErrorCode.VOUCHER_NOT_STARTED
+    status = 422
+    message = "That voucher cannot be used yet."
+
+
+class VoucherExpired(DomainError):
+    code = ErrorCode.VOUCHER_EXPIRED
+    status = 422
+    message = "That voucher has expired."
+
+
+class VoucherUsedUp(DomainError):
+    code = ErrorCode.VOUCHER_USED_UP
+    status = 422
+    message = "That voucher has been used as many times as it can be."
+
+
+class VoucherNotApplicable(DomainError):
+    code = ErrorCode.VOUCHER_NOT_APPLICABLE
+    status = 422
+    message = "That voucher does not apply to this cart."

@@ -1,6 +1,7 @@
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
+from django.utils import timezone
 
 SKU_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
 sku_validator = RegexValidator(SKU_PATTERN, "A SKU is 1-64 characters of A-Z a-z 0-9 . _ -")
@@ -91,3 +92,179 @@ class LoyaltyEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.points:+d} points for order {self.order_id}"
+
+
+# --- Promotions and vouchers (shop/pricing.py prices with them; shop/promotions.py counts vouchers) ------------------
+
+VOUCHER_CODE_PATTERN = r"^[A-Z0-9-]{1,32}$"
+voucher_code_validator = RegexValidator(
+    VOUCHER_CODE_PATTERN, "A voucher code is 1-32 letters, digits or dashes (stored upper-cased)"
+)
+
+
+class DiscountKind(models.TextChoices):
+    PERCENT = "percent", "Percent off each unit"
+    AMOUNT = "amount", "Amount off each unit"
+    CART_AMOUNT = "cart_amount", "Amount off the cart"
+
+
+class PromotionScope(models.TextChoices):
+    SKUS = "skus", "The listed SKUs"
+    CART = "cart", "The whole cart"
+
+
+class Promotion(models.Model):
+    """A discount with a window. Automatic when `code` is null; else a voucher the
+    shopper enters, counted in `uses` (by conditional update, shop/promotions.py)
+    within `usage_limit`, and per shopper in VoucherCustomerUse.
+
+    `min_subtotal` is compared with the cart's subtotal at catalog prices. How
+    promotions combine and round: shop/pricing.py."""
+
+    Kind = DiscountKind
+    Scope = PromotionScope
+
+    name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=20, choices=DiscountKind.choices)
+    # percent: 1-100; amount, cart_amount: minor units, 1 to MAX_PRICE
+    value = models.BigIntegerField(validators=[MinValueValidator(1), MaxValueValidator(MAX_PRICE)])
+    # Explicit rather than "no SKUs listed": a SKU promotion whose SKUs were
+    # forgotten must apply to nothing, not to the whole cart.
+    scope = models.CharField(max_length=10, choices=PromotionScope.choices, default=PromotionScope.SKUS)
+    products = models.ManyToManyField(Product, blank=True, related_name="promotions")
+    min_subtotal = models.BigIntegerField(
+        default=0, db_default=0, validators=[MinValueValidator(0), MaxValueValidator(MAX_PRICE)]
+    )
+    starts_at = models.DateTimeField(default=timezone.now)
+    ends_at = models.DateTimeField(null=True, blank=True)  # null: open-ended
+    # null: automatic. Unique by a constraint, not unique=True: no LIKE index (the admin's search cannot use one).
+    code = models.CharField(max_length=32, null=True, blank=True, validators=[voucher_code_validator])
+    usage_limit = models.IntegerField(null=True, blank=True, validators=[MinValueValidator(1)])  # null: none
+    # Written only by redeem_voucher / give_back_voucher (conditional F() updates), never by a form.
+    uses = models.IntegerField(default=0, db_default=0)
+    per_customer_limit = models.IntegerField(null=True, blank=True, validators=[MinValueValidator(1)])  # null: none
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["code"], name="promotion_code_unique"),
+            models.CheckConstraint(condition=models.Q(kind__in=DiscountKind.values), name="promotion_kind_valid"),
+            models.CheckConstraint(condition=models.Q(scope__in=PromotionScope.values), name="promotion_scope_valid"),
+            models.CheckConstraint(
+                condition=models.Q(value__gte=1)
+                & (~models.Q(kind=DiscountKind.PERCENT) | models.Q(value__lte=100))
+                & (models.Q(kind=DiscountKind.PERCENT) | models.Q(value__lte=MAX_PRICE)),
+                name="promotion_value_in_range",
+                violation_error_message=f"A percentage is 1 to 100; an amount is 1 to {MAX_PRICE} minor units.",
+            ),
+            models.CheckConstraint(
+                condition=~models.Q(kind=DiscountKind.CART_AMOUNT) | models.Q(scope=PromotionScope.CART),
+                name="promotion_cart_amount_is_cart_wide",
+                violation_error_message="An amount off the cart applies to the whole cart.",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(min_subtotal__gte=0, min_subtotal__lte=MAX_PRICE),
+                name="promotion_min_subtotal_in_range",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(ends_at__isnull=True) | models.Q(ends_at__gt=models.F("starts_at")),
+                name="promotion_ends_after_start",
+                violation_error_message="A promotion ends after it starts.",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(code__isnull=True) | models.Q(code__regex=VOUCHER_CODE_PATTERN),
+                name="promotion_code_format",
+                violation_error_message="A voucher code is 1-32 of A-Z 0-9 and -, upper-cased.",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(usage_limit__isnull=True) | models.Q(usage_limit__gt=0),
+                name="promotion_usage_limit_positive",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(per_customer_limit__isnull=True) | models.Q(per_customer_limit__gt=0),
+                name="promotion_per_customer_limit_positive",
+            ),
+            models.CheckConstraint(condition=models.Q(uses__gte=0), name="promotion_uses_not_negative"),
+            # The rule concurrent checkouts rely on: redeem_voucher's conditional
+            # UPDATE stops at the limit, and this stops anything else.
+            models.CheckConstraint(
+                condition=models.Q(usage_limit__isnull=True) | models.Q(uses__lte=models.F("usage_limit")),
+                name="promotion_uses_within_limit",
+                violation_error_message="The usage limit cannot be below the uses so far.",
+            ),
+            # Only a voucher is counted: an automatic promotion has no limits and no uses.
+            models.CheckConstraint(
+                condition=models.Q(code__isnull=False)
+                | models.Q(usage_limit__isnull=True, per_customer_limit__isnull=True, uses=0),
+                name="promotion_limits_only_for_vouchers",
+                violation_error_message="Only a voucher (a promotion with a code) has usage limits and uses.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.code})" if self.code else self.name
+
+    @property
+    def discount_label(self) -> str:
+        if self.kind == DiscountKind.PERCENT:
+            return f"{self.value}% off each unit"
+        return f"{self.value} off {'each unit' if self.kind == DiscountKind.AMOUNT else 'the cart'}"
+
+    @property
+    def remaining_uses(self) -> int | None:
+        return None if self.usage_limit is None else self.usage_limit - self.uses
+
+    def is_active_at(self, moment) -> bool:
+        return self.starts_at <= moment and (self.ends_at is None or moment < self.ends_at)
+
+
+class VoucherRedemption(models.Model):
+    """One order's use of a voucher, written in the order's transaction and
+    deleted when the order gives it back (cancelled, expired). At most one
+    voucher per order, the stacking rule (shop/pricing.py): `order_id` is unique."""
+
+    # No index of its own: voucher_redemption_newest leads with it.
+    voucher = models.ForeignKey(Promotion, on_delete=models.PROTECT, related_name="redemptions", db_index=False)
+    order_id = models.BigIntegerField()  # a plain integer: orders sit above shop
+    customer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    # Whether the shopper's VoucherCustomerUse counted it (the voucher had a per-customer
+    # limit then): giving it back takes back only what was taken.
+    customer_counted = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["order_id"], name="voucher_redemption_one_per_order"),
+        ]
+        indexes = [models.Index(fields=["voucher", "-id"], name="voucher_redemption_newest")]
+
+    def __str__(self) -> str:
+        return f"voucher {self.voucher_id} on order {self.order_id}"
+
+
+class VoucherCustomerUse(models.Model):
+    """How many orders of one shopper use a voucher now. `cap` is the voucher's
+    per-customer limit in force when `uses` last grew (as UnpaidHold's cap):
+    `uses` grows only by a conditional update, and the CHECK backs it."""
+
+    # No index of its own: voucher_customer_use_unique leads with it.
+    voucher = models.ForeignKey(Promotion, on_delete=models.CASCADE, related_name="customer_uses", db_index=False)
+    customer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    uses = models.IntegerField(default=0)
+    cap = models.IntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["voucher", "customer"], name="voucher_customer_use_unique"),
+            models.CheckConstraint(condition=models.Q(uses__gte=0), name="voucher_customer_uses_not_negative"),
+            models.CheckConstraint(condition=models.Q(cap__gt=0), name="voucher_customer_cap_positive"),
+            models.CheckConstraint(
+                condition=models.Q(uses__lte=models.F("cap")), name="voucher_customer_uses_within_cap"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"voucher {self.voucher_id}: customer {self.customer_id} used it {self.uses} of {self.cap}"

@@ -1,7 +1,14 @@
 from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.contrib.postgres.aggregates import ArrayAgg
+from django.db.models import Q
+from django.utils import timezone
 
 from core.hotcache import CachedProduct, hot_cache
-from shop.models import Product
+from shop.models import Product, Promotion
+from shop.pricing import PromotionRule
 
 
 def cached_products(*, skus: Iterable[str]) -> dict[str, CachedProduct | None]:
@@ -22,3 +29,68 @@ def cached_products(*, skus: Iterable[str]) -> dict[str, CachedProduct | None]:
             result[sku] = found.get(sku)
             hot_cache.remember(hot_cache.products, sku, result[sku])
     return result
+
+
+@dataclass(frozen=True)
+class CachedPromotions:
+    """Every promotion not ended when it was read: automatic ones, and vouchers
+    by code. Windows are checked when pricing (PromotionRule.is_active_at), so a
+    promotion starting or ending later needs no cache to be dropped."""
+
+    automatic: tuple[PromotionRule, ...]
+    vouchers: dict[str, PromotionRule]
+
+    def active(self, now: datetime) -> tuple[PromotionRule, ...]:
+        return tuple(promotion for promotion in self.automatic if promotion.is_active_at(now))
+
+
+RULE_FIELDS = (
+    "id", "name", "kind", "value", "scope", "min_subtotal", "starts_at", "ends_at", "code", "usage_limit",
+    "per_customer_limit",
+)  # fmt: skip
+
+
+def cached_promotions() -> CachedPromotions:
+    """The promotions from process memory; the first read under a generation is
+    one query (their SKUs aggregated into it). A promotion saved, deleted or
+    ended moves the generation (shop/signals.py, shop/promotions.py); a voucher's
+    `uses` is not cached at all (shop/promotions.py reads it)."""
+    promotions = hot_cache.promotions
+    if promotions is None:
+        generation = hot_cache.ensure_generation()
+        rows = (
+            Promotion.objects.filter(Q(ends_at__isnull=True) | Q(ends_at__gt=timezone.now()))
+            .annotate(sku_list=ArrayAgg("products", filter=Q(products__isnull=False), default=[]))
+            .order_by("id")
+            .values_list(*RULE_FIELDS, "sku_list", named=True)
+        )
+        rules = [promotion_rule(row, row.sku_list) for row in rows]
+        promotions = CachedPromotions(
+            automatic=tuple(rule for rule in rules if rule.code is None),
+            vouchers={rule.code: rule for rule in rules if rule.code is not None},
+        )
+        if hot_cache.generation == generation:  # not dropped meanwhile by a change this read may have missed
+            hot_cache.promotions = promotions
+    return promotions
+
+
+def active_promotions(*, now: datetime) -> tuple[PromotionRule, ...]:
+    """The automatic promotions active at `now` (no SQL once warm)."""
+    return cached_promotions().active(now)
+
+
+def promotion_rule(row, skus: Iterable[str]) -> PromotionRule:
+    """A PromotionRule from a Promotion (or a row with its fields) and its SKUs."""
+    return PromotionRule(
+        id=row.id,
+        name=row.name,
+        kind=row.kind,
+        value=row.value,
+        skus=None if row.scope == Promotion.Scope.CART else frozenset(skus),
+        min_subtotal=row.min_subtotal,
+        starts_at=row.starts_at,
+        ends_at=row.ends_at,
+        code=row.code,
+        usage_limit=row.usage_limit,
+        per_customer_limit=row.per_customer_limit,
+    )

@@ -1,5 +1,5 @@
-"""Any change to what the hot caches hold (products, tokens, users; flash sales in
-inventory/signals.py) moves the
+"""Any change to what the hot caches hold (products, promotions and their SKUs,
+tokens, users; flash sales in inventory/signals.py) moves the
 cache generation: before the transaction commits, so that a change no cache can hear of
 fails instead (Redis down: 503), and again after; see core/hotcache.py.
 
@@ -8,22 +8,29 @@ to Redis), and a login only touches `last_login`: neither needs the caches
 dropped. A deleted token or a changed user (its tokens) leaves Redis before the
 change commits. Revoking tokens is no signal's business: a password change
 deletes them explicitly (shop.services.set_password, called by the API and the
-admin), and each deletion leaves Redis here."""
+admin), and each deletion leaves Redis here. A voucher's `uses` is not cached:
+redemptions (UPDATEs, no signal) move nothing; ending promotions by UPDATE moves
+the generation itself (shop/promotions.py)."""
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models.signals import post_delete, post_save
+from django.db.models.signals import m2m_changed, post_delete, post_save
 from django.utils import timezone
 from knox.models import AuthToken
 from redis.exceptions import RedisError
 
 from core.authentication import forget_tokens, remember_tokens
 from core.hotcache import bump_generation_on_commit
-from shop.models import Product
+from shop.models import Product, Promotion
 
 
 def _bump(**kwargs) -> None:
     bump_generation_on_commit()
+
+
+def _promotion_products_changed(action: str, **kwargs) -> None:
+    if action in ("post_add", "post_remove", "post_clear"):
+        bump_generation_on_commit()
 
 
 def _token_saved(instance: AuthToken, created: bool = False, **kwargs) -> None:
@@ -56,9 +63,13 @@ def _best_effort(function, argument) -> None:
 
 
 def connect() -> None:
-    post_save.connect(_bump, sender=Product, dispatch_uid="hotcache-save-Product")
-    for model in (Product, get_user_model()):
+    for model in (Product, Promotion):
+        post_save.connect(_bump, sender=model, dispatch_uid=f"hotcache-save-{model.__name__}")
+    for model in (Product, Promotion, get_user_model()):
         post_delete.connect(_bump, sender=model, dispatch_uid=f"hotcache-delete-{model.__name__}")
+    m2m_changed.connect(
+        _promotion_products_changed, sender=Promotion.products.through, dispatch_uid="hotcache-promotion-products"
+    )
     post_save.connect(_token_saved, sender=AuthToken, dispatch_uid="hotcache-token-save")
     post_delete.connect(_token_deleted, sender=AuthToken, dispatch_uid="hotcache-token-delete")
     post_save.connect(_user_changed, sender=get_user_model(), dispatch_uid="hotcache-user-save")

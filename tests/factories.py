@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from inventory.models import FlashSale, Stock
 from orders.models import Order, OrderItem, OrderStatus, Payment
-from shop.models import Address, Product
+from shop.models import Address, Product, Promotion
 
 PASSWORD = "correct-horse-battery"
 SHIPPING_ADDRESS = {"name": "Ana García", "line1": "Calle Mayor 1", "line2": "", "city": "Madrid",
@@ -154,3 +154,24 @@ def api_token(user: AbstractUser) -> str:
     from knox.models import AuthToken
 
     return AuthToken.objects.create(user=user)[1]
+
+
+class PromotionFactory(factory.django.DjangoModelFactory[Promotion]):
+    """An automatic promotion, 10% off each unit of the whole cart, started an hour
+    ago and open-ended. Give `products=[...]` (with scope=Promotion.Scope.SKUS) for
+    a SKU promotion, `code` (and limits) for a voucher."""
+
+    class Meta:
+        model = Promotion
+        skip_postgeneration_save = True
+
+    name = factory.Sequence(lambda n: f"Promotion {n}")
+    kind = Promotion.Kind.PERCENT
+    value = 10
+    scope = Promotion.Scope.CART
+    starts_at = factory.LazyFunction(lambda: timezone.now() - timedelta(hours=1))
+
+    @factory.post_generation
+    def products(self, create, extracted, **kwargs):
+        if create and extracted:
+            self.products.set(extracted)
