@@ -1,8 +1,6 @@
-from datetime import datetime
-
 from django.core.management.base import BaseCommand, CommandError
-from django.utils import timezone
 
+from core.moments import iso_moment
 from inventory.models import FlashSale
 from inventory.services.flash_sales import seed_flash_sale
 
@@ -20,8 +18,8 @@ class Command(BaseCommand):
             "--mode", choices=FlashSale.Mode.values, default="direct",
             help="queue: admitted checkouts go through Kafka to write_queued_orders (default direct)",
         )
-        parser.add_argument("--starts-at", type=_moment, help="ISO 8601; the gate admits from then on (default now)")
-        parser.add_argument("--ends-at", type=_moment, help="ISO 8601; the gate refuses from then on (default never)")
+        parser.add_argument("--starts-at", type=iso_moment, help="ISO 8601: the gate admits from then (default: now)")
+        parser.add_argument("--ends-at", type=iso_moment, help="ISO 8601: the gate refuses from then (default: no end)")
 
     def handle(self, *args, sku, stock, price, name, per_customer_limit, mode, starts_at, ends_at, **options):
         if stock < 0:
@@ -42,11 +40,3 @@ class Command(BaseCommand):
             f"until {sale.ends_at.isoformat() if sale.ends_at else 'no end'}"
         )
 
-
-def _moment(text: str) -> datetime:
-    """An ISO 8601 moment; one without an offset is in the shop's time zone."""
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise CommandError(f"not an ISO 8601 moment: {text!r}") from None
-    return moment if timezone.is_aware(moment) else timezone.make_aware(moment)

@@ -1,21 +1,8 @@
-from datetime import datetime
-
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
-from django.utils import timezone
 
+from core.moments import iso_moment
 from shop.promotions import create_voucher
-
-
-def _moment(value: str | None, option: str) -> datetime | None:
-    """An ISO 8601 date or date-time; without an offset, in the shop's time zone (TIME_ZONE)."""
-    if value is None:
-        return None
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise CommandError(f"{option}: not an ISO 8601 date or date-time: {value!r}") from None
-    return moment if timezone.is_aware(moment) else timezone.make_aware(moment)
 
 
 def _per_customer(value: str) -> int | None:
@@ -44,8 +31,8 @@ class Command(BaseCommand):
         parser.add_argument("--min-subtotal", type=int, default=0, help="minor units the cart's subtotal must reach")
         parser.add_argument("--limit", type=int, help="redemptions in all (default: no limit)")
         parser.add_argument("--per-customer", default="1", help="redemptions per shopper, or none (default 1)")
-        parser.add_argument("--starts-at", help="ISO 8601 (default: now)")
-        parser.add_argument("--ends-at", help="ISO 8601 (default: open-ended)")
+        parser.add_argument("--starts-at", type=iso_moment, help="ISO 8601 (default: now)")
+        parser.add_argument("--ends-at", type=iso_moment, help="ISO 8601 (default: open-ended)")
 
     def handle(self, *args, code, percent, amount, skus, min_subtotal, limit, per_customer, starts_at, ends_at, **_):
         sku_list = [sku.strip() for sku in (skus or "").split(",") if sku.strip()]
@@ -60,8 +47,8 @@ class Command(BaseCommand):
                 min_subtotal=min_subtotal,
                 usage_limit=limit,
                 per_customer_limit=_per_customer(per_customer),
-                starts_at=_moment(starts_at, "--starts-at"),
-                ends_at=_moment(ends_at, "--ends-at"),
+                starts_at=starts_at,
+                ends_at=ends_at,
             )
         except ValidationError as error:
             raise CommandError(_messages(error)) from None
