@@ -1,3 +1,5 @@
+from dataclasses import asdict
+
 from django.conf import settings
 from django.http import HttpResponse
 from django.utils.cache import get_conditional_response, patch_cache_control, set_response_etag
@@ -14,6 +16,15 @@ from inventory.catalog_browse import SORTS, answers, browse_product, browse_prod
 from shop.models import SKU_PATTERN
 
 
+class SaleWindowSerializer(serializers.Serializer):
+    class Meta:
+        ref_name = "FlashSaleWindow"
+
+    starts_at = serializers.DateTimeField(help_text="Checkouts are admitted from then on")
+    ends_at = serializers.DateTimeField(allow_null=True, help_text="Refused from then on; null: no end")
+    open = serializers.BooleanField(help_text="Admitting checkouts now")
+
+
 class ProductOutputSerializer(serializers.Serializer):
     class Meta:
         ref_name = "Product"
@@ -26,7 +37,9 @@ class ProductOutputSerializer(serializers.Serializer):
     currency = serializers.SerializerMethodField()
     available = serializers.IntegerField(help_text="A hint, a few seconds old at most: checkout decides")
     in_stock = serializers.SerializerMethodField()
-    flash_sale = serializers.BooleanField(help_text="A flash-sale gate is on: limited units, first come first served")
+    flash_sale = SaleWindowSerializer(
+        allow_null=True, help_text="The product's flash sale (limited units, first come first served), or null"
+    )
 
     def get_currency(self, view) -> str:
         return settings.SHOP_CURRENCY
@@ -42,7 +55,7 @@ def product_json(view) -> dict:
     return {
         "sku": p.sku, "name": p.name, "description": p.description, "image_url": p.image_url, "price": p.price,
         "currency": settings.SHOP_CURRENCY, "available": view.available, "in_stock": view.available > 0,
-        "flash_sale": view.flash_sale,
+        "flash_sale": view.flash_sale and asdict(view.flash_sale),
     }  # fmt: skip
 
 

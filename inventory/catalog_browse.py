@@ -9,10 +9,11 @@ makes no SQL query whatever its parameters."""
 
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from core.hotcache import hot_cache
 from inventory.models import Stock
-from inventory.services.flash_sales import gated_skus
+from inventory.services.flash_sales import GateRule, gate_rules
 from inventory.stock_hints import STOCK_HINT_MAX_AGE_SECONDS, remember_available
 from shop.models import Product
 
@@ -42,13 +43,33 @@ class _Catalog:
     available: dict[str, int] = field(default_factory=dict)
     stock_read_at: float = float("-inf")
     answers: dict = field(default_factory=dict)  # see answers()
+    answers_until_ms: float = 0  # the next flash-sale window edge: the answers change there
+
+
+@dataclass(frozen=True)
+class SaleWindow:
+    """A flash sale as the catalog shows it: its window (ISO 8601; no end: None)
+    and whether checkouts are admitted now."""
+
+    starts_at: str
+    ends_at: str | None
+    open: bool
+
+    @classmethod
+    def of(cls, rule: GateRule, now_ms: float) -> "SaleWindow":
+        is_open = rule.opens_ms <= now_ms and (not rule.closes_ms or now_ms < rule.closes_ms)
+        return cls(_iso(rule.opens_ms), _iso(rule.closes_ms) if rule.closes_ms else None, is_open)
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat()
 
 
 @dataclass(frozen=True)
 class ProductView:
     product: CatalogProduct
     available: int
-    flash_sale: bool
+    flash_sale: SaleWindow | None
 
 
 def _catalog() -> _Catalog:
@@ -68,7 +89,7 @@ def _catalog() -> _Catalog:
     if time.monotonic() - catalog.stock_read_at >= STOCK_HINT_MAX_AGE_SECONDS:
         catalog.available = dict(Stock.objects.values_list("product_id", "available"))
         catalog.stock_read_at = time.monotonic()
-        catalog.answers = {}
+        catalog.answers, catalog.answers_until_ms = {}, 0
         remember_available(catalog.available)  # the cart's "in stock" hints, for free
     return catalog
 
@@ -79,8 +100,12 @@ MAX_ANSWERS = 10_000
 def answers() -> dict:
     """A dict that lives exactly as long as what the catalog answers from (these
     products, this stock read, these flash sales): the API keeps its rendered
-    answers in it, so a page asked for again costs a dict lookup."""
-    memo = _catalog().answers
+    answers in it, so a page asked for again costs a dict lookup. A flash sale that
+    opens or closes changes the answers (and their ETag) at that moment."""
+    catalog, now_ms = _catalog(), time.time() * 1000
+    if now_ms >= catalog.answers_until_ms:
+        catalog.answers, catalog.answers_until_ms = {}, _next_window_edge(now_ms)
+    memo = catalog.answers
     if len(memo) >= MAX_ANSWERS:  # made-up queries cannot grow it without bound
         memo.clear()
     return memo
@@ -102,10 +127,18 @@ def browse_products(*, q: str = "", in_stock: bool = False, sort: str = "sku") -
     return products
 
 
+def _next_window_edge(now_ms: float) -> float:
+    edges = [edge for rule in gate_rules().values() for edge in (rule.opens_ms, rule.closes_ms) if edge > now_ms]
+    return min(edges, default=float("inf"))
+
+
 def with_stock(products: list[CatalogProduct]) -> list[ProductView]:
-    """The products with their stock hint and whether a flash-sale gate is on."""
-    catalog, sales = _catalog(), gated_skus()
-    return [ProductView(p, catalog.available.get(p.sku, 0), p.sku in sales) for p in products]
+    """The products with their stock hint and their flash sale's window, if any."""
+    catalog, sales, now_ms = _catalog(), gate_rules(), time.time() * 1000
+    return [
+        ProductView(p, catalog.available.get(p.sku, 0), SaleWindow.of(sales[p.sku], now_ms) if p.sku in sales else None)
+        for p in products
+    ]
 
 
 def browse_product(*, sku: str) -> ProductView | None:

@@ -1,6 +1,8 @@
 """inventory/apis.py: the public catalog (GET /api/products, /api/products/{sku}),
 from process memory once warm, with ETag / 304 and a short max-age."""
 
+from datetime import datetime, timedelta
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -33,7 +35,7 @@ def test_the_list_is_public_paginated_and_shows_each_product(api_client, catalog
     assert body["count"] == 3 and body["next"].endswith("page=2&page_size=2") and body["previous"] is None
     assert body["results"][0] == {
         "sku": "MUG-BLUE", "name": "Blue mug", "description": "", "image_url": "", "price": 700,
-        "currency": "EUR", "available": 0, "in_stock": False, "flash_sale": False,
+        "currency": "EUR", "available": 0, "in_stock": False, "flash_sale": None,
     }  # fmt: skip
     assert skus(api_client.get("/api/products?page=2&page_size=2")) == ["TEE-1"]
     assert api_client.get("/api/products?page=9").status_code == 404
@@ -67,8 +69,31 @@ def test_detail_and_its_404s(api_client, catalog):
 
 
 def test_flash_sale_shows(api_client, catalog):
-    seed_flash_sale(sku="FLASH-1", stock=10, price=100, name="Flash item")
-    assert api_client.get("/api/products/FLASH-1").json()["flash_sale"] is True
+    sale = seed_flash_sale(sku="FLASH-1", stock=10, price=100, name="Flash item")
+    shown = api_client.get("/api/products/FLASH-1").json()["flash_sale"]
+    assert shown["open"] is True and shown["ends_at"] is None
+    assert abs(datetime.fromisoformat(shown["starts_at"]) - sale.starts_at) < timedelta(milliseconds=1)
+
+
+def test_a_sale_that_opens_changes_the_answer_and_its_etag_then(api_client, catalog):
+    """The window's edge, not a change anyone makes, turns the sale open: the
+    remembered answer and its ETag change at that moment, no generation moved."""
+    from django.utils import timezone
+
+    from core.hotcache import hot_cache
+    from tests.helpers import wait_until
+
+    opens = timezone.now() + timedelta(seconds=1.5)
+    seed_flash_sale(sku="FLASH-1", stock=10, price=100, name="Flash item", starts_at=opens)
+    before = api_client.get("/api/products/FLASH-1")
+    assert before.json()["flash_sale"]["open"] is False
+    assert abs(datetime.fromisoformat(before.json()["flash_sale"]["starts_at"]) - opens) < timedelta(milliseconds=1)
+    generation = hot_cache.ensure_generation()
+    assert api_client.get("/api/products/FLASH-1", HTTP_IF_NONE_MATCH=before["ETag"]).status_code == 304
+    assert wait_until(lambda: api_client.get("/api/products/FLASH-1").json()["flash_sale"]["open"], 10)
+    after = api_client.get("/api/products/FLASH-1", HTTP_IF_NONE_MATCH=before["ETag"])
+    assert after.status_code == 200 and after["ETag"] != before["ETag"]
+    assert timezone.now() >= opens and hot_cache.ensure_generation() == generation
 
 
 def test_etag_gives_304_and_cache_control_is_short(api_client, catalog, settings):
