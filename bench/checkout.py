@@ -26,7 +26,7 @@ from bench import harness as h
 from core.hotcache import StaleCache, hot_cache
 from orders.services import place_order
 from shop.models import Product
-from shop.selectors import cached_products
+from shop.selectors import cached_products, cached_promotions
 
 PREFIX = "BENCH-CO-"
 HOT_SKU = f"{PREFIX}HOT"
@@ -43,11 +43,11 @@ LOCK_KEY = 0x42_43_4F_01  # pg advisory lock: one checkout bench at a time on a 
 # OrderCreated event; reserve the stock, last; COMMIT.
 SLOT = "UPDATE order_pending_counts SET pending = pending + %s WHERE customer_id = %s AND pending < %s"
 ORDER = ("WITH o AS (INSERT INTO orders (customer_id, idempotency_key, request_hash, status, total_amount, currency, "
-         "expires_at, created_at, rejection_reason, shipping_address, hold_address, holds_units) "
-         "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, '', %s::jsonb, '', true) "
+         "expires_at, created_at, rejection_reason, shipping_address, hold_address, holds_units, discounts) "
+         "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, '', %s::jsonb, '', true, '[]'::jsonb) "
          "ON CONFLICT (customer_id, idempotency_key) DO NOTHING RETURNING id), "
-         "i AS (INSERT INTO order_items (order_id, sku, name, quantity, unit_price) "
-         "SELECT o.id, %s, %s, %s, %s FROM o RETURNING 1) SELECT id FROM o")  # fmt: skip
+         "i AS (INSERT INTO order_items (order_id, sku, name, quantity, unit_price, discount) "
+         "SELECT o.id, %s, %s, %s, %s, 0 FROM o RETURNING 1) SELECT id FROM o")  # fmt: skip
 HOLDS = ("INSERT INTO order_unpaid_holds AS h (holder, sku, units, cap) VALUES (%s, %s, %s, %s) "
          "ON CONFLICT (holder, sku) DO UPDATE SET units = h.units + EXCLUDED.units, cap = EXCLUDED.cap "
          "WHERE h.units + EXCLUDED.units <= EXCLUDED.cap RETURNING holder")  # fmt: skip
@@ -91,9 +91,10 @@ def psycopg_order(conn, cur, job: Job) -> bool:
         cur.execute(HOLDS, [f"customer:{job.customer_id}", job.sku, 1, settings.MAX_UNPAID_UNITS_PER_SKU])
         if cur.fetchone() is None:
             raise RuntimeError(f"hold limit reached for {job.customer_id}")
-        payload = {"order_id": row[0], "customer_id": job.customer_id, "total": price, "currency": currency,
-                   "items": [{"sku": job.sku, "name": name, "quantity": 1, "unit_price": price}],
-                   "shipping_address": address, "expires_at": expires_at.isoformat()}  # fmt: skip
+        payload = {"order_id": row[0], "customer_id": job.customer_id, "subtotal": price, "discounts": [],
+                   "total": price, "currency": currency, "shipping_address": address,
+                   "items": [{"sku": job.sku, "name": name, "quantity": 1, "unit_price": price, "discount": 0}],
+                   "expires_at": expires_at.isoformat()}  # fmt: skip
         cur.execute(EVENT, [uuid.uuid4(), "order", str(row[0]), "OrderCreated",
                             json.dumps(payload, cls=DjangoJSONEncoder), timezone.now(), ""])  # fmt: skip
         cur.fetchone()
@@ -197,8 +198,8 @@ def same_work(customer_id: int, sku: str, key: str) -> list[str]:
     with connection.cursor() as cursor:
         cursor.execute("""
             SELECT o.request_hash, o.status, o.total_amount, o.currency, o.expires_at - o.created_at,
-                   o.shipping_address, o.hold_address, o.holds_units, o.rejection_reason,
-                   (SELECT json_agg(json_build_array(sku, name, quantity, unit_price)) FROM order_items
+                   o.shipping_address, o.hold_address, o.holds_units, o.rejection_reason, o.discounts,
+                   (SELECT json_agg(json_build_array(sku, name, quantity, unit_price, discount)) FROM order_items
                     WHERE order_id = o.id),
                    (SELECT json_agg(json_build_array(event_type, payload - 'order_id' - 'expires_at', attempts,
                                                      payload->>'order_id' = o.id::text, request_id))
@@ -207,13 +208,14 @@ def same_work(customer_id: int, sku: str, key: str) -> list[str]:
                        [customer_id, f"{key}-d", f"{key}-p"])  # fmt: skip
         rows = cursor.fetchall()
     names = ["request_hash", "status", "total", "currency", "payment window", "shipping address", "hold address",
-             "holds units", "rejection reason", "items", "outbox event"]  # fmt: skip
+             "holds units", "rejection reason", "discounts", "items", "outbox event"]  # fmt: skip
     return [f"{n}: Django {a!r}, psycopg {b!r}" for n, a, b in zip(names, *rows, strict=True) if a != b]
 
 
 def count_statements(customer_id: int, skus: list[str], k: int, key: str, address: dict | None = None) -> tuple:
     """One checkout of a k-line cart outside any transaction: (CaptureQueriesContext, execute_wrapper) counts."""
-    cached_products(skus=skus[:k])  # a checkout in steady state: the prices in the hot cache
+    cached_products(skus=skus[:k])  # a checkout in steady state: the prices and promotions in the hot cache
+    cached_promotions()
     seen: list[str] = []
 
     def wrapper(execute, sql, params, many, context):

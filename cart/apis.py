@@ -34,8 +34,18 @@ class CartOutputSerializer(serializers.Serializer):
         name = serializers.CharField()
         quantity = serializers.IntegerField()
         unit_price = serializers.IntegerField(help_text="Minor units of `currency`, today's catalog price")
-        line_total = serializers.IntegerField()
+        discount = serializers.IntegerField(help_text="Minor units taken off the whole line by the promotions")
+        line_total = serializers.IntegerField(help_text="`quantity` x `unit_price` - `discount`")
         in_stock = serializers.BooleanField(help_text="A hint: checkout decides")
+
+    class DiscountSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "CartDiscount"
+
+        promotion_id = serializers.IntegerField()
+        name = serializers.CharField()
+        code = serializers.CharField(required=False, help_text="A voucher's code; absent for an automatic promotion")
+        amount = serializers.IntegerField(help_text="Minor units it takes off the cart (the sum over its lines)")
 
     class WarningSerializer(serializers.Serializer):
         class Meta:
@@ -46,7 +56,11 @@ class CartOutputSerializer(serializers.Serializer):
         message = serializers.CharField()
 
     items = LineSerializer(many=True)
-    total = serializers.IntegerField()
+    subtotal = serializers.IntegerField(help_text="The lines at catalog prices")
+    discounts = DiscountSerializer(many=True, help_text="The promotions applied, each with what it takes off")
+    total = serializers.IntegerField(
+        help_text="`subtotal` - the discounts' amounts (also the sum of the lines' `line_total`): what checkout charges"
+    )
     currency = serializers.CharField()
     warnings = WarningSerializer(many=True)
 
@@ -62,11 +76,14 @@ def cart_json(cart) -> dict:
                 "name": line.name,
                 "quantity": line.quantity,
                 "unit_price": line.unit_price,
+                "discount": line.discount,
                 "line_total": line.line_total,
                 "in_stock": line.in_stock,
             }
             for line in cart.items
         ],
+        "subtotal": cart.subtotal,
+        "discounts": cart.discounts,
         "total": cart.total,
         "currency": cart.currency,
         "warnings": cart.warnings,

@@ -5,13 +5,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from django.conf import settings
+from django.utils import timezone
 
 from cart import storage
 from cart.exceptions import CartTokenUnknown, InactiveProduct, UnknownProduct
 from core.hotcache import CachedProduct, hot_cache
 from inventory.stock_hints import fresh_available_hints, remember_available
 from shop.models import Product
-from shop.selectors import cached_products
+from shop.pricing import price_lines
+from shop.selectors import active_promotions, cached_products
 
 
 @dataclass(frozen=True)
@@ -19,12 +21,10 @@ class CartLine:
     sku: str
     name: str
     quantity: int
-    unit_price: int
+    unit_price: int  # the catalog's
+    discount: int  # minor units off the whole line (its promotions)
+    line_total: int  # quantity x unit_price - discount
     in_stock: bool
-
-    @property
-    def line_total(self) -> int:
-        return self.quantity * self.unit_price
 
 
 @dataclass(frozen=True)
@@ -32,16 +32,18 @@ class PricedCart:
     items: list[CartLine]
     currency: str
     warnings: list[dict] = field(default_factory=list)
-
-    @property
-    def total(self) -> int:
-        return sum(line.line_total for line in self.items)
+    subtotal: int = 0  # at catalog prices
+    discounts: list[dict] = field(default_factory=list)  # {"promotion_id", "name", "amount"} (+ "code": a voucher)
+    total: int = 0  # subtotal - the discounts' amounts, and the sum of the lines' totals
 
 
 def _price(
     lines: Mapping[str, int], products: Mapping[str, CachedProduct | None], available: Mapping[str, int]
 ) -> PricedCart:
-    items, warnings = [], []
+    """The cart as checkout would charge it now: shop.pricing.price_lines over the
+    active products, with the automatic promotions (from the hot cache: no query
+    once warm). Unknown and inactive SKUs are warnings and take no part."""
+    priced, warnings = {}, []
     for sku in sorted(lines):
         product = products.get(sku)
         if product is None:
@@ -49,9 +51,32 @@ def _price(
         elif not product.is_active:
             warnings.append({"sku": sku, "code": "inactive_sku", "message": "This product is no longer on sale."})
         else:
-            quantity = lines[sku]
-            items.append(CartLine(sku, product.name, quantity, product.price, available.get(sku, 0) >= quantity))
-    return PricedCart(items=items, currency=settings.SHOP_CURRENCY, warnings=warnings)
+            priced[sku] = lines[sku]
+    currency = settings.SHOP_CURRENCY
+    if not priced:  # nothing to price: no promotions to read
+        return PricedCart(items=[], currency=currency, warnings=warnings)
+    now = timezone.now()
+    cart = price_lines(priced, products=products, promotions=active_promotions(now=now), now=now)
+    items = [
+        CartLine(
+            sku=line.sku,
+            name=products[line.sku].name,
+            quantity=line.quantity,
+            unit_price=line.unit_price,
+            discount=line.discount,
+            line_total=line.total,
+            in_stock=available.get(line.sku, 0) >= line.quantity,
+        )
+        for line in cart.lines
+    ]
+    discounts = [
+        {"promotion_id": applied.promotion_id, "name": applied.name, "amount": applied.amount}
+        | ({"code": applied.code} if applied.code is not None else {})
+        for applied in cart.applied
+    ]
+    return PricedCart(
+        items=items, currency=currency, warnings=warnings, subtotal=cart.subtotal, discounts=discounts, total=cart.total
+    )
 
 
 def catalog_for(skus: list[str]) -> tuple[dict[str, CachedProduct | None], dict[str, int]]:
@@ -78,8 +103,9 @@ def catalog_for(skus: list[str]) -> tuple[dict[str, CachedProduct | None], dict[
 
 
 def get_cart(*, customer_id: int) -> PricedCart:
-    """One Redis call (the lines, with the cache-generation check); prices from
-    the checked cache, so no query once warm and at most one otherwise."""
+    """One Redis call (the lines, with the cache-generation check); prices and
+    promotions from the checked cache, so no query once warm, and otherwise one
+    for the products and stock hints missing and one for the promotions."""
     lines = storage.read_lines(customer_id=customer_id, generation=hot_cache.ensure_generation())
     return _price(lines, *catalog_for(list(lines)))
 

@@ -43,8 +43,18 @@ class OrderOutputSerializer(serializers.Serializer):
         sku = serializers.CharField(source="product_id")
         name = serializers.CharField()
         quantity = serializers.IntegerField()
-        unit_price = serializers.IntegerField(help_text="Minor units; the price when the order was placed")
-        line_total = serializers.IntegerField()
+        unit_price = serializers.IntegerField(help_text="Minor units; the catalog price when the order was placed")
+        discount = serializers.IntegerField(help_text="Minor units off the whole line (promotions)")
+        line_total = serializers.IntegerField(help_text="quantity x unit_price - discount")
+
+    class DiscountSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "OrderDiscount"
+
+        promotion_id = serializers.IntegerField()
+        name = serializers.CharField()
+        code = serializers.CharField(allow_null=True, help_text="A voucher's code; null for an automatic promotion")
+        amount = serializers.IntegerField(help_text="Minor units off the order")
 
     id = serializers.IntegerField()
     status = serializers.CharField(
@@ -61,7 +71,9 @@ class OrderOutputSerializer(serializers.Serializer):
 
     rejection_reason = serializers.CharField(allow_blank=True)
     items = ItemSerializer(many=True)
-    total = serializers.IntegerField(source="total_amount")
+    subtotal = serializers.SerializerMethodField(help_text="The lines at catalog prices, before discounts")
+    discounts = DiscountSerializer(many=True, help_text="The promotions that took something off, as checkout priced")
+    total = serializers.IntegerField(source="total_amount", help_text="What is to be paid: subtotal - discounts")
     currency = serializers.CharField()
     shipping_address = AddressSerializer(allow_null=True, help_text="As it was at checkout")
     created_at = serializers.DateTimeField(allow_null=True)
@@ -72,6 +84,9 @@ class OrderOutputSerializer(serializers.Serializer):
     refund = serializers.SerializerMethodField(
         help_text="The money going back (a refunded order, or one paid too late)"
     )
+
+    def get_subtotal(self, order) -> int:
+        return sum(item.quantity * item.unit_price for item in order.items.all())
 
     @extend_schema_field(RefundSerializer(allow_null=True))
     def get_refund(self, order) -> dict | None:

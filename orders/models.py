@@ -47,6 +47,9 @@ class Order(models.Model):
     hold_address = models.CharField(max_length=64, blank=True, default="", db_default="")
     holds_units = models.BooleanField(default=False, db_default=False)
     rejection_reason = models.CharField(max_length=40, blank=True, default="", db_default="")  # REJECTED: why
+    # The promotions that took something off, as checkout priced the order:
+    # [{"promotion_id", "name", "code" (a voucher's; null), "amount"}]; total_amount is after them.
+    discounts = models.JSONField(default=list, db_default=[], blank=True)
 
     objects = OrderQuerySet.as_manager()
 
@@ -152,6 +155,7 @@ class OrderItem(models.Model):
     name = models.CharField(max_length=200)
     quantity = models.IntegerField()
     unit_price = models.BigIntegerField()  # the catalog price when the order was placed
+    discount = models.BigIntegerField(default=0, db_default=0)  # minor units off the whole line (promotions)
 
     class Meta:
         db_table = "order_items"
@@ -160,6 +164,10 @@ class OrderItem(models.Model):
             models.UniqueConstraint(fields=["order", "product"], name="order_item_sku_unique"),
             models.CheckConstraint(condition=Q(quantity__gt=0), name="order_item_quantity_positive"),
             models.CheckConstraint(condition=Q(unit_price__gte=0), name="order_item_price_not_negative"),
+            models.CheckConstraint(
+                condition=Q(discount__gte=0) & Q(discount__lte=F("quantity") * F("unit_price")),
+                name="order_item_discount_within_line",
+            ),
         ]
         indexes = [models.Index(fields=["product"], name="order_item_sku")]  # a product's lines (PROTECT)
 
@@ -168,7 +176,8 @@ class OrderItem(models.Model):
 
     @property
     def line_total(self) -> int:
-        return self.quantity * self.unit_price
+        """What the line costs after its discount."""
+        return self.quantity * self.unit_price - self.discount
 
 
 class PaymentStatus(models.TextChoices):

@@ -3,20 +3,24 @@ checkout (orders/services/checkout.py) and the flash-sale queue's writer
 (orders/services/queue_writing.py). From the cart's priced lines it decides the
 order's values (total, payment deadline, items), its request hash and the
 payload of the event that announces it; the two paths only differ in how they
-send the rows (one INSERT each, or COPY for a batch). What prices a line
-(discounts, next) changes here and nowhere else.
+send the rows (one INSERT each, or COPY for a batch). A cart is priced by the
+shop's one pricing function (shop/pricing.py: the catalog's prices, then the
+automatic promotions), as the cart view prices it.
 """
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
+
+from django.utils import timezone
 
 from orders.exceptions import ProductUnavailable
 from orders.models import OrderStatus
 from outbox.services import NewEvent
-from shop.selectors import cached_products
+from shop.pricing import price_lines
+from shop.selectors import active_promotions, cached_products
 
 
 @dataclass(frozen=True)
@@ -24,27 +28,44 @@ class PricedLine:
     sku: str
     name: str
     quantity: int
-    unit_price: int  # minor units
+    unit_price: int  # minor units, the catalog's
+    discount: int = 0  # minor units off the whole line
 
     @property
     def amount(self) -> int:
+        """The line at the catalog price."""
         return self.quantity * self.unit_price
 
+    @property
+    def total(self) -> int:
+        return self.amount - self.discount
 
-def price_cart(lines: dict[str, int]) -> list[PricedLine]:
-    """The cart at the catalog's prices, in SKU order: the products from the hot
-    cache (filled through the ORM, kept honest by the generation the admission
-    script has just checked in Redis), so a warm checkout prices its cart
-    without a query. ProductUnavailable for a SKU not (or no longer) on sale."""
+
+@dataclass(frozen=True)
+class CartPrice:
+    lines: list[PricedLine]  # in SKU order
+    discounts: list[dict]  # the promotions that took something off: {"promotion_id", "name", "code", "amount"}
+
+
+def price_cart(lines: dict[str, int], *, now: datetime | None = None) -> CartPrice:
+    """The cart priced at `now` (default: now) as the cart view prices it: the
+    catalog's prices and the automatic promotions, both from the hot cache
+    (filled through the ORM, kept honest by the generation the admission script
+    has just checked in Redis), so a warm checkout prices its cart without a
+    query. ProductUnavailable for a SKU not (or no longer) on sale."""
+    now = now or timezone.now()
     skus = sorted(lines)
     products = cached_products(skus=skus)
-    priced = []
     for sku in skus:
         product = products.get(sku)
         if product is None or not product.is_active:
             raise ProductUnavailable(sku=sku)
-        priced.append(PricedLine(sku, product.name, lines[sku], product.price))
-    return priced
+    priced = price_lines(lines, products=products, promotions=active_promotions(now=now), now=now)
+    return CartPrice(
+        [PricedLine(line.sku, products[line.sku].name, line.quantity, line.unit_price, line.discount)
+         for line in priced.lines],
+        [{"promotion_id": a.promotion_id, "name": a.name, "code": a.code, "amount": a.amount} for a in priced.applied],
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -59,16 +80,19 @@ class OrderDraft:
     shipping_address: dict | None
     payment_seconds: int
     client_address: str = ""  # whose unpaid holds the order counts in (orders/services/holds.py)
+    discounts: list[dict] = field(default_factory=list)  # CartPrice.discounts
 
     @cached_property
     def total(self) -> int:
-        return sum(line.amount for line in self.lines)
+        return sum(line.total for line in self.lines)
 
     @cached_property
     def request_hash(self) -> str:
         """What the Idempotency-Key promises: the same key with another cart,
-        price or address is refused (IdempotencyKeyReused)."""
-        lines = [(line.sku, line.quantity, line.unit_price) for line in self.lines]
+        price, discount or address is refused (IdempotencyKeyReused). A line
+        without a discount hashes as before discounts existed."""
+        lines = [(line.sku, line.quantity, line.unit_price, *([line.discount] * bool(line.discount)))
+                 for line in self.lines]  # fmt: skip
         address = self.shipping_address
         canonical = json.dumps([self.currency, lines, address] if address else [self.currency, lines], sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()
@@ -89,9 +113,12 @@ class BuiltOrder:
             "order_id": order_id,
             "customer_id": self.draft.customer_id,
             "items": [
-                {"sku": li.sku, "name": li.name, "quantity": li.quantity, "unit_price": li.unit_price}
+                {"sku": li.sku, "name": li.name, "quantity": li.quantity, "unit_price": li.unit_price,
+                 "discount": li.discount}
                 for li in self.draft.lines
-            ],
+            ],  # fmt: skip
+            "subtotal": sum(line.amount for line in self.draft.lines),
+            "discounts": self.draft.discounts,
             "total": self.fields["total_amount"],
             "currency": self.draft.currency,
             "shipping_address": self.draft.shipping_address,
@@ -123,9 +150,11 @@ def build_order(
         "shipping_address": draft.shipping_address,
         "hold_address": draft.client_address,
         "holds_units": takes_holds and not rejection,
+        "discounts": draft.discounts,
     }
     items = [
-        {"product_id": line.sku, "name": line.name, "quantity": line.quantity, "unit_price": line.unit_price}
+        {"product_id": line.sku, "name": line.name, "quantity": line.quantity, "unit_price": line.unit_price,
+         "discount": line.discount}
         for line in draft.lines
-    ]
+    ]  # fmt: skip
     return BuiltOrder(fields, items, draft)

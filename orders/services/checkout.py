@@ -84,9 +84,10 @@ def place_order(
         address = shipping_address or default_address(customer_id=customer_id, cached=admission.saved_address)
         if address is None:
             raise ShippingAddressRequired()
+        priced = price_cart(lines)
         draft = OrderDraft(
-            customer_id, idempotency_key, price_cart(lines), settings.SHOP_CURRENCY, address,
-            _payment_timeout(account_created_at), client_address,
+            customer_id, idempotency_key, priced.lines, settings.SHOP_CURRENCY, address,
+            _payment_timeout(account_created_at), client_address, priced.discounts,
         )
         queue = queued_skus()
         if queue and not queue.isdisjoint(lines):

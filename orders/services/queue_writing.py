@@ -155,6 +155,7 @@ def _insert(fresh: list[QueuedRequest], result: WrittenBatch, now: datetime) -> 
         if values["shipping_address"] is not None:
             orders[-1][ADDRESS_AT] = Jsonb(values["shipping_address"])
         orders[-1][STATUS_AT] = str(values["status"])
+        orders[-1][DISCOUNTS_AT] = Jsonb(values["discounts"])
         items += [(request.order_id, *(item[name] for name in ITEM_FIELDS)) for item in built.items]
         events.append(built.event(request.order_id))
     copy_rows(Order, ["id", *ORDER_FIELDS], orders)
@@ -164,9 +165,11 @@ def _insert(fresh: list[QueuedRequest], result: WrittenBatch, now: datetime) -> 
 
 
 ORDER_FIELDS = ["customer_id", "idempotency_key", "request_hash", "status", "total_amount", "currency", "created_at",
-                "expires_at", "rejection_reason", "shipping_address", "hold_address", "holds_units"]  # fmt: skip
+                "expires_at", "rejection_reason", "shipping_address", "hold_address", "holds_units",
+                "discounts"]  # fmt: skip
 ADDRESS_AT, STATUS_AT = 1 + ORDER_FIELDS.index("shipping_address"), 1 + ORDER_FIELDS.index("status")
-ITEM_FIELDS = ["product_id", "name", "quantity", "unit_price"]
+DISCOUNTS_AT = 1 + ORDER_FIELDS.index("discounts")
+ITEM_FIELDS = ["product_id", "name", "quantity", "unit_price", "discount"]
 
 
 def finish_written_batch(result: WrittenBatch) -> None:

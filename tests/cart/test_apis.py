@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 from cart.services import catalog_for
 from cart.storage import cart_key
 from core.hotcache import hot_cache
-from tests.factories import ProductFactory, UserFactory, api_token, product_with_stock
+from tests.factories import ProductFactory, PromotionFactory, UserFactory, api_token, product_with_stock
 from tests.helpers import redis_commands
 
 pytestmark = pytest.mark.django_db
@@ -25,7 +25,9 @@ def put(client, sku, quantity):
 def test_cart_starts_empty(auth_client):
     response = auth_client.get("/api/cart")
     assert response.status_code == 200
-    assert response.json() == {"items": [], "total": 0, "currency": "EUR", "warnings": []}
+    assert response.json() == {
+        "items": [], "subtotal": 0, "discounts": [], "total": 0, "currency": "EUR", "warnings": [],
+    }  # fmt: skip
 
 
 def test_cart_put_get_delete(auth_client):
@@ -37,10 +39,12 @@ def test_cart_put_get_delete(auth_client):
     assert response.status_code == 200
     body = response.json()
     assert body["items"] == [
-        {"sku": "A-1", "name": "Alpha", "quantity": 2, "unit_price": 250, "line_total": 500, "in_stock": True},
-        {"sku": "B-2", "name": "Beta", "quantity": 1, "unit_price": 1000, "line_total": 1000, "in_stock": False},
-    ]
-    assert body["total"] == 1500
+        {"sku": "A-1", "name": "Alpha", "quantity": 2, "unit_price": 250, "discount": 0, "line_total": 500,
+         "in_stock": True},
+        {"sku": "B-2", "name": "Beta", "quantity": 1, "unit_price": 1000, "discount": 0, "line_total": 1000,
+         "in_stock": False},
+    ]  # fmt: skip
+    assert (body["subtotal"], body["discounts"], body["total"]) == (1500, [], 1500)
     assert auth_client.get("/api/cart").json() == body
 
     assert auth_client.delete(f"/api/cart/items/{b.sku}").status_code == 204
@@ -247,9 +251,11 @@ def test_cart_json_matches_the_documented_serializer(auth_client, redis):
     from cart.services import get_cart
 
     product_with_stock(sku="A")
+    PromotionFactory(value=10)  # a discount on the line and in the cart's list
     put(auth_client, "A", 2)
     redis.hset(cart_key(auth_client.user.id), "GONE", 1)
     cart = get_cart(customer_id=auth_client.user.id)
+    assert cart.items[0].discount and cart.discounts and cart.warnings
     assert cart_json(cart) == CartOutputSerializer(cart).data
 
 
