@@ -28,7 +28,7 @@ from inventory.services import (
     stock_audit,
     write_off_stock,
 )
-from inventory.services.flash_sales import end_flash_sale, seed_flash_sale, update_flash_sale
+from inventory.services.flash_sales import RULE_FIELDS, end_flash_sale, seed_flash_sale, update_flash_sale
 
 OPERATIONS = {
     "receive": ("Receive stock (+N)", receive_stock),
@@ -336,6 +336,11 @@ class FlashSaleForm(forms.ModelForm):
             "ends_at": "Checkouts are refused from then on. Blank: no end.",
         }
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for name in RULE_FIELDS:  # changed means changed since the form was opened (its hidden initial value)
+            self.fields[name].show_hidden_initial = True
+
     def clean(self):
         data = super().clean()
         if self.instance._state.adding and data.get("stock") is None:
@@ -379,11 +384,11 @@ class FlashSaleAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         data = form.cleaned_data
         sku = obj.product_id
-        rule = {key: data.get(key) for key in ("per_customer_limit", "mode", "starts_at", "ends_at")}
         if not change or data.get("stock") is not None:
+            rule = {key: data.get(key) for key in RULE_FIELDS}
             sale = seed_flash_sale(sku=sku, stock=data["stock"], user=request.user, **rule)
-        else:
-            sale = update_flash_sale(sku=sku, **rule)
+        else:  # only what this form changed: a change made meanwhile (a mode switch) stays
+            sale = update_flash_sale(sku=sku, **{key: data.get(key) for key in RULE_FIELDS if key in form.changed_data})
         obj.pk, obj.started_at = sale.pk, sale.started_at
 
     def delete_model(self, request, obj):
@@ -391,10 +396,14 @@ class FlashSaleAdmin(admin.ModelAdmin):
 
     @admin.action(description="End the selected sales now (removes their gates)", permissions=["delete"])
     def end_sales(self, request, queryset):
-        skus = list(queryset.values_list("product_id", flat=True))
-        for sku in skus:
-            end_flash_sale(sku=sku)
-        self.message_user(request, f"Ended {len(skus)} flash sale(s): {', '.join(skus)}.", messages.SUCCESS)
+        ended = []
+        for sku in queryset.values_list("product_id", flat=True):
+            try:
+                end_flash_sale(sku=sku)
+            except DomainError:  # ended meanwhile by someone else
+                continue
+            ended.append(sku)
+        self.message_user(request, f"Ended {len(ended)} flash sale(s): {', '.join(ended)}.", messages.SUCCESS)
 
     @admin.display(description="live page")
     def live(self, sale):

@@ -15,7 +15,7 @@ from outbox.models import OutboxEvent
 
 class OrderItemInline(ReadOnlyInline):
     model = OrderItem
-    fields = ["product", "name", "quantity", "unit_price"]
+    fields = ["product", "name", "quantity", "unit_price", "discount"]
 
 
 class PaymentInline(ReadOnlyInline):

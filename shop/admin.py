@@ -63,6 +63,8 @@ class PromotionForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         if self.instance.pk is None:
             self.initial.setdefault("per_customer_limit", 1)  # a voucher's default: once per shopper
+        for field in self.fields.values():  # changed means changed since the form was opened
+            field.show_hidden_initial = True
 
     def clean_code(self):
         code = normalize_code(self.cleaned_data.get("code") or "")
@@ -108,7 +110,11 @@ class PromotionAdmin(admin.ModelAdmin):
     REDEMPTIONS_SHOWN = 50
 
     def save_model(self, request, obj, form, change):
-        save_promotion(promotion=obj)
+        save_promotion(promotion=obj, changed=form.changed_data if change else None)
+
+    def save_related(self, request, form, formsets, change):
+        if not change or "products" in form.changed_data:  # else a stale form would put old SKUs back
+            super().save_related(request, form, formsets, change)
 
     @admin.display(description="discount")
     def discount(self, promotion):

@@ -95,12 +95,16 @@ EDITABLE_FIELDS = (
 )  # fmt: skip
 
 
-def save_promotion(*, promotion: Promotion) -> Promotion:
-    """Save a promotion staff edited (the admin's form), never its `uses`."""
+def save_promotion(*, promotion: Promotion, changed: Iterable[str] | None = None) -> Promotion:
+    """Save a promotion staff edited (the admin's form), never its `uses`; of an
+    existing one only the fields in `changed` (default: all it may edit), so
+    that a form opened before another change (the promotion ended meanwhile)
+    does not put the old values back."""
     if promotion.pk is None:
         promotion.save()
     else:
-        promotion.save(update_fields=EDITABLE_FIELDS)
+        fields = [name for name in EDITABLE_FIELDS if changed is None or name in changed]
+        promotion.save(update_fields=[*fields, "updated_at"] if "updated_at" not in fields else fields)
     return promotion
 
 

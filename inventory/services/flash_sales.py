@@ -12,6 +12,8 @@ from inventory.models import FlashSale, Stock
 from inventory.services.stock import set_available_stock
 from shop.models import Product
 
+KEEP = object()  # seed_flash_sale's ends_at not given: a re-seeded sale keeps its own
+
 
 @dataclass(frozen=True)
 class GateRule:
@@ -84,12 +86,13 @@ def seed_flash_sale(
     per_customer_limit: int | None = None,
     mode: str = FlashSale.Mode.DIRECT,
     starts_at: datetime | None = None,
-    ends_at: datetime | None = None,
+    ends_at: datetime | None | object = KEEP,
     user: AbstractBaseUser | None = None,
 ) -> FlashSale:
     """Create or update the product, bring its available stock to exactly
     `stock` through the ledger, and open the gate with the same number, for
-    checkouts from `starts_at` (default: now) until `ends_at` (default: no end)."""
+    checkouts from `starts_at` until `ends_at` (None: no end). Not given, a new
+    sale opens now with no end and a re-seeded one keeps its window."""
     product = Product.objects.filter(sku=sku).first()
     if product is None:
         if price is None:
@@ -101,7 +104,10 @@ def seed_flash_sale(
     set_available_stock(sku=sku, available=stock, user=user, note="flash sale seed")
     if mode not in FlashSale.Mode.values:
         raise ValueError(f"mode must be one of {', '.join(FlashSale.Mode.values)}")
-    starts_at = starts_at or timezone.now()
+    running = FlashSale.objects.filter(product=product).values("starts_at", "ends_at").first()
+    starts_at = starts_at or (running["starts_at"] if running else timezone.now())
+    if ends_at is KEEP:
+        ends_at = running["ends_at"] if running else None
     if ends_at is not None and ends_at <= starts_at:
         raise ValueError("a sale ends after it starts")
     sale, _ = FlashSale.objects.update_or_create(
@@ -112,22 +118,28 @@ def seed_flash_sale(
     return sale
 
 
+RULE_FIELDS = ("per_customer_limit", "mode", "starts_at", "ends_at")
+
+
 @transaction.atomic
-def update_flash_sale(
-    *, sku: str, per_customer_limit: int | None, mode: str, starts_at: datetime, ends_at: datetime | None
-) -> FlashSale:
-    """Change a running or scheduled sale's rule (its units stay as they are:
-    seed_flash_sale sets those). The change moves the cache generation, so every
-    process admits by the new rule at once."""
-    if mode not in FlashSale.Mode.values:
+def update_flash_sale(*, sku: str, **changes) -> FlashSale:
+    """Change some of a running or scheduled sale's rule (RULE_FIELDS), and only
+    those: a change made meanwhile to another field (the mode switched by a
+    command) stays. Its units stay as they are (seed_flash_sale sets those). The
+    change moves the cache generation: every process admits by the new rule at once."""
+    if unknown := set(changes) - set(RULE_FIELDS):
+        raise ValueError(f"not a rule field: {', '.join(sorted(unknown))}")
+    if "mode" in changes and changes["mode"] not in FlashSale.Mode.values:
         raise ValueError(f"mode must be one of {', '.join(FlashSale.Mode.values)}")
-    if ends_at is not None and ends_at <= starts_at:
-        raise ValueError("a sale ends after it starts")
     sale = FlashSale.objects.select_for_update().filter(product_id=sku).first()
     if sale is None:
         raise NotFound(f"{sku} is not in a flash sale", sku=sku)
-    sale.per_customer_limit, sale.mode, sale.starts_at, sale.ends_at = per_customer_limit, mode, starts_at, ends_at
-    sale.save(update_fields=["per_customer_limit", "mode", "starts_at", "ends_at"])
+    for name, value in changes.items():
+        setattr(sale, name, value)
+    if sale.ends_at is not None and sale.ends_at <= sale.starts_at:
+        raise ValueError("a sale ends after it starts")
+    if changes:
+        sale.save(update_fields=list(changes))
     return sale
 
 

@@ -77,6 +77,16 @@ def place_order(
             raise CartEmpty()
         IDEMPOTENT_REPLAYS.inc()
         return PlacedOrder(order=existing, replayed=True)
+    if not admission.took_cart:
+        # The cart an earlier attempt under this key took (its answer was lost): the
+        # order that attempt wrote, if any, is the answer, whatever prices or
+        # promotions have done since (one statement, on retries only).
+        existing = order_under_key(customer_id=customer_id, idempotency_key=idempotency_key)
+        if existing is not None:
+            if admitted:
+                _release_best_effort(customer_id, gated)
+            IDEMPOTENT_REPLAYS.inc()
+            return PlacedOrder(order=existing, replayed=True)
 
     try:
         # After the gate: a refused checkout makes no query; the saved address came

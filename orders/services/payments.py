@@ -72,7 +72,7 @@ def handle_payment_webhook(
 
 
 def _announce_paid(*, order: Order, payment: Payment, paid_at) -> None:
-    items = list(order.items.values_list("product_id", "name", "quantity", "unit_price"))
+    items = list(order.items.values_list("product_id", "name", "quantity", "unit_price", "discount"))
     record_event(
         aggregate_type="order",
         aggregate_id=order.id,
@@ -84,7 +84,9 @@ def _announce_paid(*, order: Order, payment: Payment, paid_at) -> None:
             "total": order.total_amount,
             "currency": order.currency,
             "paid_at": paid_at.isoformat(),
-            "items": [{"sku": s, "name": n, "quantity": q, "unit_price": p} for s, n, q, p in items],
+            "items": [
+                {"sku": s, "name": n, "quantity": q, "unit_price": p, "discount": d} for s, n, q, p, d in items
+            ],
             "shipping_address": order.shipping_address,
         },
     )

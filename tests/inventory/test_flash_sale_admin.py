@@ -104,3 +104,35 @@ def test_sale_window_phrases():
     assert sale_window(at, None, at) == "open, no end"
     assert sale_window(at - timedelta(hours=1), at + timedelta(days=2, hours=3), at) == "open, ends in 2 d 3 h"
     assert sale_window(at - timedelta(hours=2), at - timedelta(seconds=5), at) == "ended 5 s ago"
+
+
+def test_a_form_opened_before_a_mode_switch_does_not_switch_it_back(manager, django_capture_on_commit_callbacks):
+    """Only what the form changed is written: the operator's switch to queue mode,
+    made while a colleague's form was open, stays when the colleague saves an end."""
+    from django.core.management import call_command
+
+    product_with_stock(sku="HOT", available=1)
+    now = timezone.now().replace(microsecond=0)
+    with django_capture_on_commit_callbacks(execute=True):
+        manager.post("/admin/inventory/flashsale/add/", sale_form("HOT", stock=5, starts=now))
+    opened = sale_form("HOT", starts=now)  # the form as the colleague opened it: direct mode, no end
+    initial = {f"initial-{key}": value for key, value in opened.items() if key not in ("product", "stock")}
+    call_command("flash_sale_mode", "HOT", "queue")
+    later = now + timedelta(hours=3)
+    saved = manager.post("/admin/inventory/flashsale/HOT/change/",
+                         {**sale_form("HOT", starts=now, ends=later), **initial})  # fmt: skip
+    assert saved.status_code == 302
+    sale = FlashSale.objects.get()
+    assert (sale.mode, sale.ends_at) == ("queue", later)
+
+
+def test_reseeding_a_scheduled_sale_keeps_its_window(django_capture_on_commit_callbacks):
+    from django.core.management import call_command
+
+    opens = (timezone.now() + timedelta(days=1)).replace(microsecond=0)
+    with django_capture_on_commit_callbacks(execute=True):
+        call_command("seed_flash_sale", "HOT", "--stock", "5", "--price", "999", "--starts-at", opens.isoformat(),
+                     "--ends-at", (opens + timedelta(hours=2)).isoformat())  # fmt: skip
+        call_command("seed_flash_sale", "HOT", "--stock", "500")  # topped up
+    sale = FlashSale.objects.get()
+    assert (sale.starts_at, sale.ends_at) == (opens, opens + timedelta(hours=2)) and counter() == 500

@@ -94,3 +94,25 @@ def test_a_queued_order_is_written_as_checkout_priced_it(redis):
     assert written["status"] == OrderStatus.PENDING_PAYMENT
     assert (written["total"], written["subtotal"], written["discounts"]) == (900, 1000, queued.json()["discounts"])
     assert written["items"][0]["discount"] == 100
+
+
+def test_a_retry_after_a_promotion_ended_gets_its_order_not_a_refusal(redis):
+    """The answer to k1 was lost; the promotion that priced it ends; the retry under
+    k1 is answered with the order k1 made, not refused as another request."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tests.helpers import wait_until
+
+    product_with_stock(sku="MUG", price=1000, available=10)
+    ends = timezone.now() + timedelta(seconds=1)
+    PromotionFactory(value=20, ends_at=ends)
+    shopper = shopper_client()
+    fill_cart(redis, shopper.user.id, {"MUG": 1})
+    first = checkout(shopper, key="k1")
+    assert first.status_code == 201 and first.json()["total"] == 800
+    assert wait_until(lambda: timezone.now() >= ends, 5)
+    retry = checkout(shopper, key="k1")
+    assert retry.status_code == 200 and retry["Idempotent-Replayed"] == "true"
+    assert retry.json()["id"] == first.json()["id"] and retry.json()["total"] == 800

@@ -149,3 +149,22 @@ def test_stock_managers_run_promotions():
     assert manager.get("/admin/shop/promotion/").status_code == 200
     assert manager.get("/admin/shop/promotion/add/").status_code == 200
     assert manager.get("/admin/shop/voucherredemption/").status_code == 200
+
+
+def test_a_promotion_form_opened_before_the_promotion_ended_does_not_reopen_it(django_capture_on_commit_callbacks):
+    """Only what the form changed is written: the end another member of staff
+    set while this form was open stays when the form saves a new name."""
+    from shop.promotions import end_promotions
+
+    started = timezone.now() - timedelta(hours=1)
+    spring = PromotionFactory(name="Spring", starts_at=started)
+    opened = promotion_form(starts_at=started)  # as the form showed it: open-ended
+    initial = {f"initial-{name}": value for name, value in opened.items()}
+    end_promotions(promotion_ids=[spring.pk])
+    admin = staff_client(superuser=True)
+    with django_capture_on_commit_callbacks(execute=True):
+        saved = admin.post(f"/admin/shop/promotion/{spring.pk}/change/",
+                           {**promotion_form(starts_at=started, name="Spring sale"), **initial})  # fmt: skip
+    assert saved.status_code == 302
+    spring.refresh_from_db()
+    assert spring.name == "Spring sale" and spring.ends_at is not None

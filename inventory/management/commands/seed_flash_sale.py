@@ -2,7 +2,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from core.moments import iso_moment
 from inventory.models import FlashSale
-from inventory.services.flash_sales import seed_flash_sale
+from inventory.services.flash_sales import KEEP, seed_flash_sale
 
 
 class Command(BaseCommand):
@@ -18,8 +18,12 @@ class Command(BaseCommand):
             "--mode", choices=FlashSale.Mode.values, default="direct",
             help="queue: admitted checkouts go through Kafka to write_queued_orders (default direct)",
         )
-        parser.add_argument("--starts-at", type=iso_moment, help="ISO 8601: the gate admits from then (default: now)")
-        parser.add_argument("--ends-at", type=iso_moment, help="ISO 8601: the gate refuses from then (default: no end)")
+        parser.add_argument(
+            "--starts-at", type=iso_moment, help="ISO 8601: the gate admits from then (default now; a re-seed keeps it)"
+        )
+        parser.add_argument(
+            "--ends-at", type=iso_moment, help="ISO 8601: the gate refuses from then (default none; a re-seed keeps it)"
+        )
 
     def handle(self, *args, sku, stock, price, name, per_customer_limit, mode, starts_at, ends_at, **options):
         if stock < 0:
@@ -29,7 +33,7 @@ class Command(BaseCommand):
         try:
             sale = seed_flash_sale(
                 sku=sku, stock=stock, price=price, name=name, per_customer_limit=per_customer_limit, mode=mode,
-                starts_at=starts_at, ends_at=ends_at,
+                starts_at=starts_at, ends_at=KEEP if ends_at is None else ends_at,
             )
         except ValueError as error:
             raise CommandError(str(error)) from None
