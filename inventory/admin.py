@@ -330,10 +330,11 @@ class FlashSaleForm(forms.ModelForm):
 
     class Meta:
         model = FlashSale
-        fields = ["product", "stock", "per_customer_limit", "mode", "starts_at", "ends_at"]
+        fields = ["product", "stock", "sale_price", "per_customer_limit", "mode", "starts_at", "ends_at"]
         help_texts = {
             "starts_at": "Checkouts are admitted from then on (Redis's clock: no process runs at the edges).",
             "ends_at": "Checkouts are refused from then on. Blank: no end.",
+            "sale_price": "Minor units a unit costs inside the window. Blank: the catalog price.",
         }
 
     def __init__(self, *args, **kwargs):

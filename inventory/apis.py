@@ -23,6 +23,9 @@ class SaleWindowSerializer(serializers.Serializer):
     starts_at = serializers.DateTimeField(help_text="Checkouts are admitted from then on")
     ends_at = serializers.DateTimeField(allow_null=True, help_text="Refused from then on; null: no end")
     open = serializers.BooleanField(help_text="Admitting checkouts now")
+    sale_price = serializers.IntegerField(
+        allow_null=True, help_text="Minor units a unit costs inside the window; null: the catalog price"
+    )
 
 
 class ProductOutputSerializer(serializers.Serializer):

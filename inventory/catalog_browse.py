@@ -54,11 +54,12 @@ class SaleWindow:
     starts_at: str
     ends_at: str | None
     open: bool
+    sale_price: int | None
 
     @classmethod
     def of(cls, rule: GateRule, now_ms: float) -> "SaleWindow":
         is_open = rule.opens_ms <= now_ms and (not rule.closes_ms or now_ms < rule.closes_ms)
-        return cls(_iso(rule.opens_ms), _iso(rule.closes_ms) if rule.closes_ms else None, is_open)
+        return cls(_iso(rule.opens_ms), _iso(rule.closes_ms) if rule.closes_ms else None, is_open, rule.sale_price)
 
 
 def _iso(ms: int) -> str:

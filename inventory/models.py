@@ -1,4 +1,5 @@
 from django.conf import settings
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -149,6 +150,12 @@ class FlashSale(models.Model):
     # sale opens and closes on time with no process running at the edges. No end: open-ended.
     starts_at = models.DateTimeField(default=timezone.now)
     ends_at = models.DateTimeField(null=True, blank=True)
+    # Minor units a unit costs inside the window (null: the catalog price). Priced as the
+    # shop prices everything: an automatic promotion of the SKU with the sale's window.
+    sale_price = models.BigIntegerField(null=True, blank=True, validators=[MinValueValidator(1)])
+    promotion = models.OneToOneField(
+        "shop.Promotion", null=True, blank=True, editable=False, on_delete=models.SET_NULL, related_name="flash_sale"
+    )
 
     class Meta:
         constraints = [
@@ -160,6 +167,10 @@ class FlashSale(models.Model):
             models.CheckConstraint(
                 condition=models.Q(ends_at__isnull=True) | models.Q(ends_at__gt=models.F("starts_at")),
                 name="flash_sale_ends_after_start",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(sale_price__isnull=True) | models.Q(sale_price__gt=0),
+                name="flash_sale_price_positive",
             ),
         ]
 

@@ -106,6 +106,7 @@ class DiscountKind(models.TextChoices):
     PERCENT = "percent", "Percent off each unit"
     AMOUNT = "amount", "Amount off each unit"
     CART_AMOUNT = "cart_amount", "Amount off the cart"
+    SALE_PRICE = "sale_price", "Sale price of each unit"  # a flash sale's price (inventory writes these)
 
 
 class PromotionScope(models.TextChoices):
@@ -126,7 +127,7 @@ class Promotion(models.Model):
 
     name = models.CharField(max_length=200)
     kind = models.CharField(max_length=20, choices=DiscountKind.choices)
-    # percent: 1-100; amount, cart_amount: minor units, 1 to MAX_PRICE
+    # percent: 1-100; amount, cart_amount, sale_price: minor units, 1 to MAX_PRICE
     value = models.BigIntegerField(validators=[MinValueValidator(1), MaxValueValidator(MAX_PRICE)])
     # Explicit rather than "no SKUs listed": a SKU promotion whose SKUs were
     # forgotten must apply to nothing, not to the whole cart.
@@ -163,6 +164,11 @@ class Promotion(models.Model):
                 condition=~models.Q(kind=DiscountKind.CART_AMOUNT) | models.Q(scope=PromotionScope.CART),
                 name="promotion_cart_amount_is_cart_wide",
                 violation_error_message="An amount off the cart applies to the whole cart.",
+            ),
+            models.CheckConstraint(
+                condition=~models.Q(kind=DiscountKind.SALE_PRICE) | models.Q(scope=PromotionScope.SKUS),
+                name="promotion_sale_price_is_per_sku",
+                violation_error_message="A sale price applies to the listed SKUs.",
             ),
             models.CheckConstraint(
                 condition=models.Q(min_subtotal__gte=0, min_subtotal__lte=MAX_PRICE),
@@ -210,6 +216,8 @@ class Promotion(models.Model):
     def discount_label(self) -> str:
         if self.kind == DiscountKind.PERCENT:
             return f"{self.value}% off each unit"
+        if self.kind == DiscountKind.SALE_PRICE:
+            return f"each unit at {self.value}"
         return f"{self.value} off {'each unit' if self.kind == DiscountKind.AMOUNT else 'the cart'}"
 
     @property

@@ -83,6 +83,8 @@ class PromotionRule:
         """What a per-unit promotion takes off one unit priced `unit_price`."""
         if self.kind == DiscountKind.PERCENT:
             return (unit_price * self.value + 50) // 100  # half up; value <= 100, so never more than the unit
+        if self.kind == DiscountKind.SALE_PRICE:
+            return max(unit_price - self.value, 0)  # the unit costs `value`; a sale price above the catalog's: none
         return min(self.value, unit_price)
 
 

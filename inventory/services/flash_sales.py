@@ -10,7 +10,7 @@ from core.hotcache import hot_cache
 from inventory import gate
 from inventory.models import FlashSale, Stock
 from inventory.services.stock import set_available_stock
-from shop.models import Product
+from shop.models import Product, Promotion
 
 KEEP = object()  # seed_flash_sale's ends_at not given: a re-seeded sale keeps its own
 
@@ -24,6 +24,7 @@ class GateRule:
     mode: str
     opens_ms: int
     closes_ms: int
+    sale_price: int | None = None  # shown by the catalog; priced by the sale's promotion
 
 
 def _ms(moment: datetime | None) -> int:
@@ -35,9 +36,12 @@ def _sales() -> dict[str, GateRule]:
     cache generation, like the rest of the hot cache)."""
     if hot_cache.flash_sales is None:
         hot_cache.ensure_generation()
-        rows = FlashSale.objects.values_list("product_id", "per_customer_limit", "mode", "starts_at", "ends_at")
+        rows = FlashSale.objects.values_list(
+            "product_id", "per_customer_limit", "mode", "starts_at", "ends_at", "sale_price"
+        )
         hot_cache.flash_sales = {
-            sku: GateRule(limit or 0, mode, _ms(starts), _ms(ends)) for sku, limit, mode, starts, ends in rows
+            sku: GateRule(limit or 0, mode, _ms(starts), _ms(ends), price)
+            for sku, limit, mode, starts, ends, price in rows
         }
     return hot_cache.flash_sales
 
@@ -87,12 +91,15 @@ def seed_flash_sale(
     mode: str = FlashSale.Mode.DIRECT,
     starts_at: datetime | None = None,
     ends_at: datetime | None | object = KEEP,
+    sale_price: int | None | object = KEEP,
     user: AbstractBaseUser | None = None,
 ) -> FlashSale:
     """Create or update the product, bring its available stock to exactly
     `stock` through the ledger, and open the gate with the same number, for
-    checkouts from `starts_at` until `ends_at` (None: no end). Not given, a new
-    sale opens now with no end and a re-seeded one keeps its window."""
+    checkouts from `starts_at` until `ends_at` (None: no end), a unit at
+    `sale_price` inside that window (None: the catalog price). Not given, a new
+    sale opens now with no end at the catalog price, and a re-seeded one keeps
+    its window and price."""
     product = Product.objects.filter(sku=sku).first()
     if product is None:
         if price is None:
@@ -104,21 +111,25 @@ def seed_flash_sale(
     set_available_stock(sku=sku, available=stock, user=user, note="flash sale seed")
     if mode not in FlashSale.Mode.values:
         raise ValueError(f"mode must be one of {', '.join(FlashSale.Mode.values)}")
-    running = FlashSale.objects.filter(product=product).values("starts_at", "ends_at").first()
+    running = FlashSale.objects.filter(product=product).values("starts_at", "ends_at", "sale_price").first()
     starts_at = starts_at or (running["starts_at"] if running else timezone.now())
     if ends_at is KEEP:
         ends_at = running["ends_at"] if running else None
+    if sale_price is KEEP:
+        sale_price = running["sale_price"] if running else None
     if ends_at is not None and ends_at <= starts_at:
         raise ValueError("a sale ends after it starts")
     sale, _ = FlashSale.objects.update_or_create(
         product=product,
-        defaults={"per_customer_limit": per_customer_limit, "mode": mode, "starts_at": starts_at, "ends_at": ends_at},
-    )
+        defaults={"per_customer_limit": per_customer_limit, "mode": mode, "starts_at": starts_at, "ends_at": ends_at,
+                  "sale_price": sale_price},
+    )  # fmt: skip
+    _price_the_sale(sale)
     transaction.on_commit(lambda: gate.set_counter(sku=sku, remaining=stock, reset_customers=True))
     return sale
 
 
-RULE_FIELDS = ("per_customer_limit", "mode", "starts_at", "ends_at")
+RULE_FIELDS = ("per_customer_limit", "mode", "starts_at", "ends_at", "sale_price")
 
 
 @transaction.atomic
@@ -140,7 +151,34 @@ def update_flash_sale(*, sku: str, **changes) -> FlashSale:
         raise ValueError("a sale ends after it starts")
     if changes:
         sale.save(update_fields=list(changes))
+    if changes.keys() & {"starts_at", "ends_at", "sale_price"}:
+        _price_the_sale(sale)
     return sale
+
+
+def _price_the_sale(sale: FlashSale) -> None:
+    """The sale's price as the shop prices everything (shop/pricing.py): an
+    automatic promotion of its SKU, in its window, that the cart, checkout and
+    the queue's writer apply like any other; none without a sale price. Saving
+    it moves the cache generation (shop/signals.py)."""
+    promotion = sale.promotion
+    if sale.sale_price is None:
+        if promotion is not None:
+            sale.promotion = None
+            sale.save(update_fields=["promotion"])
+            promotion.delete()
+        return
+    fields = {"name": f"Flash sale {sale.product_id}", "kind": Promotion.Kind.SALE_PRICE, "value": sale.sale_price,
+              "scope": Promotion.Scope.SKUS, "starts_at": sale.starts_at, "ends_at": sale.ends_at}  # fmt: skip
+    if promotion is None:
+        promotion = Promotion.objects.create(**fields)
+        promotion.products.set([sale.product_id])
+        sale.promotion = promotion
+        sale.save(update_fields=["promotion"])
+    else:
+        for name, value in fields.items():
+            setattr(promotion, name, value)
+        promotion.save(update_fields=[*fields, "updated_at"])
 
 
 def sync_flash_sale(*, sku: str) -> int:
@@ -155,7 +193,11 @@ def sync_flash_sale(*, sku: str) -> int:
 
 @transaction.atomic
 def end_flash_sale(*, sku: str) -> None:
-    deleted, _ = FlashSale.objects.filter(product_id=sku).delete()
-    if not deleted:
+    """The sale gone, its gate after the commit, and its price (orders placed in it keep theirs)."""
+    sale = FlashSale.objects.select_for_update().filter(product_id=sku).first()
+    if sale is None:
         raise NotFound(f"{sku} is not in a flash sale", sku=sku)
+    sale.delete()
+    if sale.promotion_id is not None:
+        Promotion.objects.filter(pk=sale.promotion_id).delete()
     transaction.on_commit(lambda: gate.remove(sku=sku))

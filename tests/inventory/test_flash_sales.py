@@ -166,3 +166,47 @@ def test_seed_flash_sale_takes_a_window(capsys, django_capture_on_commit_callbac
                      "--ends-at", "2030-01-01T09:00:00+00:00")  # fmt: skip
     with pytest.raises(CommandError, match="not an ISO 8601 date or date-time"):
         call_command("seed_flash_sale", "HOT", "--stock", "3", "--starts-at", "tomorrow")
+
+
+def test_the_sale_price_applies_inside_the_window_only_and_the_order_keeps_it(
+    redis, django_capture_on_commit_callbacks
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from inventory.services.flash_sales import end_flash_sale, seed_flash_sale, update_flash_sale
+    from orders.models import Order
+    from shop.models import Promotion
+
+    later = timezone.now() + timedelta(hours=1)
+    with django_capture_on_commit_callbacks(execute=True):
+        seed_flash_sale(sku="HOT", stock=5, price=1000, sale_price=600, starts_at=later)
+    shopper = shopper_client()
+    fill_cart(redis, shopper.user.id, {"HOT": 2})
+    before = shopper.get("/api/cart").json()
+    assert before["total"] == 2000 and before["discounts"] == []  # not open yet: the catalog price
+    assert shopper.get("/api/products/HOT").json()["flash_sale"]["sale_price"] == 600
+
+    with django_capture_on_commit_callbacks(execute=True):
+        update_flash_sale(sku="HOT", starts_at=timezone.now() - timedelta(seconds=1))  # open now
+    inside = shopper.get("/api/cart").json()
+    assert inside["total"] == 1200 and inside["items"][0]["discount"] == 800
+    order = checkout(shopper, key="k1").json()
+    assert (order["total"], order["items"][0]["unit_price"], order["items"][0]["discount"]) == (1200, 1000, 800)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        end_flash_sale(sku="HOT")
+    assert not Promotion.objects.exists()  # the sale's price went with it
+    assert Order.objects.get(id=order["id"]).total_amount == 1200  # the order keeps it
+    fill_cart(redis, shopper.user.id, {"HOT": 1})
+    assert shopper.get("/api/cart").json()["total"] == 1000
+
+
+def test_seed_flash_sale_takes_a_sale_price_and_a_reseed_keeps_it(capsys, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        call_command("seed_flash_sale", "HOT", "--stock", "3", "--price", "999", "--sale-price", "499")
+        call_command("seed_flash_sale", "HOT", "--stock", "9")
+    sale = FlashSale.objects.get()
+    assert sale.sale_price == 499 and sale.promotion.value == 499 and counter() == 9
+    assert "at 499" in capsys.readouterr().out

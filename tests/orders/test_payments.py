@@ -35,7 +35,9 @@ def test_webhook_success_pays_the_order_once(client, order):
     assert order.status == OrderStatus.PAID and order.paid_at is not None
     [paid] = events("OrderPaid")
     assert paid.payload["order_id"] == order.id and paid.payload["total"] == 500
-    assert paid.payload["items"] == [{"sku": "A", "name": order.items.get().name, "quantity": 2, "unit_price": 250}]
+    assert paid.payload["items"] == [
+        {"sku": "A", "name": order.items.get().name, "quantity": 2, "unit_price": 250, "discount": 0}
+    ]
     assert stock() == (8, 2)  # still reserved until shipped
 
 
