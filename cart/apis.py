@@ -19,6 +19,7 @@ from core.fields import StrictIntegerField
 from core.hotcache import HotCacheApiView
 from core.openapi import BODY_ERRORS, ERRORS
 from core.ratelimit import client_address
+from shop.apis import DiscountSerializer
 from shop.models import SKU_PATTERN
 
 
@@ -37,15 +38,6 @@ class CartOutputSerializer(serializers.Serializer):
         discount = serializers.IntegerField(help_text="Minor units taken off the whole line by the promotions")
         line_total = serializers.IntegerField(help_text="`quantity` x `unit_price` - `discount`")
         in_stock = serializers.BooleanField(help_text="A hint: checkout decides")
-
-    class DiscountSerializer(serializers.Serializer):
-        class Meta:
-            ref_name = "CartDiscount"
-
-        promotion_id = serializers.IntegerField()
-        name = serializers.CharField()
-        code = serializers.CharField(required=False, help_text="A voucher's code; absent for an automatic promotion")
-        amount = serializers.IntegerField(help_text="Minor units it takes off the cart (the sum over its lines)")
 
     class WarningSerializer(serializers.Serializer):
         class Meta:

@@ -33,7 +33,7 @@ class PricedCart:
     currency: str
     warnings: list[dict] = field(default_factory=list)
     subtotal: int = 0  # at catalog prices
-    discounts: list[dict] = field(default_factory=list)  # {"promotion_id", "name", "amount"} (+ "code": a voucher)
+    discounts: list[dict] = field(default_factory=list)  # shop.pricing.PricedCart.discounts()
     total: int = 0  # subtotal - the discounts' amounts, and the sum of the lines' totals
 
 
@@ -69,13 +69,9 @@ def _price(
         )
         for line in cart.lines
     ]
-    discounts = [
-        {"promotion_id": applied.promotion_id, "name": applied.name, "amount": applied.amount}
-        | ({"code": applied.code} if applied.code is not None else {})
-        for applied in cart.applied
-    ]
     return PricedCart(
-        items=items, currency=currency, warnings=warnings, subtotal=cart.subtotal, discounts=discounts, total=cart.total
+        items=items, currency=currency, warnings=warnings, subtotal=cart.subtotal, discounts=cart.discounts(),
+        total=cart.total,
     )
 
 

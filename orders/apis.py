@@ -18,7 +18,7 @@ from orders.models import OrderStatus
 from orders.selectors import customer_orders
 from orders.services import cancel_customer_order, get_customer_order, place_order
 from orders.services.queue_admission import QUEUED
-from shop.apis import AddressSerializer
+from shop.apis import AddressSerializer, DiscountSerializer
 
 _KEY = re.compile(r"^[\x21-\x7e]{1,64}$")
 
@@ -47,14 +47,6 @@ class OrderOutputSerializer(serializers.Serializer):
         discount = serializers.IntegerField(help_text="Minor units off the whole line (promotions)")
         line_total = serializers.IntegerField(help_text="quantity x unit_price - discount")
 
-    class DiscountSerializer(serializers.Serializer):
-        class Meta:
-            ref_name = "OrderDiscount"
-
-        promotion_id = serializers.IntegerField()
-        name = serializers.CharField()
-        code = serializers.CharField(allow_null=True, help_text="A voucher's code; null for an automatic promotion")
-        amount = serializers.IntegerField(help_text="Minor units off the order")
 
     id = serializers.IntegerField()
     status = serializers.CharField(

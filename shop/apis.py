@@ -51,6 +51,18 @@ class Alpha2CountryField(CountryField):
         return super().to_internal_value(data)
 
 
+class DiscountSerializer(serializers.Serializer):
+    """A promotion that took something off, as the cart, the order and its events show it."""
+
+    class Meta:
+        ref_name = "Discount"
+
+    promotion_id = serializers.IntegerField()
+    name = serializers.CharField()
+    code = serializers.CharField(allow_null=True, help_text="A voucher's code; null for an automatic promotion")
+    amount = serializers.IntegerField(help_text="Minor units it takes off (the sum over its lines)")
+
+
 class AddressSerializer(serializers.Serializer):
     """A shipping address (the shopper's default, or one sent with a checkout)."""
 

@@ -139,6 +139,14 @@ class PricedCart:
     def voucher(self) -> AppliedDiscount | None:
         return next((applied for applied in self.applied if applied.code is not None), None)
 
+    def discounts(self) -> list[dict]:
+        """The applied promotions as the cart, the order and its events show them
+        (shop/apis.py DiscountSerializer documents it)."""
+        return [
+            {"promotion_id": applied.promotion_id, "name": applied.name, "code": applied.code, "amount": applied.amount}
+            for applied in self.applied
+        ]
+
 
 def price_lines(
     lines: Mapping[str, int],

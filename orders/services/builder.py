@@ -64,7 +64,7 @@ def price_cart(lines: dict[str, int], *, now: datetime | None = None) -> CartPri
     return CartPrice(
         [PricedLine(line.sku, products[line.sku].name, line.quantity, line.unit_price, line.discount)
          for line in priced.lines],
-        [{"promotion_id": a.promotion_id, "name": a.name, "code": a.code, "amount": a.amount} for a in priced.applied],
+        priced.discounts(),
     )  # fmt: skip
 
 
