@@ -65,6 +65,9 @@ class PromotionForm(forms.ModelForm):
             self.initial.setdefault("per_customer_limit", 1)  # a voucher's default: once per shopper
         for field in self.fields.values():  # changed means changed since the form was opened
             field.show_hidden_initial = True
+        if "kind" in self.fields:  # a sale price is a flash sale's, set with the sale (inventory)
+            kind = self.fields["kind"]
+            kind.choices = [choice for choice in kind.choices if choice[0] != Promotion.Kind.SALE_PRICE]
 
     def clean_code(self):
         code = normalize_code(self.cleaned_data.get("code") or "")
@@ -88,6 +91,10 @@ class PromotionForm(forms.ModelForm):
         return cleaned
 
 
+def _prices_a_flash_sale(promotion) -> bool:
+    return promotion is not None and promotion.kind == Promotion.Kind.SALE_PRICE
+
+
 @admin.register(Promotion)
 class PromotionAdmin(admin.ModelAdmin):
     """Staff create, edit, end and inspect promotions. `uses` is the redemption
@@ -108,6 +115,13 @@ class PromotionAdmin(admin.ModelAdmin):
         (None, {"fields": ["created_at", "updated_at"]}),
     ]
     REDEMPTIONS_SHOWN = 50
+
+    def has_change_permission(self, request, obj=None):
+        # A flash sale's price is the sale's (inventory keeps it in step): edited with the sale.
+        return super().has_change_permission(request, obj) and not _prices_a_flash_sale(obj)
+
+    def has_delete_permission(self, request, obj=None):
+        return super().has_delete_permission(request, obj) and not _prices_a_flash_sale(obj)
 
     def save_model(self, request, obj, form, change):
         save_promotion(promotion=obj, changed=form.changed_data if change else None)

@@ -136,3 +136,17 @@ def test_reseeding_a_scheduled_sale_keeps_its_window(django_capture_on_commit_ca
         call_command("seed_flash_sale", "HOT", "--stock", "500")  # topped up
     sale = FlashSale.objects.get()
     assert (sale.starts_at, sale.ends_at) == (opens, opens + timedelta(hours=2)) and counter() == 500
+
+
+def test_a_flash_sales_price_is_edited_with_the_sale_not_as_a_promotion(django_capture_on_commit_callbacks):
+    from inventory.services.flash_sales import seed_flash_sale
+    from tests.helpers import staff_client
+
+    with django_capture_on_commit_callbacks(execute=True):
+        sale = seed_flash_sale(sku="HOT", stock=5, price=1000, sale_price=700)
+    admin = staff_client(superuser=True)
+    url = f"/admin/shop/promotion/{sale.promotion_id}/"
+    page = admin.get(url + "change/")
+    assert page.status_code == 200 and b'name="value"' not in page.content  # shown, not editable
+    assert admin.post(url + "delete/", {"post": "yes"}).status_code == 403
+    assert FlashSale.objects.get().promotion_id == sale.promotion_id
