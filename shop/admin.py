@@ -75,7 +75,14 @@ class PromotionForm(forms.ModelForm):
 
     def clean(self):
         cleaned = super().clean()
-        uses = self.instance.uses  # not a form field, so its CHECKs are not validated by the form: here
+        # Not a form field, so its CHECKs are not validated by the form: here. Read under a row lock
+        # (the admin's change view is one transaction): a redemption cannot land between this
+        # check and the save and make the save break promotion_uses_within_limit.
+        uses = (
+            Promotion.objects.select_for_update().filter(pk=self.instance.pk).values_list("uses", flat=True).first()
+            if self.instance.pk is not None
+            else 0
+        ) or 0
         if not cleaned.get("code"):
             if cleaned.get("usage_limit") is not None:
                 self.add_error("usage_limit", "Only a voucher (a promotion with a code) has a usage limit.")
