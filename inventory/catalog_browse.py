@@ -9,7 +9,6 @@ makes no SQL query whatever its parameters."""
 
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from core.hotcache import hot_cache
 from inventory.models import Stock
@@ -59,11 +58,8 @@ class SaleWindow:
     @classmethod
     def of(cls, rule: GateRule, now_ms: float) -> "SaleWindow":
         is_open = rule.opens_ms <= now_ms and (not rule.closes_ms or now_ms < rule.closes_ms)
-        return cls(_iso(rule.opens_ms), _iso(rule.closes_ms) if rule.closes_ms else None, is_open, rule.sale_price)
+        return cls(rule.starts_at, rule.ends_at, is_open, rule.sale_price)
 
-
-def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat()
 
 
 @dataclass(frozen=True)

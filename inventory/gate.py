@@ -17,7 +17,6 @@ undersell. Keys (on the "gate" Redis, one instance, not a cluster):
   gate:released:{token}   set by a release that must happen once (release_once)
 """
 
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from django.conf import settings
@@ -121,9 +120,9 @@ def judge(verdict: bytes, sku: bytes, rules: dict[str, "GateRule"]) -> bool:
     replay (nothing taken); raises when refused."""
     verdict, sku = verdict.decode(), sku.decode()
     if verdict == "not_started":
-        raise SaleNotStarted(sku=sku, starts_at=_iso(rules[sku].opens_ms))
+        raise SaleNotStarted(sku=sku, starts_at=rules[sku].starts_at)
     if verdict == "ended":
-        raise SaleEnded(sku=sku, ended_at=_iso(rules[sku].closes_ms))
+        raise SaleEnded(sku=sku, ended_at=rules[sku].ends_at)
     if verdict == "sold_out":
         raise SoldOut(sku=sku)
     if verdict == "limit_reached":
@@ -132,9 +131,6 @@ def judge(verdict: bytes, sku: bytes, rules: dict[str, "GateRule"]) -> bool:
         raise GateUnavailable(sku=sku)
     return verdict == "admitted"
 
-
-def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat()
 
 
 def release(*, customer_id: int, lines: dict[str, int]) -> None:

@@ -1,5 +1,5 @@
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
@@ -26,12 +26,24 @@ class GateRule:
     closes_ms: int
     sale_price: int | None = None  # shown by the catalog; priced by the sale's promotion
 
+    @property
+    def starts_at(self) -> str:
+        return _iso(self.opens_ms)
+
+    @property
+    def ends_at(self) -> str | None:
+        return _iso(self.closes_ms) if self.closes_ms else None
+
 
 def _ms(moment: datetime | None) -> int:
     return 0 if moment is None else int(moment.timestamp() * 1000)
 
 
-def _sales() -> dict[str, GateRule]:
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat()
+
+
+def gate_rules() -> dict[str, GateRule]:
     """Gated SKU -> its rule, from process memory once warm (kept honest by the
     cache generation, like the rest of the hot cache)."""
     if hot_cache.flash_sales is None:
@@ -46,10 +58,6 @@ def _sales() -> dict[str, GateRule]:
     return hot_cache.flash_sales
 
 
-def gate_rules() -> dict[str, GateRule]:
-    return _sales()
-
-
 def gate_rules_in_memory() -> dict[str, GateRule] | None:
     """gate_rules() when this process holds them, else None (and no query)."""
     return hot_cache.flash_sales
@@ -57,12 +65,12 @@ def gate_rules_in_memory() -> dict[str, GateRule] | None:
 
 def gated_skus() -> dict[str, int]:
     """Gated SKU -> per-customer limit (0: none)."""
-    return {sku: rule.limit for sku, rule in _sales().items()}
+    return {sku: rule.limit for sku, rule in gate_rules().items()}
 
 
 def queued_skus() -> set[str]:
     """The gated SKUs whose admitted checkouts go through the queue."""
-    return {sku for sku, rule in _sales().items() if rule.mode == FlashSale.Mode.QUEUE}
+    return {sku for sku, rule in gate_rules().items() if rule.mode == FlashSale.Mode.QUEUE}
 
 
 @transaction.atomic

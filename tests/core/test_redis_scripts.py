@@ -16,3 +16,24 @@ def test_a_script_runs_in_one_round_trip_and_again_after_redis_forgets_it(redis,
     assert run_script(ECHO, keys=["k"], args=["once"]) == [b"k", b"once"]
 
     assert sent == ["EVALSHA", "SCRIPT LOAD", "EVALSHA", "EVALSHA"]
+
+
+def test_lua_constants_reach_a_script_as_python_wrote_them(redis):
+    from core.redis_scripts import compose, lua_constants
+
+    script = compose(lua_constants(STALE=-1, SUFFIX="|limit_reached"), "return {STALE, SUFFIX}")
+    assert run_script(script, keys=[], args=[]) == [-1, b"|limit_reached"]
+
+
+def test_no_script_repeats_a_status_code_or_a_refusal_suffix_python_owns():
+    """cart/storage.py and inventory/gate.py own them (lua_constants): a script that
+    spelled one out again would drift from Python unnoticed."""
+    import re
+    from pathlib import Path
+
+    from django.conf import settings
+
+    spelled_out = re.compile(r"return \{?-[1-9]|'\|(limit_reached|rate_limited)'")
+    scripts = sorted(Path(settings.BASE_DIR).glob("*/lua/*.lua"))
+    assert len(scripts) > 15
+    assert [str(path) for path in scripts if spelled_out.search(path.read_text())] == []

@@ -185,20 +185,22 @@ def test_give_back_voucher_takes_back_only_what_was_counted():
 # --- under concurrency: real threads, each with its own connection ------------------------------
 
 
+def redeem(spring: Promotion, customer, order_id: int) -> str:
+    """One checkout's redemption in a transaction of its own: "redeemed" or "used_up"."""
+    try:
+        with transaction.atomic():
+            redeem_voucher(voucher_id=spring.id, customer_id=customer.id, order_id=order_id)
+        return "redeemed"
+    except VoucherUsedUp:
+        return "used_up"
+
+
 @pytest.mark.django_db(transaction=True)
 def test_40_concurrent_redemptions_of_a_voucher_limited_to_10():
     spring = voucher(usage_limit=10, per_customer_limit=1)
     customers = [UserFactory() for _ in range(40)]
 
-    def redeem(customer, order_id):
-        try:
-            with transaction.atomic():
-                redeem_voucher(voucher_id=spring.id, customer_id=customer.id, order_id=order_id)
-            return "redeemed"
-        except VoucherUsedUp:
-            return "used_up"
-
-    outcomes = run_in_threads([lambda c=c, i=i: redeem(c, 1000 + i) for i, c in enumerate(customers)])
+    outcomes = run_in_threads([lambda c=c, i=i: redeem(spring, c, 1000 + i) for i, c in enumerate(customers)])
     assert sorted(outcomes) == ["redeemed"] * 10 + ["used_up"] * 30
     assert Promotion.objects.get(pk=spring.pk).uses == 10
     assert VoucherRedemption.objects.filter(voucher=spring).count() == 10
@@ -211,15 +213,7 @@ def test_one_shopper_redeeming_from_10_threads_with_a_per_customer_limit_of_1():
     spring = voucher(per_customer_limit=1)  # no limit in all: only the shopper's stops them
     customer = UserFactory()
 
-    def redeem(order_id):
-        try:
-            with transaction.atomic():
-                redeem_voucher(voucher_id=spring.id, customer_id=customer.id, order_id=order_id)
-            return "redeemed"
-        except VoucherUsedUp:
-            return "used_up"
-
-    outcomes = run_in_threads([lambda i=i: redeem(2000 + i) for i in range(10)])
+    outcomes = run_in_threads([lambda i=i: redeem(spring, customer, 2000 + i) for i in range(10)])
     assert sorted(outcomes) == ["redeemed"] + ["used_up"] * 9
     assert Promotion.objects.get(pk=spring.pk).uses == 1
     assert VoucherRedemption.objects.count() == 1
