@@ -33,12 +33,13 @@ def cached_products(*, skus: Iterable[str]) -> dict[str, CachedProduct | None]:
 
 @dataclass(frozen=True)
 class CachedPromotions:
-    """Every promotion not ended when it was read: automatic ones, and vouchers
-    by code. Windows are checked when pricing (PromotionRule.is_active_at), so a
-    promotion starting or ending later needs no cache to be dropped."""
+    """Every automatic promotion not ended when it was read. Windows are checked
+    when pricing (PromotionRule.is_active_at), so a promotion starting or ending
+    later needs no cache to be dropped. Vouchers are not held: a shop may have
+    tens of thousands of codes, and one is looked up by its code
+    (shop/promotions.py find_voucher)."""
 
     automatic: tuple[PromotionRule, ...]
-    vouchers: dict[str, PromotionRule]
 
     def active(self, now: datetime) -> tuple[PromotionRule, ...]:
         return tuple(promotion for promotion in self.automatic if promotion.is_active_at(now))
@@ -51,24 +52,19 @@ RULE_FIELDS = (
 
 
 def cached_promotions() -> CachedPromotions:
-    """The promotions from process memory; the first read under a generation is
-    one query (their SKUs aggregated into it). A promotion saved, deleted or
-    ended moves the generation (shop/signals.py, shop/promotions.py); a voucher's
-    `uses` is not cached at all (shop/promotions.py reads it)."""
+    """The automatic promotions from process memory; the first read under a
+    generation is one query (their SKUs aggregated into it). A promotion saved,
+    deleted or ended moves the generation (shop/signals.py, shop/promotions.py)."""
     promotions = hot_cache.promotions
     if promotions is None:
         generation = hot_cache.ensure_generation()
         rows = (
-            Promotion.objects.filter(Q(ends_at__isnull=True) | Q(ends_at__gt=timezone.now()))
+            Promotion.objects.filter(Q(ends_at__isnull=True) | Q(ends_at__gt=timezone.now()), code__isnull=True)
             .annotate(sku_list=ArrayAgg("products", filter=Q(products__isnull=False), default=[]))
             .order_by("id")
             .values_list(*RULE_FIELDS, "sku_list", named=True)
         )
-        rules = [promotion_rule(row, row.sku_list) for row in rows]
-        promotions = CachedPromotions(
-            automatic=tuple(rule for rule in rules if rule.code is None),
-            vouchers={rule.code: rule for rule in rules if rule.code is not None},
-        )
+        promotions = CachedPromotions(automatic=tuple(promotion_rule(row, row.sku_list) for row in rows))
         if hot_cache.generation == generation:  # not dropped meanwhile by a change this read may have missed
             hot_cache.promotions = promotions
     return promotions
