@@ -53,7 +53,8 @@ class HotCache:
         self.tokens: dict[str, tuple] = {}  # token key -> ((user, token), monotonic expiry)
         self.products: dict[str, CachedProduct | None] = {}  # None: no such SKU
         self.flash_sales: dict | None = None  # inventory's flash sales (inventory/services/flash_sales.py)
-        self.promotions = None  # shop's promotions and vouchers not yet ended (shop/selectors.py)
+        self.promotions = None  # shop's automatic promotions not yet ended (shop/selectors.py)
+        self.vouchers: dict = {}  # shop's vouchers by code, as carts hold them; None: no such code
         self.catalog = None  # inventory's browsable catalog (inventory/catalog_browse.py)
         self.sold_out: frozenset[str] = frozenset()  # what the gate last said (orders/services/admission.py)
 
@@ -72,6 +73,7 @@ class HotCache:
             self.products.clear()
             self.flash_sales = None
             self.promotions = None
+            self.vouchers.clear()
             self.catalog = None
             self.sold_out = frozenset()
 

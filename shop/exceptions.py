@@ -20,31 +20,37 @@ class WrongPassword(DomainError):
     message = "The current password is not right."
 
 
-class VoucherUnknown(DomainError):
+class VoucherRefused(DomainError):
+    """A voucher code the cart cannot use (each reason its own 422)."""
+
+    status = 422
+
+
+class VoucherUnknown(VoucherRefused):
     code = ErrorCode.VOUCHER_UNKNOWN
     status = 422
     message = "There is no voucher with that code."
 
 
-class VoucherNotStarted(DomainError):
+class VoucherNotStarted(VoucherRefused):
     code = ErrorCode.VOUCHER_NOT_STARTED
     status = 422
     message = "That voucher cannot be used yet."
 
 
-class VoucherExpired(DomainError):
+class VoucherExpired(VoucherRefused):
     code = ErrorCode.VOUCHER_EXPIRED
     status = 422
     message = "That voucher has expired."
 
 
-class VoucherUsedUp(DomainError):
+class VoucherUsedUp(VoucherRefused):
     code = ErrorCode.VOUCHER_USED_UP
     status = 422
     message = "That voucher has been used as many times as it can be."
 
 
-class VoucherNotApplicable(DomainError):
+class VoucherNotApplicable(VoucherRefused):
     code = ErrorCode.VOUCHER_NOT_APPLICABLE
     status = 422
     message = "That voucher does not apply to this cart."

@@ -141,7 +141,7 @@ class Promotion(models.Model):
     # null: automatic. Unique by a constraint, not unique=True: no LIKE index (the admin's search cannot use one).
     code = models.CharField(max_length=32, null=True, blank=True, validators=[voucher_code_validator])
     usage_limit = models.IntegerField(null=True, blank=True, validators=[MinValueValidator(1)])  # null: none
-    # Written only by redeem_voucher / give_back_voucher (conditional F() updates), never by a form.
+    # Written only by redeem_voucher, VoucherBatch and give_back_vouchers (conditional updates), never by a form.
     uses = models.IntegerField(default=0, db_default=0)
     per_customer_limit = models.IntegerField(null=True, blank=True, validators=[MinValueValidator(1)])  # null: none
     created_at = models.DateTimeField(auto_now_add=True)

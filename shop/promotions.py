@@ -13,6 +13,7 @@ How a voucher prices a cart: shop/pricing.py.
 """
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 
@@ -22,6 +23,7 @@ from django.db import transaction
 from django.db.models import F, IntegerField, OuterRef, Q, Subquery, Value
 from django.utils import timezone
 
+from core.db import execute_kept
 from core.hotcache import bump_generation_on_commit
 from shop.exceptions import VoucherExpired, VoucherNotApplicable, VoucherNotStarted, VoucherUnknown, VoucherUsedUp
 from shop.models import (
@@ -132,12 +134,11 @@ def find_voucher(
     code: str, *, now: datetime, customer_id: int | None, lines: Mapping[str, int], products: Mapping[str, Priced]
 ) -> PromotionRule:
     """The voucher `code` names, if the cart `lines` (priced by `products`, at
-    catalog prices) may use it at `now`; else VoucherUnknown, VoucherNotStarted,
-    VoucherExpired, VoucherUsedUp (its usage limit reached, or this shopper's:
-    `customer_id` None for a guest, whose count checkout makes), or
-    VoucherNotApplicable (no SKU of it in the cart, or the subtotal below its
-    minimum), each a 422. One query. The use is counted at checkout
-    (redeem_voucher), which a concurrent checkout may have beaten."""
+    catalog prices) may use it at `now`: a code typed in (PUT /api/cart/voucher).
+    Raises what check_voucher raises, and VoucherUsedUp (its usage limit
+    reached, or this shopper's: `customer_id` None for a guest, whose count
+    checkout makes). One query, always (it reads the uses). The use is counted
+    at checkout (redeem_voucher), which a concurrent checkout may have beaten."""
     code = normalize_code(code)
     if not re.fullmatch(VOUCHER_CODE_PATTERN, code):
         raise VoucherUnknown(voucher=code[:32])  # no query for what cannot be a code
@@ -153,17 +154,34 @@ def find_voucher(
         .values_list(*RULE_FIELDS, "uses", "sku_list", "shopper_uses", named=True)
         .first()
     )
-    if row is None:
-        raise VoucherUnknown(voucher=code)
-    if now < row.starts_at:
-        raise VoucherNotStarted(voucher=code, starts_at=row.starts_at.isoformat())
-    if row.ends_at is not None and row.ends_at <= now:
-        raise VoucherExpired(voucher=code, ended_at=row.ends_at.isoformat())
+    voucher = None if row is None else promotion_rule(row, row.sku_list)
+    check_voucher(voucher, code, now=now, lines=lines, products=products)
     if row.usage_limit is not None and row.uses >= row.usage_limit:
         raise VoucherUsedUp(voucher=code)
     if row.per_customer_limit is not None and (row.shopper_uses or 0) >= row.per_customer_limit:
         raise VoucherUsedUp("You have used that voucher as many times as you can.", voucher=code)
-    voucher = promotion_rule(row, row.sku_list)
+    return voucher
+
+
+def check_voucher(
+    voucher: PromotionRule | None,
+    code: str,
+    *,
+    now: datetime,
+    lines: Mapping[str, int],
+    products: Mapping[str, Priced],
+) -> PromotionRule:
+    """`voucher` (the rule `code` names, None: no such code) if the cart may use
+    it at `now`, uses aside; else VoucherUnknown, VoucherNotStarted,
+    VoucherExpired or VoucherNotApplicable (no SKU of it in the cart, or the
+    subtotal below its minimum), each a 422. No query: for the cart view and
+    checkout, with the rule from the hot cache (shop/selectors.py cached_voucher)."""
+    if voucher is None:
+        raise VoucherUnknown(voucher=code)
+    if voucher.starts_at is not None and now < voucher.starts_at:
+        raise VoucherNotStarted(voucher=code, starts_at=voucher.starts_at.isoformat())
+    if voucher.ends_at is not None and voucher.ends_at <= now:
+        raise VoucherExpired(voucher=code, ended_at=voucher.ends_at.isoformat())
     subtotal = sum(quantity * products[sku].price for sku, quantity in lines.items())
     if subtotal < voucher.min_subtotal:
         raise VoucherNotApplicable(
@@ -175,64 +193,136 @@ def find_voucher(
     return voucher
 
 
-@transaction.atomic(savepoint=False)
-def redeem_voucher(*, voucher_id: int, customer_id: int, order_id: int) -> VoucherRedemption:
+# One statement for what was five (the voucher's count, its per-customer limit, the
+# redemption row, the shopper's row made if missing, the shopper's count): a checkout
+# with a voucher sends one statement more than one without (bench/checkout.py), not
+# five. Each count grows only under its condition, as the ORM's F() updates did, and
+# the CHECKs (uses <= usage_limit, uses <= cap) back both. The UPDATE locks the
+# voucher's row until the order's transaction ends, so concurrent redemptions of one
+# voucher queue there, each seeing the count the previous one committed. The cap of the
+# shopper's row becomes the per-customer limit in force (as UnpaidHold's cap does).
+REDEEM_SQL = f"""
+WITH voucher AS (
+    UPDATE {Promotion._meta.db_table} SET uses = uses + 1
+    WHERE id = %s AND code IS NOT NULL AND (usage_limit IS NULL OR uses < usage_limit)
+    RETURNING id, per_customer_limit
+), shopper AS (
+    INSERT INTO {VoucherCustomerUse._meta.db_table} AS mine (voucher_id, customer_id, uses, cap)
+    SELECT id, %s, 1, per_customer_limit FROM voucher WHERE per_customer_limit IS NOT NULL
+    ON CONFLICT (voucher_id, customer_id) DO UPDATE SET uses = mine.uses + 1, cap = EXCLUDED.cap
+    WHERE mine.uses < EXCLUDED.cap
+    RETURNING 1
+), redemption AS (
+    INSERT INTO {VoucherRedemption._meta.db_table} (voucher_id, customer_id, order_id, customer_counted, created_at)
+    SELECT id, %s, %s, per_customer_limit IS NOT NULL, statement_timestamp() FROM voucher
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM voucher), (SELECT count(*) FROM voucher WHERE per_customer_limit IS NULL)
+     + (SELECT count(*) FROM shopper), (SELECT count(*) FROM redemption)
+"""
+
+
+def redeem_voucher(*, voucher_id: int, customer_id: int, order_id: int) -> None:
     """Count one use of the voucher by this order, in the caller's transaction
-    (the order's): the voucher's `uses` by one conditional UPDATE, a redemption
-    row, then the shopper's count by another. VoucherUsedUp when either limit is
-    reached; the caller's transaction then rolls back as a whole (no savepoint:
-    nothing of the order stays). A per-customer limit set after a shopper's
-    earlier redemptions counts from then on."""
-    counted = (
-        Promotion.objects.filter(pk=voucher_id, code__isnull=False)
-        .filter(Q(usage_limit__isnull=True) | Q(uses__lt=F("usage_limit")))
-        .update(uses=F("uses") + 1)
-    )
+    (the order's), in one statement (REDEEM_SQL): the voucher's `uses`, the
+    shopper's count when the voucher has a per-customer limit, a redemption
+    row. VoucherUsedUp when either limit is reached; the caller's transaction
+    then rolls back as a whole (nothing of the order stays). A per-customer
+    limit set after a shopper's earlier redemptions counts from then on."""
+    counted, shopper_counted, _ = execute_kept(REDEEM_SQL, [voucher_id, customer_id, customer_id, order_id]).fetchone()
     if not counted:
         raise VoucherUsedUp(voucher_id=voucher_id)
-    # The row is ours until the transaction ends: its limit cannot change under us.
-    limit = Promotion.objects.filter(pk=voucher_id).values_list("per_customer_limit", flat=True).get()
-    redemption = VoucherRedemption.objects.create(
-        voucher_id=voucher_id, customer_id=customer_id, order_id=order_id, customer_counted=limit is not None
-    )
-    if limit is not None:
-        # The shopper's row, made at 0 if missing (ON CONFLICT DO NOTHING: no savepoint), then
-        # counted only below the limit in force, which becomes its cap (as UnpaidHold's).
-        VoucherCustomerUse.objects.bulk_create(
-            [VoucherCustomerUse(voucher_id=voucher_id, customer_id=customer_id, uses=0, cap=limit)],
-            ignore_conflicts=True,
-        )
-        counted = VoucherCustomerUse.objects.filter(
-            voucher_id=voucher_id, customer_id=customer_id, uses__lt=limit
-        ).update(uses=F("uses") + 1, cap=limit)
-        if not counted:
-            raise VoucherUsedUp("You have used that voucher as many times as you can.", voucher_id=voucher_id)
-    return redemption
+    if not shopper_counted:
+        raise VoucherUsedUp("You have used that voucher as many times as you can.", voucher_id=voucher_id)
 
 
 @transaction.atomic(savepoint=False)
-def give_back_voucher(*, order_id: int) -> bool:
-    """The order's voucher use given back, in the caller's transaction (the one
-    cancelling or expiring the order): its redemption deleted and both counts
-    decremented. Exactly once, however many callers race: the one whose DELETE
-    removed the row gives back; the others find nothing. Whether this call did."""
-    redemption = (
-        VoucherRedemption.objects.filter(order_id=order_id)
+def give_back_vouchers(*, order_ids: list[int]) -> int:
+    """The orders' voucher uses given back, in the caller's transaction (the one
+    cancelling or expiring them): their redemptions deleted, each voucher's
+    `uses` and each shopper's count decremented by as many. Exactly once
+    however many callers race; how many this call gave back. One query when
+    none of the orders used a voucher."""
+    # Locked: a concurrent caller waits here, then finds the rows deleted (exactly once).
+    redemptions = list(
+        VoucherRedemption.objects.select_for_update().filter(order_id__in=order_ids)
         .values_list("pk", "voucher_id", "customer_id", "customer_counted")
-        .first()
-    )
-    if redemption is None:
-        return False
-    pk, voucher_id, customer_id, customer_counted = redemption
-    deleted, _ = VoucherRedemption.objects.filter(pk=pk).delete()
-    if not deleted:
-        return False  # a concurrent caller deleted it first (its DELETE made ours wait, then find nothing)
-    Promotion.objects.filter(pk=voucher_id, uses__gt=0).update(uses=F("uses") - 1)
-    if customer_counted:
-        VoucherCustomerUse.objects.filter(voucher_id=voucher_id, customer_id=customer_id, uses__gt=0).update(
-            uses=F("uses") - 1
-        )
-    return True
+    )  # fmt: skip
+    if not redemptions:
+        return 0
+    VoucherRedemption.objects.filter(pk__in=[pk for pk, *_ in redemptions]).delete()
+    per_voucher = Counter(voucher_id for _, voucher_id, _, _ in redemptions)
+    per_shopper = Counter((voucher_id, customer) for _, voucher_id, customer, counted in redemptions if counted)
+    # Vouchers first, one at a time in id order, as every redemption locks them; then the shoppers' rows.
+    for voucher_id, uses in sorted(per_voucher.items()):
+        Promotion.objects.filter(pk=voucher_id).update(uses=F("uses") - uses)
+    for (voucher_id, customer_id), uses in sorted(per_shopper.items()):
+        VoucherCustomerUse.objects.filter(voucher_id=voucher_id, customer_id=customer_id).update(uses=F("uses") - uses)
+    return len(redemptions)
+
+
+class VoucherBatch:
+    """The vouchers of a batch of orders written at once (the flash-sale queue's
+    writer), under the rule redeem_voucher applies one order at a time: the
+    vouchers' rows locked (in id order, as every redemption locks them), then
+    each order's use taken while its voucher and its shopper have one left, in
+    the order asked, and all written by save() in the same transaction. The
+    CHECKs back the counts as they back redeem_voucher's."""
+
+    def __init__(self, wanted: Iterable[tuple[int, int]]) -> None:
+        """`wanted`: (voucher id, customer id) of the orders that may use one."""
+        wanted = set(wanted)
+        voucher_ids = sorted({voucher_id for voucher_id, _ in wanted})
+        self._left: dict[int, int | None] = {}  # voucher id -> uses left (None: no limit)
+        self._caps: dict[int, int | None] = {}  # voucher id -> per-customer limit
+        for voucher_id, limit, uses, cap in (
+            Promotion.objects.select_for_update().filter(pk__in=voucher_ids, code__isnull=False).order_by("pk")
+            .values_list("pk", "usage_limit", "uses", "per_customer_limit")
+        ):  # fmt: skip
+            self._left[voucher_id] = None if limit is None else limit - uses
+            self._caps[voucher_id] = cap
+        self._shopper_uses: dict[tuple[int, int], int] = {}
+        if self._left:
+            pairs = Q()
+            for voucher_id, customer_id in wanted:
+                pairs |= Q(voucher_id=voucher_id, customer_id=customer_id)
+            for voucher_id, customer_id, uses in VoucherCustomerUse.objects.filter(pairs).values_list(
+                "voucher_id", "customer_id", "uses"
+            ):
+                self._shopper_uses[voucher_id, customer_id] = uses
+        self._taken: list[tuple[int, int, int]] = []  # (order id, voucher id, customer id)
+
+    def take(self, *, order_id: int, voucher_id: int, customer_id: int) -> bool:
+        """Count the order's use if the voucher and the shopper have one left."""
+        if voucher_id not in self._left or self._left[voucher_id] == 0:
+            return False
+        cap = self._caps[voucher_id]
+        if cap is not None and self._shopper_uses.get((voucher_id, customer_id), 0) >= cap:
+            return False
+        if self._left[voucher_id] is not None:
+            self._left[voucher_id] -= 1
+        if cap is not None:
+            self._shopper_uses[voucher_id, customer_id] = self._shopper_uses.get((voucher_id, customer_id), 0) + 1
+        self._taken.append((order_id, voucher_id, customer_id))
+        return True
+
+    def save(self) -> None:
+        """The uses taken, written: each voucher's count, the shoppers' counts, a
+        redemption per order."""
+        if not self._taken:
+            return
+        for voucher_id, uses in sorted(Counter(voucher_id for _, voucher_id, _ in self._taken).items()):
+            Promotion.objects.filter(pk=voucher_id).update(uses=F("uses") + uses)
+        counted = {(v, c) for _, v, c in self._taken if self._caps[v] is not None}
+        VoucherCustomerUse.objects.bulk_create(
+            [VoucherCustomerUse(voucher_id=v, customer_id=c, uses=self._shopper_uses[v, c], cap=self._caps[v])
+             for v, c in sorted(counted)],
+            update_conflicts=True, unique_fields=["voucher", "customer"], update_fields=["uses", "cap"],
+        )  # fmt: skip
+        VoucherRedemption.objects.bulk_create(
+            [VoucherRedemption(voucher_id=v, customer_id=c, order_id=o, customer_counted=self._caps[v] is not None)
+             for o, v, c in self._taken]
+        )  # fmt: skip
 
 
 def create_voucher(

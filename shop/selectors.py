@@ -70,6 +70,25 @@ def cached_promotions() -> CachedPromotions:
     return promotions
 
 
+def cached_voucher(code: str) -> PromotionRule | None:
+    """The voucher `code` names (upper-case, as stored) from process memory,
+    None when there is none; a miss is one query. For a code already in a cart:
+    a code typed in is looked up by find_voucher, which also reads its uses."""
+    if code in hot_cache.vouchers:
+        return hot_cache.vouchers[code]
+    generation = hot_cache.ensure_generation()
+    row = (
+        Promotion.objects.filter(code=code)
+        .annotate(sku_list=ArrayAgg("products", filter=Q(products__isnull=False), default=[]))
+        .values_list(*RULE_FIELDS, "sku_list", named=True)
+        .first()
+    )
+    voucher = None if row is None else promotion_rule(row, row.sku_list)
+    if hot_cache.generation == generation:
+        hot_cache.remember(hot_cache.vouchers, code, voucher)
+    return voucher
+
+
 def active_promotions(*, now: datetime) -> tuple[PromotionRule, ...]:
     """The automatic promotions active at `now` (no SQL once warm)."""
     return cached_promotions().active(now)
