@@ -11,8 +11,10 @@ from cart.services import (
     get_guest_cart,
     remove_cart_item,
     remove_guest_cart_item,
+    remove_voucher,
     set_cart_item,
     set_guest_cart_item,
+    set_voucher,
 )
 from core.authentication import CachedTokenAuthentication
 from core.fields import StrictIntegerField
@@ -47,7 +49,28 @@ class CartOutputSerializer(serializers.Serializer):
         code = serializers.CharField()
         message = serializers.CharField()
 
+    class VoucherSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "CartVoucher"
+
+        class ErrorSerializer(serializers.Serializer):
+            class Meta:
+                ref_name = "CartVoucherError"
+
+            code = serializers.CharField(
+                help_text="`voucher_unknown`, `voucher_expired`, `voucher_not_started` or `voucher_not_applicable`"
+            )
+            message = serializers.CharField()
+
+        code = serializers.CharField(help_text="As stored: upper-case")
+        error = ErrorSerializer(
+            allow_null=True,
+            help_text="Why checkout would refuse the voucher now (it then takes nothing off): null while it "
+            "applies. A voucher used up by other orders meanwhile is found at checkout (422 `voucher_used_up`).",
+        )
+
     items = LineSerializer(many=True)
+    voucher = VoucherSerializer(allow_null=True, help_text="The code entered (`PUT /api/cart/voucher`), or null")
     subtotal = serializers.IntegerField(help_text="The lines at catalog prices")
     discounts = DiscountSerializer(many=True, help_text="The promotions applied, each with what it takes off")
     total = serializers.IntegerField(
@@ -74,6 +97,7 @@ def cart_json(cart) -> dict:
             }
             for line in cart.items
         ],
+        "voucher": cart.voucher,
         "subtotal": cart.subtotal,
         "discounts": cart.discounts,
         "total": cart.total,
@@ -175,4 +199,43 @@ class CartItemApi(HotCacheApiView):
             remove_cart_item(customer_id=request.user.id, sku=sku)
         else:
             remove_guest_cart_item(token=guest_token(request), sku=sku, address=client_address(request))
+        return Response(status=204)
+
+
+class CartVoucherApi(HotCacheApiView):
+    """The cart's voucher: one code at a time (a new one replaces it)."""
+
+    authentication_classes = [CachedTokenAuthentication]
+    permission_classes = [AllowAny]  # a guest: the Cart-Token
+    throttle_classes = []  # the attempts are counted per shopper (or guest cart) and per address (cart/services.py)
+
+    class InputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "CartVoucherCode"
+
+        code = serializers.CharField(max_length=64, help_text="Case-insensitive: letters, digits, dashes, <= 32")
+
+    @extend_schema(
+        request=InputSerializer,
+        parameters=[CART_TOKEN],
+        responses={200: CartOutputSerializer, **ERRORS(*BODY_ERRORS, 401, 404, 422, 429, 503)},
+        description="Enter a voucher code: the cart, priced with it. 422 with `voucher_unknown`, "
+        "`voucher_expired`, `voucher_not_started`, `voucher_used_up` or `voucher_not_applicable` when it "
+        "cannot be used, and the cart keeps what it had. Attempts are limited per shopper (or guest cart) "
+        "and per client address (429), so codes cannot be guessed.",
+    )
+    def put(self, request):
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        code, address = serializer.validated_data["code"], client_address(request)
+        if request.user.is_authenticated:
+            return Response(cart_json(set_voucher(code=code, address=address, customer_id=request.user.id)))
+        return Response(cart_json(set_voucher(code=code, address=address, token=guest_token(request))))
+
+    @extend_schema(parameters=[CART_TOKEN], responses={204: None, **ERRORS(401, 404, 503)})
+    def delete(self, request):
+        if request.user.is_authenticated:
+            remove_voucher(customer_id=request.user.id)
+        else:
+            remove_voucher(token=guest_token(request))
         return Response(status=204)

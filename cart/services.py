@@ -9,11 +9,15 @@ from django.utils import timezone
 
 from cart import storage
 from cart.exceptions import CartTokenUnknown, InactiveProduct, UnknownProduct
+from cart.storage import StoredCart
+from core import ratelimit
 from core.hotcache import CachedProduct, hot_cache
 from inventory.stock_hints import fresh_available_hints, remember_available
+from shop.exceptions import VoucherRefused
 from shop.models import Product
-from shop.pricing import price_lines
-from shop.selectors import active_promotions, cached_products
+from shop.pricing import PromotionRule, price_lines
+from shop.promotions import check_voucher, find_voucher
+from shop.selectors import active_promotions, cached_products, cached_voucher
 
 
 @dataclass(frozen=True)
@@ -35,14 +39,16 @@ class PricedCart:
     subtotal: int = 0  # at catalog prices
     discounts: list[dict] = field(default_factory=list)  # shop.pricing.PricedCart.discounts()
     total: int = 0  # subtotal - the discounts' amounts, and the sum of the lines' totals
+    voucher: dict | None = None  # {"code", "error"}: the code the cart holds, and why checkout would refuse it
 
 
-def _price(
-    lines: Mapping[str, int], products: Mapping[str, CachedProduct | None], available: Mapping[str, int]
-) -> PricedCart:
+def _price(cart: StoredCart, products: Mapping[str, CachedProduct | None], available: Mapping[str, int]) -> PricedCart:
     """The cart as checkout would charge it now: shop.pricing.price_lines over the
-    active products, with the automatic promotions (from the hot cache: no query
-    once warm). Unknown and inactive SKUs are warnings and take no part."""
+    active products, with the automatic promotions and the cart's voucher (from
+    the hot cache: no query once warm). Unknown and inactive SKUs are warnings
+    and take no part; a voucher checkout would refuse takes no part either, and
+    says why (its uses are counted at checkout: a used-up voucher shows there)."""
+    lines = cart.lines
     priced, warnings = {}, []
     for sku in sorted(lines):
         product = products.get(sku)
@@ -53,10 +59,11 @@ def _price(
         else:
             priced[sku] = lines[sku]
     currency = settings.SHOP_CURRENCY
-    if not priced:  # nothing to price: no promotions to read
-        return PricedCart(items=[], currency=currency, warnings=warnings)
     now = timezone.now()
-    cart = price_lines(priced, products=products, promotions=active_promotions(now=now), now=now)
+    voucher, voucher_json = _cart_voucher(cart.voucher, now=now, lines=priced, products=products)
+    if not priced:  # nothing to price: no promotions to read
+        return PricedCart(items=[], currency=currency, warnings=warnings, voucher=voucher_json)
+    result = price_lines(priced, products=products, promotions=active_promotions(now=now), voucher=voucher, now=now)
     items = [
         CartLine(
             sku=line.sku,
@@ -67,12 +74,25 @@ def _price(
             line_total=line.total,
             in_stock=available.get(line.sku, 0) >= line.quantity,
         )
-        for line in cart.lines
+        for line in result.lines
     ]
     return PricedCart(
-        items=items, currency=currency, warnings=warnings, subtotal=cart.subtotal, discounts=cart.discounts(),
-        total=cart.total,
+        items=items, currency=currency, warnings=warnings, subtotal=result.subtotal, discounts=result.discounts(),
+        total=result.total, voucher=voucher_json,
     )
+
+
+def _cart_voucher(
+    code: str | None, *, now, lines: Mapping[str, int], products: Mapping[str, CachedProduct | None]
+) -> tuple[PromotionRule | None, dict | None]:
+    """The cart's voucher, if it applies to the cart now, and how the cart shows it."""
+    if code is None:
+        return None, None
+    try:
+        voucher = check_voucher(cached_voucher(code), code, now=now, lines=lines, products=products)
+        return voucher, {"code": code, "error": None}
+    except VoucherRefused as refused:
+        return None, {"code": code, "error": {"code": refused.code, "message": refused.message}}
 
 
 def catalog_for(skus: list[str]) -> tuple[dict[str, CachedProduct | None], dict[str, int]]:
@@ -102,21 +122,21 @@ def get_cart(*, customer_id: int) -> PricedCart:
     """One Redis call (the lines, with the cache-generation check); prices and
     promotions from the checked cache, so no query once warm, and otherwise one
     for the products and stock hints missing and one for the promotions."""
-    lines = storage.read_lines(customer_id=customer_id, generation=hot_cache.ensure_generation())
-    return _price(lines, *catalog_for(list(lines)))
+    cart = storage.read_cart(customer_id=customer_id, generation=hot_cache.ensure_generation())
+    return _price(cart, *catalog_for(list(cart.lines)))
 
 
 def set_cart_item(*, customer_id: int, sku: str, quantity: int) -> PricedCart:
     """Set the absolute quantity of one line (idempotent); 0 removes it."""
     counted = _check_writable(sku=sku, quantity=quantity, count=lambda: storage.count_write(customer_id=customer_id))
-    lines = storage.write_line(
+    cart = storage.write_line(
         customer_id=customer_id,
         sku=sku,
         quantity=quantity,
         generation=hot_cache.ensure_generation(),
         counted=counted,
     )
-    return _price(lines, *catalog_for(list(lines)))
+    return _price(cart, *catalog_for(list(cart.lines)))
 
 
 def _check_writable(*, sku: str, quantity: int, count) -> bool:
@@ -147,8 +167,8 @@ def _guest_digest(token: str) -> str:
 
 
 def get_guest_cart(*, token: str) -> PricedCart:
-    lines = storage.guest_read_lines(digest=_guest_digest(token), generation=hot_cache.ensure_generation())
-    return _price(lines, *catalog_for(list(lines)))
+    cart = storage.guest_read_cart(digest=_guest_digest(token), generation=hot_cache.ensure_generation())
+    return _price(cart, *catalog_for(list(cart.lines)))
 
 
 def set_guest_cart_item(*, token: str | None, sku: str, quantity: int, address: str) -> tuple[PricedCart, str]:
@@ -159,11 +179,11 @@ def set_guest_cart_item(*, token: str | None, sku: str, quantity: int, address: 
     create = token is None
     if create:
         token = secrets.token_urlsafe(32)
-    lines = storage.guest_write_line(
+    cart = storage.guest_write_line(
         digest=_guest_digest(token), sku=sku, quantity=quantity, generation=hot_cache.ensure_generation(),
         address=address, create=create, counted=counted,
     )  # fmt: skip
-    return _price(lines, *catalog_for(list(lines))), token
+    return _price(cart, *catalog_for(list(cart.lines))), token
 
 
 def remove_guest_cart_item(*, token: str, sku: str, address: str) -> None:
@@ -180,3 +200,40 @@ def merge_guest_cart(*, token: str, customer_id: int) -> int:
 
 def remove_cart_item(*, customer_id: int, sku: str) -> None:
     storage.write_line(customer_id=customer_id, sku=sku, quantity=0, generation=hot_cache.ensure_generation())
+
+
+def set_voucher(*, code: str, address: str, customer_id: int | None = None, token: str | None = None) -> PricedCart:
+    """Enter a voucher code in the shopper's cart (`customer_id`) or a guest's
+    (`token`): one attempt counted against the shopper's (or token's) and the
+    client address's limits first (RateLimited), then the code looked up (one
+    query) and refused with its 422 (find_voucher) or kept with the cart,
+    replacing the one it held."""
+    cart_key, live, per_shopper = _voucher_target(customer_id=customer_id, token=token)
+    generation = hot_cache.ensure_generation()
+    cart = storage.voucher_attempt(
+        cart=cart_key, live=live, generation=generation, per_shopper=per_shopper,
+        per_address=ratelimit.window("voucher_address", address),
+    )  # fmt: skip
+    products, _ = catalog_for(list(cart.lines))
+    on_sale = {sku: q for sku, q in cart.lines.items() if products.get(sku) is not None and products[sku].is_active}
+    voucher = find_voucher(code, now=timezone.now(), customer_id=customer_id, lines=on_sale, products=products)
+    hot_cache.remember(hot_cache.vouchers, voucher.code, voucher)
+    ttl = settings.CART_TTL_SECONDS if customer_id is not None else settings.GUEST_CART_TTL_SECONDS
+    cart = storage.set_voucher(cart=cart_key, live=live, generation=generation, code=voucher.code, ttl=ttl)
+    return _price(cart, *catalog_for(list(cart.lines)))
+
+
+def remove_voucher(*, customer_id: int | None = None, token: str | None = None) -> None:
+    """The cart's voucher, if any, taken out."""
+    cart_key, live, _ = _voucher_target(customer_id=customer_id, token=token)
+    ttl = settings.CART_TTL_SECONDS if customer_id is not None else settings.GUEST_CART_TTL_SECONDS
+    storage.set_voucher(cart=cart_key, live=live, generation=hot_cache.ensure_generation(), code=None, ttl=ttl)
+
+
+def _voucher_target(*, customer_id: int | None, token: str | None) -> tuple[str, str | None, ratelimit.Window]:
+    """(the cart's key, its liveness key for a guest, the attempts' window)."""
+    if customer_id is not None:
+        return storage.cart_key(customer_id), None, ratelimit.shopper_window("voucher", customer_id)
+    digest = _guest_digest(token)
+    cart_key, live = storage.guest_cart_keys(digest)
+    return cart_key, live, ratelimit.window("voucher", f"guest:{digest}")

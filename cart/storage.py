@@ -1,4 +1,7 @@
-"""The cart in Redis: hash `cart:{customer_id}`, field = SKU, value = quantity.
+"""The cart in Redis: hash `cart:{customer_id}`, field = SKU, value = quantity,
+and the code of the voucher the shopper entered under the field `@voucher`
+(a SKU never contains '@'), so that it is taken, given back, merged and
+expired with the lines.
 
 A guest's cart is the same hash under `cart:guest:{digest}`, alive while its
 token's key `cart:guest:{digest}:live` exists (digest: sha256 of the token, so
@@ -11,6 +14,7 @@ checks the hot-cache generation (core/hotcache.py) before touching the cart.
 
 import logging
 import math
+from dataclasses import dataclass
 
 from django.conf import settings
 from django_redis import get_redis_connection
@@ -26,7 +30,10 @@ logger = logging.getLogger(__name__)
 
 # What a cart script answers instead of 0 (done); the scripts get the same names (lua_constants).
 STALE, FULL, LIMITED, NO_GUEST_CART = -1, -2, -3, -4
-_STATUSES = lua_constants(STALE=STALE, FULL=FULL, LIMITED=LIMITED, NO_GUEST_CART=NO_GUEST_CART)
+VOUCHER_FIELD = "@voucher"
+_STATUSES = lua_constants(
+    STALE=STALE, FULL=FULL, LIMITED=LIMITED, NO_GUEST_CART=NO_GUEST_CART, VOUCHER_FIELD=VOUCHER_FIELD
+)
 
 # The cart's scripts (cart/lua/): each starts with the functions it calls. LUA
 # holds the statuses and the cart's public functions, for scripts composed elsewhere (checkout).
@@ -35,7 +42,8 @@ _WRITE = compose(GENERATION_LUA, ratelimit.LUA, LUA, load_lua("cart", "write"))
 _READ = compose(GENERATION_LUA, ratelimit.LUA, LUA, load_lua("cart", "read"))
 _GUEST_WRITE = compose(GENERATION_LUA, ratelimit.LUA, LUA, load_lua("cart", "guest_write"))
 _GUEST_READ = compose(GENERATION_LUA, LUA, load_lua("cart", "guest_read"))
-_MERGE = compose(_STATUSES, load_lua("cart", "merge"))
+_MERGE = compose(LUA, load_lua("cart", "merge"))
+_VOUCHER = compose(GENERATION_LUA, ratelimit.LUA, LUA, load_lua("cart", "voucher"))
 _TAKE = compose(GENERATION_LUA, ratelimit.LUA, LUA, load_lua("cart", "take"))
 _GIVE_BACK = compose(LUA, load_lua("cart", "give_back"))
 
@@ -58,8 +66,24 @@ def _connection():
     return get_redis_connection("default")
 
 
-def as_lines(flat: list[bytes]) -> dict[str, int]:
-    return {flat[i].decode(): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+@dataclass(frozen=True)
+class StoredCart:
+    lines: dict[str, int]
+    voucher: str | None = None  # the code the shopper entered
+
+
+_VOUCHER_FIELD = VOUCHER_FIELD.encode()
+
+
+def as_cart(flat: list[bytes]) -> StoredCart:
+    """A cart script's flat {field, value, ...} list."""
+    lines, voucher = {}, None
+    for i in range(0, len(flat), 2):
+        if flat[i] == _VOUCHER_FIELD:
+            voucher = flat[i + 1].decode()
+        else:
+            lines[flat[i].decode()] = int(flat[i + 1])
+    return StoredCart(lines, voucher)
 
 
 def check_status(status: int, payload) -> None:
@@ -79,13 +103,13 @@ def unavailable(exc: RedisError) -> CartUnavailable:
     return CartUnavailable()
 
 
-def _run(script: str, keys: list, args: list) -> dict[str, int]:
+def _run(script: str, keys: list, args: list) -> StoredCart:
     try:
         status, flat = run_script(script, keys=keys, args=args)
     except RedisError as exc:
         raise unavailable(exc) from exc
     check_status(status, flat)
-    return as_lines(flat)
+    return as_cart(flat)
 
 
 def count_write(*, customer_id: int | None = None, address: str | None = None) -> None:
@@ -106,7 +130,7 @@ def count_write(*, customer_id: int | None = None, address: str | None = None) -
 
 def write_line(
     *, customer_id: int, sku: str, quantity: int, generation: str, counted: bool = False
-) -> dict[str, int]:
+) -> StoredCart:
     """Set (or with 0, remove) one line; refresh the TTL; return the whole cart.
     The write is counted against the shopper's limit in the same call unless `counted`."""
     limit = ratelimit.shopper_window(None if counted else "cart_write", customer_id)
@@ -117,15 +141,15 @@ def write_line(
     )
 
 
-def read_lines(*, customer_id: int, generation: str, rate_scope: str | None = None) -> dict[str, int]:
+def read_cart(*, customer_id: int, generation: str, rate_scope: str | None = None) -> StoredCart:
     """The cart; with `rate_scope`, the shopper's rate limit for it is counted in the same call."""
     limit = ratelimit.shopper_window(rate_scope, customer_id)
     return _run(_READ, [cart_key(customer_id), GENERATION_KEY, limit.key], [generation, limit.limit, limit.ms])
 
 
-def take_lines(
+def take_cart(
     *, customer_id: int, idempotency_key: str, generation: str, rate_scope: str | None = None
-) -> tuple[dict[str, int], bool]:
+) -> tuple[StoredCart, bool]:
     """The cart a checkout under `idempotency_key` orders, taken (cart.lua,
     take_cart), and whether it was taken now (False: empty, or what an earlier
     attempt under the key took). For a gate on a Redis of its own: by default
@@ -138,7 +162,7 @@ def take_lines(
     except RedisError as exc:
         raise unavailable(exc) from exc
     check_status(status, flat)
-    return as_lines(flat), bool(taken)
+    return as_cart(flat), bool(taken)
 
 
 def give_back(carts: list[tuple[int, str]]) -> int:
@@ -154,7 +178,7 @@ def give_back(carts: list[tuple[int, str]]) -> int:
 
 def guest_write_line(
     *, digest: str, sku: str, quantity: int, generation: str, address: str, create: bool, counted: bool = False
-) -> dict[str, int]:
+) -> StoredCart:
     """write_line for a guest cart (CartTokenUnknown when the token has no live
     cart); `create` starts one under a new token. Counted against the token's and
     the client address's limits in the same call (the address's unless `counted`)."""
@@ -172,9 +196,28 @@ def guest_write_line(
     )
 
 
-def guest_read_lines(*, digest: str, generation: str) -> dict[str, int]:
+def guest_read_cart(*, digest: str, generation: str) -> StoredCart:
     cart, live = guest_cart_keys(digest)
     return _run(_GUEST_READ, [cart, live, GENERATION_KEY], [generation])
+
+
+def voucher_attempt(
+    *, cart: str, live: str | None, generation: str, per_shopper: ratelimit.Window, per_address: ratelimit.Window
+) -> StoredCart:
+    """One attempt at entering a voucher code counted against both windows (the
+    shopper's or guest token's, and the client address's): RateLimited when over
+    either; else the cart (`live`: a guest cart's liveness key, None for a
+    shopper's). Made before the code is looked up, so guesses are limited."""
+    return _run(
+        _VOUCHER,
+        [cart, GENERATION_KEY, live or cart, per_shopper.key, per_address.key],
+        [generation, "check", "", 0, per_shopper.limit, per_shopper.ms, per_address.limit, per_address.ms],
+    )
+
+
+def set_voucher(*, cart: str, live: str | None, generation: str, code: str | None, ttl: int) -> StoredCart:
+    """The cart's voucher set to `code` (None removes it), its TTL refreshed."""
+    return _run(_VOUCHER, [cart, GENERATION_KEY, live or cart], [generation, "set", code or "", ttl])
 
 
 def merge_guest_cart(*, digest: str, customer_id: int) -> int:

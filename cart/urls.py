@@ -1,9 +1,10 @@
 from django.urls import path
 
 import shop.converters  # noqa: F401 - registers <sku:...>
-from cart.apis import CartApi, CartItemApi
+from cart.apis import CartApi, CartItemApi, CartVoucherApi
 
 urlpatterns = [
     path("cart", CartApi.as_view(), name="cart"),
     path("cart/items/<sku:sku>", CartItemApi.as_view(), name="cart-item"),
+    path("cart/voucher", CartVoucherApi.as_view(), name="cart-voucher"),
 ]

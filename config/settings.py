@@ -333,6 +333,8 @@ RATE_LIMITS = {
     "guest_cart_address": env("RATE_LIMIT_GUEST_CART_ADDRESS", "600/min"),  # guest cart writes per client address
     "guest_cart_new": env("RATE_LIMIT_GUEST_CART_NEW", "50/day"),  # guest carts started per client address
     "auth": env("RATE_LIMIT_AUTH", "20/min"),
+    "voucher": env("RATE_LIMIT_VOUCHER", "20/hour"),  # voucher codes entered per shopper (or guest cart)
+    "voucher_address": env("RATE_LIMIT_VOUCHER_ADDRESS", "60/hour"),  # voucher codes entered per client address
 }
 
 # --- Email (console locally) ------------------------------------------------

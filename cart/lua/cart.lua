@@ -1,8 +1,15 @@
--- The cart's public Lua functions (hash cart:{customer}, field = SKU, value = quantity).
+-- The cart's public Lua functions (hash cart:{customer}, field = SKU, value =
+-- quantity; the voucher's code under the field VOUCHER_FIELD, which no SKU can be).
 
--- cart_lines(cart_key): the cart as a flat {sku, quantity, ...} list.
+-- cart_lines(cart_key): the cart as a flat {sku, quantity, ...} list, the
+-- voucher's {VOUCHER_FIELD, code} among them when the cart has one.
 local function cart_lines(cart_key)
   return redis.call('HGETALL', cart_key)
+end
+
+-- line_count(cart_key): how many lines the cart holds (its voucher is not one).
+local function line_count(cart_key)
+  return redis.call('HLEN', cart_key) - redis.call('HEXISTS', cart_key, VOUCHER_FIELD)
 end
 
 -- cart_quantity(cart_key, sku): the quantity of one line, or nil.
@@ -19,7 +26,7 @@ local function set_line(cart_key, sku, quantity, ttl, max_lines)
   if quantity == 0 then
     redis.call('HDEL', cart_key, sku)
   else
-    if redis.call('HEXISTS', cart_key, sku) == 0 and redis.call('HLEN', cart_key) >= tonumber(max_lines) then
+    if redis.call('HEXISTS', cart_key, sku) == 0 and line_count(cart_key) >= tonumber(max_lines) then
       return {FULL, {}}
     end
     redis.call('HSET', cart_key, sku, quantity)
@@ -40,11 +47,12 @@ end
 
 -- checkout_lines(cart_key, taken_key, checkout): the cart a checkout under the
 -- idempotency key `checkout` orders (flat list) and whether it is the cart in
--- place: the cart, or when that is empty, what an earlier attempt under the
--- same key took (a retry of a checkout that died before its answer).
+-- place: the cart, or when it has no line, what an earlier attempt under the
+-- same key took (a retry of a checkout that died before its answer). The
+-- cart's voucher comes with its lines.
 local function checkout_lines(cart_key, taken_key, checkout)
   local lines = cart_lines(cart_key)
-  if #lines > 0 then return lines, true end
+  if line_count(cart_key) > 0 then return lines, true end
   if redis.call('HGET', taken_key, '@checkout') ~= checkout then return lines, false end
   return taken_lines(taken_key), false
 end
@@ -60,7 +68,7 @@ local function take_cart(cart_key, taken_key, checkout, ttl)
 end
 
 -- give_back_cart(cart_key, taken_key, checkout, ttl): the cart the checkout
--- under `checkout` took, back into the cart (lines the shopper set since win),
+-- under `checkout` took, back into the cart (lines and a voucher the shopper set since win),
 -- unless another checkout took the cart since or it is gone: 1 when given back.
 local function give_back_cart(cart_key, taken_key, checkout, ttl)
   if redis.call('HGET', taken_key, '@checkout') ~= checkout then return 0 end
@@ -69,4 +77,16 @@ local function give_back_cart(cart_key, taken_key, checkout, ttl)
   redis.call('DEL', taken_key)
   redis.call('EXPIRE', cart_key, ttl)
   return 1
+end
+
+-- set_voucher(cart_key, code, ttl): the cart's voucher set (an empty code removes
+-- it), the TTL refreshed; {0, the cart as a flat list}.
+local function set_voucher(cart_key, code, ttl)
+  if code == '' then
+    redis.call('HDEL', cart_key, VOUCHER_FIELD)
+  else
+    redis.call('HSET', cart_key, VOUCHER_FIELD, code)
+  end
+  redis.call('EXPIRE', cart_key, ttl)
+  return {0, cart_lines(cart_key)}
 end

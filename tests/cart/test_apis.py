@@ -26,7 +26,7 @@ def test_cart_starts_empty(auth_client):
     response = auth_client.get("/api/cart")
     assert response.status_code == 200
     assert response.json() == {
-        "items": [], "subtotal": 0, "discounts": [], "total": 0, "currency": "EUR", "warnings": [],
+        "items": [], "voucher": None, "subtotal": 0, "discounts": [], "total": 0, "currency": "EUR", "warnings": [],
     }  # fmt: skip
 
 

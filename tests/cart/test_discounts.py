@@ -226,7 +226,7 @@ def test_cart_json_matches_the_serializer_with_a_vouchers_code():
 def test_openapi_describes_the_carts_prices_and_discounts():
     components = SchemaGenerator().get_schema(request=None, public=True)["components"]["schemas"]
     cart, line, discount = components["Cart"], components["CartLine"], components["Discount"]
-    assert set(cart["required"]) == {"items", "subtotal", "discounts", "total", "currency", "warnings"}
+    assert set(cart["required"]) == {"items", "voucher", "subtotal", "discounts", "total", "currency", "warnings"}
     assert cart["properties"]["discounts"]["items"]["$ref"].endswith("/Discount")
     assert {"unit_price", "discount", "line_total"} <= set(line["required"])
     assert set(discount["properties"]) == {"promotion_id", "name", "code", "amount"}
