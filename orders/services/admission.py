@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Admission:
     lines: dict[str, int]  # the cart
+    voucher: str | None  # the code the cart holds
     gated: dict[str, int]  # its flash-sale lines
     admitted: bool  # gate units were taken: give them back if the checkout fails
     saved_address: bytes | None = None  # what Redis holds under shop's address_key (None: nothing)
@@ -64,9 +65,10 @@ def admit_cart(*, customer_id: int, idempotency_key: str, rate_limited: bool) ->
     scope = "checkout" if rate_limited else None
     rules = gate_rules()
     if not gate.shares_cart_redis():
-        lines, took = storage.take_lines(
+        cart, took = storage.take_cart(
             customer_id=customer_id, idempotency_key=idempotency_key, generation=generation, rate_scope=scope
         )
+        lines = cart.lines
         gated = {sku: quantity for sku, quantity in lines.items() if sku in rules}
         try:
             admitted = bool(gated) and gate.admit(
@@ -76,7 +78,7 @@ def admit_cart(*, customer_id: int, idempotency_key: str, rate_limited: bool) ->
             if took:
                 give_back_cart(customer_id, idempotency_key)
             raise
-        return Admission(lines, gated, admitted, _cached_address(customer_id), took)
+        return Admission(lines, cart.voucher, gated, admitted, _cached_address(customer_id), took)
 
     limit = ratelimit.shopper_window(scope, customer_id)
     keys = [
@@ -97,12 +99,13 @@ def admit_cart(*, customer_id: int, idempotency_key: str, rate_limited: bool) ->
     except RedisError as exc:
         raise storage.unavailable(exc) from exc
     storage.check_status(status, flat)
-    lines = storage.as_lines(flat)
+    cart = storage.as_cart(flat)
+    lines = cart.lines
     gated = {sku: quantity for sku, quantity in lines.items() if sku in rules}
     if verdict == b"sold_out":
         hot_cache.sold_out = hot_cache.sold_out | {sku.decode()}
     admitted = bool(gated) and gate.judge(verdict, sku, rules)
-    return Admission(lines, gated, admitted, rest[0], bool(rest[1]))
+    return Admission(lines, cart.voucher, gated, admitted, rest[0], bool(rest[1]))
 
 
 def give_back_cart(customer_id: int, idempotency_key: str) -> None:

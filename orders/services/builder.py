@@ -20,7 +20,8 @@ from orders.exceptions import ProductUnavailable
 from orders.models import OrderStatus
 from outbox.services import NewEvent
 from shop.pricing import price_lines
-from shop.selectors import active_promotions, cached_products
+from shop.promotions import check_voucher
+from shop.selectors import active_promotions, cached_products, cached_voucher
 
 
 @dataclass(frozen=True)
@@ -47,12 +48,14 @@ class CartPrice:
     discounts: list[dict]  # the promotions that took something off: {"promotion_id", "name", "code", "amount"}
 
 
-def price_cart(lines: dict[str, int], *, now: datetime | None = None) -> CartPrice:
+def price_cart(lines: dict[str, int], *, voucher_code: str | None = None, now: datetime | None = None) -> CartPrice:
     """The cart priced at `now` (default: now) as the cart view prices it: the
-    catalog's prices and the automatic promotions, both from the hot cache
-    (filled through the ORM, kept honest by the generation the admission script
-    has just checked in Redis), so a warm checkout prices its cart without a
-    query. ProductUnavailable for a SKU not (or no longer) on sale."""
+    catalog's prices, the automatic promotions and the cart's voucher, all from
+    the hot cache (filled through the ORM, kept honest by the generation the
+    admission script has just checked in Redis), so a warm checkout prices its
+    cart without a query. ProductUnavailable for a SKU not (or no longer) on
+    sale; a voucher the cart can no longer use is refused (its 422: the shopper
+    removes it or changes the cart), never silently dropped."""
     now = now or timezone.now()
     skus = sorted(lines)
     products = cached_products(skus=skus)
@@ -60,12 +63,21 @@ def price_cart(lines: dict[str, int], *, now: datetime | None = None) -> CartPri
         product = products.get(sku)
         if product is None or not product.is_active:
             raise ProductUnavailable(sku=sku)
-    priced = price_lines(lines, products=products, promotions=active_promotions(now=now), now=now)
+    voucher = None
+    if voucher_code is not None:
+        voucher = check_voucher(cached_voucher(voucher_code), voucher_code, now=now, lines=lines, products=products)
+    promotions = active_promotions(now=now)
+    priced = price_lines(lines, products=products, promotions=promotions, voucher=voucher, now=now)
     return CartPrice(
         [PricedLine(line.sku, products[line.sku].name, line.quantity, line.unit_price, line.discount)
          for line in priced.lines],
         priced.discounts(),
     )  # fmt: skip
+
+
+def applied_voucher(discounts: list[dict]) -> int | None:
+    """The voucher whose use an order counts (CartPrice.discounts): the one that took something off."""
+    return next((each["promotion_id"] for each in discounts if each["code"] is not None), None)
 
 
 @dataclass(frozen=True)
@@ -85,6 +97,10 @@ class OrderDraft:
     @cached_property
     def total(self) -> int:
         return sum(line.total for line in self.lines)
+
+    @property
+    def voucher_id(self) -> int | None:
+        return applied_voucher(self.discounts)
 
     @cached_property
     def request_hash(self) -> str:

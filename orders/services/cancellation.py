@@ -17,13 +17,14 @@ from orders.services.holds import give_back_holds
 from orders.services.slots import release_pending_slots
 from orders.transitions import move_orders, sources
 from outbox.services import NewEvent, record_events
+from shop.promotions import give_back_vouchers
 
 logger = logging.getLogger(__name__)
 
 
 def cancel_orders(*, order_ids: list[int], reason: str, now: datetime | None = None) -> list[int]:
-    """Cancel those of `order_ids` still awaiting payment and put their stock
-    back on sale; returns the ids that were cancelled. Inside the caller's
+    """Cancel those of `order_ids` still awaiting payment, put their stock back
+    on sale and give back their vouchers' uses; returns the ids that were cancelled. Inside the caller's
     transaction. The orders are locked first (a payment being applied to one
     now is waited for, then decides it), then moved by one conditional UPDATE:
     a concurrent payment and this cancellation are exclusive."""
@@ -49,6 +50,7 @@ def _cancel_locked(orders: list[tuple[int, int]], *, reason: str, now: datetime)
     record_events([NewEvent("order", each["order_id"], "OrderCancelled", each) for each in data])
     release_pending_slots(customer_ids=[customer for _, customer in orders])
     give_back_holds(order_ids=ids)
+    give_back_vouchers(order_ids=ids)  # before the stock: vouchers' rows are locked first everywhere
     return_reserved_stock(lines=reserved_lines(order_ids=ids))
     reopen_gate_units(order_ids=ids)
     return ids

@@ -33,6 +33,8 @@ from orders.services.queue_admission import (
 )
 from orders.services.slots import release_pending_slots, take_pending_slot
 from outbox.services import record_events
+from shop.exceptions import VoucherRefused
+from shop.promotions import redeem_voucher
 from shop.services import default_address
 
 logger = logging.getLogger(__name__)
@@ -94,7 +96,7 @@ def place_order(
         address = shipping_address or default_address(customer_id=customer_id, cached=admission.saved_address)
         if address is None:
             raise ShippingAddressRequired()
-        priced = price_cart(lines)
+        priced = price_cart(lines, voucher_code=admission.voucher)
         draft = OrderDraft(
             customer_id, idempotency_key, priced.lines, settings.SHOP_CURRENCY, address,
             _payment_timeout(account_created_at), client_address, priced.discounts,
@@ -109,7 +111,7 @@ def place_order(
             _release_best_effort(customer_id, gated)
         if admission.took_cart:
             give_back_cart(customer_id, idempotency_key)
-        if isinstance(error, OutOfStock | TooManyPendingOrders | HoldLimitReached):
+        if isinstance(error, OutOfStock | TooManyPendingOrders | HoldLimitReached | VoucherRefused):
             CHECKOUT_REFUSALS.labels(error.code).inc()
         raise
     if result.replayed:
@@ -169,7 +171,10 @@ def _create_order(*, draft: OrderDraft, gated: dict[str, int]) -> PlacedOrder:
         # Reserve last: a hot SKU's row stays locked only from its UPDATE to the
         # COMMIT, not while the items and the event are written (measured in
         # bench/checkout.py). Out of stock rolls back all of the above, and
-        # drops the on_commit callback.
+        # drops the on_commit callback. (A voucher's row is locked before any
+        # stock row, as in the queue's writer and in cancellation: no deadlock.)
+        if draft.voucher_id is not None:  # one statement; VoucherUsedUp rolls all of this back
+            redeem_voucher(voucher_id=draft.voucher_id, customer_id=customer_id, order_id=order.id)
         reserve_stock(lines=lines)
     order._prefetched_objects_cache = {"items": items, "refunds": []}
     return PlacedOrder(order=order, replayed=False)

@@ -39,7 +39,7 @@ from inventory.services.flash_sales import queued_skus
 from orders.exceptions import QueueUnavailable
 from orders.models import Order, OrderItem, QueuedOrderAlias
 from orders.queue_producer import queue_producer
-from orders.services.builder import BuiltOrder, OrderDraft, PricedLine, build_order
+from orders.services.builder import BuiltOrder, OrderDraft, PricedLine, applied_voucher, build_order
 from orders.services.idempotency import order_under_key, same_request
 
 logger = logging.getLogger(__name__)
@@ -95,6 +95,10 @@ class QueuedRequest:
             self.customer_id, self.idempotency_key, self.lines, self.currency, self.shipping_address,
             self.payment_seconds or settings.ORDER_PAYMENT_TIMEOUT_SECONDS, self.client_address, self.discounts,
         )
+
+    @property
+    def voucher_id(self) -> int | None:
+        return applied_voucher(self.discounts)
 
     def build(self, *, now: datetime, rejection: str = "") -> BuiltOrder:
         return build_order(self.draft, now=now, request_hash=self.request_hash, takes_holds=False, rejection=rejection)
@@ -163,7 +167,7 @@ def refuse_while_broker_down(*, customer_id: int) -> None:
     queue = queued_skus()
     if not queue or not queue_producer().breaker.refusing():
         return
-    lines = storage.read_lines(customer_id=customer_id, generation=hot_cache.ensure_generation())
+    lines = storage.read_cart(customer_id=customer_id, generation=hot_cache.ensure_generation()).lines
     if not queue.isdisjoint(lines):
         queue_producer().refuse_early()
 

@@ -35,6 +35,7 @@ from orders.services.queue_admission import QueuedRequest, order_key, pending_ke
 from orders.services.slots import count_pending_orders
 from outbox.services import record_events
 from shop.models import Product
+from shop.promotions import VoucherBatch
 
 logger = logging.getLogger(__name__)
 
@@ -55,9 +56,10 @@ class WrittenBatch:
 def write_batch(requests: list[QueuedRequest], *, clean_up_on_commit: bool = True) -> WrittenBatch:
     """Write a batch of queued checkouts in one transaction: the stock of each
     SKU reserved with one conditional UPDATE for the batch's sum, the orders,
-    their items and their events with one INSERT each. Requests the stock cannot
-    cover (the gate drifted) or whose product went inactive are written as
-    REJECTED, in arrival order. A redelivered request finds its order and
+    their items and their events with one INSERT each, the vouchers' uses
+    counted (shop.promotions.VoucherBatch). Requests the stock cannot cover (the
+    gate drifted), whose product went inactive or whose voucher has no use left
+    (for all, or for its shopper) are written as REJECTED, in arrival order. A redelivered request finds its order and
     changes nothing. The clean-up in Redis (finish_written_batch) runs on commit, or,
     without `clean_up_on_commit`, when the caller runs it (the queue's writer,
     while it writes the next batch)."""
@@ -68,17 +70,25 @@ def write_batch(requests: list[QueuedRequest], *, clean_up_on_commit: bool = Tru
         fresh = _not_yet_written(requests, result)
         skus = sorted({line.sku for request in fresh for line in request.lines})
         active = set(Product.objects.filter(sku__in=skus, is_active=True).values_list("sku", flat=True))
+        # Vouchers' rows before any stock row, as checkout and cancellation lock them.
+        vouchers = VoucherBatch((r.voucher_id, r.customer_id) for r in fresh if r.voucher_id)
         left = lock_stock(skus)  # SKU order, as every stock writer
         accepted: list[QueuedRequest] = []
         for request in fresh:
+            voucher_id = request.voucher_id
             if any(line.sku not in active for line in request.lines):
                 result.rejected[request.order_id] = "sku_unavailable"
             elif any(left.get(line.sku, 0) < line.quantity for line in request.lines):
                 result.rejected[request.order_id] = "out_of_stock"
+            elif voucher_id and not vouchers.take(
+                order_id=request.order_id, voucher_id=voucher_id, customer_id=request.customer_id
+            ):
+                result.rejected[request.order_id] = "voucher_used_up"
             else:
                 for line in request.lines:
                     left[line.sku] -= line.quantity
                 accepted.append(request)
+        vouchers.save()
         _reserve(accepted)
         _insert(fresh, result, now)
         result.written = [request.order_id for request in accepted]
