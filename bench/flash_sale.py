@@ -1,5 +1,5 @@
-"""The flash-sale drill: a sale over HTTP, then a phase of refusals only; the checks listed at the end (exit 1
-when one is missed). Issue 7; bench/README.md.
+"""The flash-sale drill: a sale over HTTP, every cart with a voucher of --voucher-uses uses, then a phase of refusals
+only; the checks listed at the end (exit 1 when one is missed). Issues 7 and 28; bench/README.md.
 
     python -m bench.flash_sale [--mode queue] [--attempts 5000 --shoppers 500 --stock 100 --refused-requests 2000]"""
 
@@ -19,13 +19,16 @@ from django.db import connection
 from knox.models import AuthToken
 
 from bench import harness as h
+from cart.storage import VOUCHER_FIELD
 from core.ratelimit import parse_rate
 from inventory import gate
 from inventory.models import FlashSale, Stock
 from inventory.services.flash_sales import seed_flash_sale
 from orders.services.queue_admission import forget_queue, queue_depths
+from shop.models import Promotion, VoucherRedemption
+from shop.promotions import create_voucher
 
-SKU, PRICE = "FLASH-DRILL", 4_999
+SKU, PRICE, VOUCHER = "FLASH-DRILL", 4_999, "FLASH-DRILL-V"
 PREFIX = "flash-"  # drill shoppers: flash-00001...
 RATE_LIMIT, WAVE = "8/min", 500  # RATE_LIMIT_CHECKOUT for gunicorn; shoppers arrive in waves of this many
 RATIO_GOAL = 0.6  # issue 26 (0.5 before)
@@ -38,6 +41,7 @@ def parse_args(argv=None):
                  attempts=(50_000, "checkout attempts in the sale"), shoppers=(5_000, "distinct shoppers"),
                  stock=(1_000, "units of the flash-sale SKU"), healthz_requests=(10_000, "GET /healthz per run"),
                  refused_requests=(20_000, "checkouts of the refused phase (at most the rate limit per shopper)"),
+                 voucher_uses=(1_000, "the usage limit of the voucher every cart holds (10%% off, once a shopper)"),
                  no_sql_probe=(False, "serve config.wsgi unwrapped (no per-request SQL count)"))  # fmt: skip
     p.add_argument("--mode", choices=("direct", "queue"), default="direct", help="the sale's mode (default direct; "
                    "queue: a checkout topic of the run's own and write_queued_orders)")
@@ -138,9 +142,11 @@ def main(argv=None, results: dict | None = None) -> int:
     h.delete_orders(h.user_ids(PREFIX))  # a killed run's
     forget_queue(sku=SKU)
     seed_flash_sale(sku=SKU, stock=args.stock, price=PRICE, name="Flash drill item", mode=args.mode)
+    Promotion.objects.filter(code=VOUCHER).delete()  # its uses were given back with the orders
+    voucher = create_voucher(code=VOUCHER, percent=10, usage_limit=args.voucher_uses, per_customer_limit=1)
     shoppers = h.ensure_shoppers(args.shoppers, prefix=PREFIX)
-    customer_ids = [s.user_id for s in shoppers]
-    h.fill_carts([(cid, {SKU: 1}) for cid in customer_ids])
+    customer_ids, cart = [s.user_id for s in shoppers], {SKU: 1, VOUCHER_FIELD: VOUCHER}
+    h.fill_carts([(cid, cart) for cid in customer_ids])
 
     metrics_dir = tempfile.mkdtemp(prefix="bench-flash-metrics-")
     env = {**h.PRODUCTION_LIKE_ENV, "RATE_LIMIT_CHECKOUT": RATE_LIMIT, "PROMETHEUS_MULTIPROC_DIR": metrics_dir,
@@ -179,10 +185,12 @@ def main(argv=None, results: dict | None = None) -> int:
             stop.set()
 
             state = sale_state(customer_ids)
+            redeemed = (VoucherRedemption.objects.filter(voucher=voucher).count(),
+                        Promotion.objects.get(pk=voucher.pk).uses)  # fmt: skip
             losers = [s for s in shoppers if s.user_id not in state["winners"]]
             per_loser = min(rate_count, max(1, math.ceil(args.refused_requests / max(1, len(losers)))))
             refused_count = min(args.refused_requests, per_loser * len(losers))
-            h.fill_carts([(s.user_id, {SKU: 1}) for s in losers])  # their carts as they were, rate limits reset
+            h.fill_carts([(s.user_id, cart) for s in losers])  # their carts as they were, rate limits reset
             phases["healthz1"] = run(args.healthz_requests, "h1")
             tokens, who = plan(losers, refused_count, len(losers), rng)
             phases["refused"] = run(refused_count, "refused", tokens, who)
@@ -196,6 +204,7 @@ def main(argv=None, results: dict | None = None) -> int:
             forget_queue(sku=SKU)
         shutil.rmtree(metrics_dir, ignore_errors=True)
         h.delete_orders(h.user_ids(PREFIX))
+        Promotion.objects.filter(code=VOUCHER).delete()
         h.end_sale(SKU)
 
     sale, refused = phases["sale"], phases["refused"]
@@ -218,6 +227,9 @@ def main(argv=None, results: dict | None = None) -> int:
         ("5xx == 0", not r5xx and not refused_5xx, f"{len(r5xx)} in the sale, {len(refused_5xx)} in the refused phase"),
         ("429s occur but do not dominate", 0 < len(r429) < sale.answered / 2, f"{len(r429):,} of {sale.answered:,}"),
         (f"DB available/reserved == 0/{args.stock}", stock_after == f"0/{args.stock}", stock_after),
+        (f"voucher redemptions == its {args.voucher_uses:,} uses or the orders",
+         redeemed == (min(args.voucher_uses, state["orders"]),) * 2,
+         f"{redeemed[0]:,} redemptions, uses {redeemed[1]:,}, limit {args.voucher_uses:,}, {state['orders']:,} orders"),
         ("Redis gate counter == 0", state["counter"] == 0,
          f"{state['counter']} (gate refusals counted in Redis: {state['gate_refused']:,})"),
     ]  # fmt: skip

@@ -51,6 +51,7 @@ from orders.services.queue_admission import forget_queue, order_key
 from outbox.relay import new_producer
 from outbox.topics import ensure_topics
 from shop.models import Address, Product
+from shop.promotions import give_back_vouchers
 from shop.services import ADDRESS_KEPT_SECONDS, address_key
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -307,6 +308,7 @@ def delete_orders(customer_ids: list[int]) -> None:
                   WHERE o.id = ANY(%s) AND o.status = ANY(%s) GROUP BY i.sku) AS r
             WHERE s.sku = r.sku""", [ids, holding])  # fmt: skip
         give_back_holds(order_ids=ids)  # before the items go: it reads them
+        give_back_vouchers(order_ids=ids)
         cursor.execute("DELETE FROM outbox_events WHERE aggregate_type = 'order' AND aggregate_id = ANY(%s)",
                        [[str(i) for i in ids]])  # fmt: skip
         for model in (Refund, Payment, Notification, OrderItem):
