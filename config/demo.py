@@ -10,7 +10,8 @@ from django.db import transaction
 
 from inventory.services import receive_stock
 from shop.demo import DEMO_PRODUCTS
-from shop.models import Product
+from shop.models import Product, Promotion
+from shop.promotions import create_voucher
 from shop.services import default_address, issue_token_for, set_default_address
 
 User = get_user_model()
@@ -51,6 +52,9 @@ def _ensure_user(login: DemoLogin, *, random_password: bool, **flags) -> DemoLog
     return replace(login, password=password)
 
 
+DEMO_VOUCHER = "WELCOME10"
+
+
 @transaction.atomic
 def seed_demo(*, random_passwords: bool = False) -> DemoSeed:
     """Idempotent: existing products, stock and users are left as they are.
@@ -62,6 +66,8 @@ def seed_demo(*, random_passwords: bool = False) -> DemoSeed:
             created += 1
             if stock:
                 receive_stock(sku=sku, quantity=stock, note="demo seed")
+    if not Promotion.objects.filter(code=DEMO_VOUCHER).exists():  # the README's tour enters it
+        create_voucher(code=DEMO_VOUCHER, percent=10, usage_limit=1000, per_customer_limit=1, name="Welcome, 10% off")
     logins = [
         _ensure_user(
             DEMO_ADMIN, random_password=random_passwords, is_staff=True, is_superuser=True, email="admin@example.com"

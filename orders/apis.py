@@ -51,7 +51,7 @@ class OrderOutputSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     status = serializers.CharField(
         help_text="QUEUED (queue-mode flash sale, not written yet), PENDING_PAYMENT, PAID, SHIPPED, "
-        "CANCELLED, REFUNDED or REJECTED (a queued order the stock could not cover: see rejection_reason)"
+        "CANCELLED, REFUNDED or REJECTED (a queued order the writer could not take: see rejection_reason)"
     )
     class RefundSerializer(serializers.Serializer):
         class Meta:
@@ -61,7 +61,9 @@ class OrderOutputSerializer(serializers.Serializer):
         amount = serializers.IntegerField(help_text="Minor units of the order's currency")
         completed_at = serializers.DateTimeField(allow_null=True)
 
-    rejection_reason = serializers.CharField(allow_blank=True)
+    rejection_reason = serializers.CharField(
+        allow_blank=True, help_text="REJECTED only: out_of_stock, sku_unavailable or voucher_used_up"
+    )
     items = ItemSerializer(many=True)
     subtotal = serializers.SerializerMethodField(help_text="The lines at catalog prices, before discounts")
     discounts = DiscountSerializer(many=True, help_text="The promotions that took something off, as checkout priced")

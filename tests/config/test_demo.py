@@ -46,3 +46,13 @@ def test_seed_demo_in_debug_keeps_the_well_known_logins(settings):
     assert authenticate(username="admin", password="admin").is_superuser
     assert authenticate(username="stockmanager", password="stockmanager").groups.filter(name="Stock managers").exists()
     assert Product.objects.count() == 20
+
+
+def test_the_demo_has_the_voucher_the_readme_tour_enters(db):
+    from config.demo import DEMO_VOUCHER, seed_demo
+    from shop.models import Promotion
+
+    seed_demo()
+    seed_demo()  # safe to run again
+    voucher = Promotion.objects.get(code=DEMO_VOUCHER)
+    assert (voucher.kind, voucher.value, voucher.usage_limit, voucher.per_customer_limit) == ("percent", 10, 1000, 1)
