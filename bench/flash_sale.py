@@ -46,8 +46,8 @@ def parse_args(argv=None):
     p.add_argument("--mode", choices=("direct", "queue"), default="direct", help="the sale's mode (default direct; "
                    "queue: a checkout topic of the run's own and write_queued_orders)")
     args = p.parse_args(argv)
-    if not 1 <= args.stock < args.shoppers <= args.attempts:
-        p.error("need 1 <= --stock < --shoppers <= --attempts (somebody has to be refused)")
+    if not 1 <= args.stock < args.shoppers <= args.attempts or args.voucher_uses < args.stock:
+        p.error("need 1 <= --stock < --shoppers <= --attempts (somebody has to be refused), --voucher-uses >= --stock")
     return args
 
 

@@ -8,8 +8,9 @@ token's key `cart:guest:{digest}:live` exists (digest: sha256 of the token, so
 Redis never holds a working token). Merging it into a shopper's cart deletes
 both: a used token is dead.
 
-Each API call is one Lua script, so one round-trip, and each script first
-checks the hot-cache generation (core/hotcache.py) before touching the cart.
+Each API call is one Lua script, so one round-trip (entering a voucher code:
+two, around the code's look-up), and each script first checks the hot-cache
+generation (core/hotcache.py) before touching the cart.
 """
 
 import logging
@@ -165,14 +166,15 @@ def take_cart(
     return as_cart(flat), bool(taken)
 
 
-def give_back(carts: list[tuple[int, str]]) -> int:
+def give_back(carts: list[tuple[int, str]], *, drop_voucher: bool = False) -> int:
     """The carts that checkouts took, back to their shoppers (customer id,
     checkout key), for checkouts that wrote no order; lines set since win.
-    One call; returns how many were given back. Raises RedisError."""
+    With `drop_voucher`, without their voucher (it has no use left). One call;
+    returns how many were given back. Raises RedisError."""
     if not carts:
         return 0
     keys = [key for customer_id, _ in carts for key in (cart_key(customer_id), taken_key(customer_id))]
-    args = [settings.CART_TTL_SECONDS, *[checkout for _, checkout in carts]]
+    args = [settings.CART_TTL_SECONDS, "1" if drop_voucher else "0", *[checkout for _, checkout in carts]]
     return run_script(_GIVE_BACK, keys=keys, args=args)
 
 

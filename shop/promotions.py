@@ -188,6 +188,8 @@ def check_voucher(
             "The cart's subtotal is below the voucher's minimum.",
             voucher=code, min_subtotal=voucher.min_subtotal, subtotal=subtotal,
         )  # fmt: skip
+    if not lines:
+        raise VoucherNotApplicable("The cart is empty: add what the voucher is for first.", voucher=code)
     if not voucher.applies_to(lines, subtotal):
         raise VoucherNotApplicable("None of the voucher's products is in the cart.", voucher=code)
     return voucher
@@ -222,6 +224,7 @@ SELECT (SELECT count(*) FROM voucher), (SELECT count(*) FROM voucher WHERE per_c
 """
 
 
+@transaction.atomic(savepoint=False)  # on its own, the use would count without its order's rollback
 def redeem_voucher(*, voucher_id: int, customer_id: int, order_id: int) -> None:
     """Count one use of the voucher by this order, in the caller's transaction
     (the order's), in one statement (REDEEM_SQL): the voucher's `uses`, the

@@ -67,13 +67,17 @@ local function take_cart(cart_key, taken_key, checkout, ttl)
   redis.call('EXPIRE', taken_key, ttl)
 end
 
--- give_back_cart(cart_key, taken_key, checkout, ttl): the cart the checkout
--- under `checkout` took, back into the cart (lines and a voucher the shopper set since win),
--- unless another checkout took the cart since or it is gone: 1 when given back.
-local function give_back_cart(cart_key, taken_key, checkout, ttl)
+-- give_back_cart(cart_key, taken_key, checkout, ttl, drop_voucher): the cart
+-- the checkout under `checkout` took, back into the cart (lines and a voucher
+-- the shopper set since win; its voucher left out with `drop_voucher`: one
+-- that has no use left), unless another checkout took the cart since or it is
+-- gone: 1 when given back.
+local function give_back_cart(cart_key, taken_key, checkout, ttl, drop_voucher)
   if redis.call('HGET', taken_key, '@checkout') ~= checkout then return 0 end
   local lines = taken_lines(taken_key)
-  for i = 1, #lines, 2 do redis.call('HSETNX', cart_key, lines[i], lines[i + 1]) end
+  for i = 1, #lines, 2 do
+    if not (drop_voucher and lines[i] == VOUCHER_FIELD) then redis.call('HSETNX', cart_key, lines[i], lines[i + 1]) end
+  end
   redis.call('DEL', taken_key)
   redis.call('EXPIRE', cart_key, ttl)
   return 1

@@ -108,12 +108,13 @@ def admit_cart(*, customer_id: int, idempotency_key: str, rate_limited: bool) ->
     return Admission(lines, cart.voucher, gated, admitted, rest[0], bool(rest[1]))
 
 
-def give_back_cart(customer_id: int, idempotency_key: str) -> None:
+def give_back_cart(customer_id: int, idempotency_key: str, *, drop_voucher: bool = False) -> None:
     """Best effort: the cart this checkout took, back to the shopper (it wrote
-    no order). When Redis fails here the cart stays taken for
-    TAKEN_CART_TTL_SECONDS, where a retry under the same key finds it."""
+    no order), without its voucher when that was refused as used up. When
+    Redis fails here the cart stays taken for TAKEN_CART_TTL_SECONDS, where a
+    retry under the same key finds it."""
     try:
-        storage.give_back([(customer_id, idempotency_key)])
+        storage.give_back([(customer_id, idempotency_key)], drop_voucher=drop_voucher)
     except RedisError:
         logger.exception("could not give the cart of checkout %r back to customer %s", idempotency_key, customer_id)
 

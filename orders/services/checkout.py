@@ -33,7 +33,7 @@ from orders.services.queue_admission import (
 )
 from orders.services.slots import release_pending_slots, take_pending_slot
 from outbox.services import record_events
-from shop.exceptions import VoucherRefused
+from shop.exceptions import VoucherRefused, VoucherUsedUp
 from shop.promotions import redeem_voucher
 from shop.services import default_address
 
@@ -109,8 +109,8 @@ def place_order(
     except BaseException as error:
         if admitted:
             _release_best_effort(customer_id, gated)
-        if admission.took_cart:
-            give_back_cart(customer_id, idempotency_key)
+        if admission.took_cart:  # a voucher with no use left does not come back with it
+            give_back_cart(customer_id, idempotency_key, drop_voucher=isinstance(error, VoucherUsedUp))
         if isinstance(error, OutOfStock | TooManyPendingOrders | HoldLimitReached | VoucherRefused):
             CHECKOUT_REFUSALS.labels(error.code).inc()
         raise

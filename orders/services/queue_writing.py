@@ -32,7 +32,7 @@ from orders.metrics import (
 )
 from orders.models import Order, OrderItem, OrderStatus, QueuedOrderAlias
 from orders.services.queue_admission import QueuedRequest, order_key, pending_key
-from orders.services.slots import count_pending_orders
+from orders.services.slots import count_pending_orders, lock_pending_counts
 from outbox.services import record_events
 from shop.models import Product
 from shop.promotions import VoucherBatch
@@ -70,7 +70,9 @@ def write_batch(requests: list[QueuedRequest], *, clean_up_on_commit: bool = Tru
         fresh = _not_yet_written(requests, result)
         skus = sorted({line.sku for request in fresh for line in request.lines})
         active = set(Product.objects.filter(sku__in=skus, is_active=True).values_list("sku", flat=True))
-        # Vouchers' rows before any stock row, as checkout and cancellation lock them.
+        # The order every writer locks in: shoppers' pending-order counters, vouchers, stock
+        # (checkout takes its slot, then redeems, then reserves; cancellation too).
+        lock_pending_counts(customer_ids=[r.customer_id for r in fresh])
         vouchers = VoucherBatch((r.voucher_id, r.customer_id) for r in fresh if r.voucher_id)
         left = lock_stock(skus)  # SKU order, as every stock writer
         accepted: list[QueuedRequest] = []
@@ -196,23 +198,23 @@ def finish_written_batch(result: WrittenBatch) -> None:
     ORDERS_CREATED.inc(len(result.written))
     QUEUE_ORDERS_WRITTEN.inc(len(result.written))
     QUEUE_ORDERS_REJECTED.inc(len(result.rejected))
-    clean_up(result.outcomes)
+    clean_up(result.outcomes, used_up={i for i, reason in result.rejected.items() if reason == "voucher_used_up"})
 
 
 CLEAN_UP_CHUNK = 64  # requests per clean-up call (see clean_up)
 
 
-def clean_up(outcomes: list[tuple[QueuedRequest, int, bool]]) -> None:
+def clean_up(outcomes: list[tuple[QueuedRequest, int, bool]], *, used_up: set[int] = frozenset()) -> None:
     """(request, its order's id, written) per request: see finish_written_batch. In
     calls of CLEAN_UP_CHUNK requests: Redis runs one script at a time, and a
     whole batch's script held it long enough that every checkout's admission
     call waiting behind it showed in the tail (bench/README.md, "Figures behind
     code choices")."""
     for start in range(0, len(outcomes), CLEAN_UP_CHUNK):
-        _clean_up(outcomes[start : start + CLEAN_UP_CHUNK])
+        _clean_up(outcomes[start : start + CLEAN_UP_CHUNK], used_up)
 
 
-def _clean_up(outcomes: list[tuple[QueuedRequest, int, bool]]) -> None:
+def _clean_up(outcomes: list[tuple[QueuedRequest, int, bool]], used_up: set[int]) -> None:
     if not outcomes:
         return
     gate.mark_orders_exist(
@@ -229,5 +231,6 @@ def _clean_up(outcomes: list[tuple[QueuedRequest, int, bool]]) -> None:
         sku = request.queue_sku or min(line.sku for line in request.lines)
         keys += [pending_key(sku), order_key(request.order_id), cart_key(request.customer_id),
                  taken_key(request.customer_id)]  # fmt: skip
-        args += [request.order_id, int(written), request.idempotency_key]
+        outcome = "1" if written else "v" if request.order_id in used_up else "0"
+        args += [request.order_id, outcome, request.idempotency_key]
     run_script(_DONE, keys=keys, args=args)

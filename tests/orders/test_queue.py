@@ -455,11 +455,11 @@ def test_a_redis_error_in_the_clean_up_keeps_the_batch_until_the_clean_up_is_don
     assert checkout(client, "q-clean-up").status_code == 202
     real, calls = queue_writing.clean_up, []
 
-    def clean_up(outcomes):
+    def clean_up(outcomes, **kwargs):
         calls.append(len(outcomes))
         if len(calls) == 1:
             raise RedisConnectionError("Redis went away after the commit")
-        real(outcomes)
+        real(outcomes, **kwargs)
 
     monkeypatch.setattr(queue_writing, "clean_up", clean_up)
     stop = threading.Event()
@@ -502,10 +502,10 @@ def test_a_batch_is_cleaned_up_while_the_next_is_written_and_its_offsets_wait_fo
         assert checkout(client, f"q-overlap-{n}").status_code == 202
     real, cleaning, release = queue_writing.clean_up, threading.Event(), threading.Event()
 
-    def clean_up(outcomes):
+    def clean_up(outcomes, **kwargs):
         cleaning.set()
         assert release.wait(30)
-        real(outcomes)
+        real(outcomes, **kwargs)
 
     monkeypatch.setattr(queue_writing, "clean_up", clean_up)
     writer, second = QueueWriter(), None
@@ -537,11 +537,11 @@ def test_a_failed_clean_up_found_after_the_next_batch_was_written_brings_both_ba
         assert checkout(client, f"q-again-{n}").status_code == 202
     real, calls = queue_writing.clean_up, []
 
-    def clean_up(outcomes):
+    def clean_up(outcomes, **kwargs):
         calls.append([request.idempotency_key for request, _, _ in outcomes])
         if len(calls) == 1:
             raise RedisConnectionError("Redis went away after the commit")
-        real(outcomes)
+        real(outcomes, **kwargs)
 
     monkeypatch.setattr(queue_writing, "clean_up", clean_up)
     writer = QueueWriter()
