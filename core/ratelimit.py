@@ -26,22 +26,34 @@ _PERIODS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hour": 3600, "d": 
 
 
 def client_address(request) -> str:
-    """The address the request came from: the peer (REMOTE_ADDR), or with
-    TRUSTED_PROXIES = n, the address n entries from the right of X-Forwarded-For,
-    the one the outermost trusted proxy saw. Entries further left are the
-    client's own words and never used; a header too short or not an address
-    falls back to the peer."""
+    """The client every per-address limit counts (rate limits, guest carts,
+    unpaid holds): the peer (REMOTE_ADDR), or with TRUSTED_PROXIES = n, the
+    address n entries from the right of X-Forwarded-For, the one the outermost
+    trusted proxy saw. Entries further left are the client's own words and never
+    used; a header too short or not an address falls back to the peer. An IPv6
+    address counts as its /64 (one subscriber's network: its host part is the
+    client's to change at will)."""
     peer = request.META.get("REMOTE_ADDR", "")
     hops = settings.TRUSTED_PROXIES
-    if hops <= 0:
-        return peer
-    forwarded = [part.strip() for part in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
-    if len(forwarded) < hops:
-        return peer
+    if hops > 0:
+        forwarded = [part.strip() for part in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
+        if len(forwarded) >= hops:
+            try:
+                return _holder(ipaddress.ip_address(forwarded[-hops]))
+            except ValueError:
+                pass
     try:
-        return str(ipaddress.ip_address(forwarded[-hops]))
+        return _holder(ipaddress.ip_address(peer))
     except ValueError:
         return peer
+
+
+def _holder(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
+    if address.version == 4:
+        return str(address)
+    if address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(ipaddress.ip_network(f"{address}/64", strict=False))
 
 
 @dataclass(frozen=True)

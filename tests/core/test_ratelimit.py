@@ -58,3 +58,25 @@ def test_behind_one_trusted_proxy_the_address_it_saw_is_the_client(client, auth_
     assert failed_api_login(client, HTTP_X_FORWARDED_FOR="198.51.100.8").status_code == 401  # another client
     assert failed_api_login(client, HTTP_X_FORWARDED_FOR="not-an-address").status_code == 401  # the peer's window
     assert [failed_api_login(client).status_code for _ in range(5)] == [401] * 4 + [429]  # the peer's, too
+
+
+def test_an_ipv6_client_counts_as_its_64_whatever_host_part_it_picks(client, auth_limit):
+    """A subscriber is handed a /64 and may send from any of its 2^64 addresses:
+    the limits count the network, not the address."""
+    statuses = [failed_api_login(client, REMOTE_ADDR=f"2001:db8:1:2::{n:x}").status_code for n in range(6)]
+    assert statuses == [401] * 5 + [429]
+    assert failed_api_login(client, REMOTE_ADDR="2001:db8:1:3::1").status_code == 401  # the next /64: another client
+    assert failed_api_login(client, REMOTE_ADDR="::ffff:198.51.100.9").status_code == 401  # IPv4, as IPv4
+
+
+def test_the_holder_of_an_address():
+    from types import SimpleNamespace
+
+    from core.ratelimit import client_address
+
+    def seen(peer):
+        return client_address(SimpleNamespace(META={"REMOTE_ADDR": peer}))
+
+    assert seen("2001:db8:1:2:aaaa:bbbb:cccc:dddd") == "2001:db8:1:2::/64"
+    assert seen("198.51.100.7") == "198.51.100.7" == seen("::ffff:198.51.100.7")
+    assert seen("") == ""  # no peer (a test client, a Unix socket): as it came
