@@ -338,3 +338,21 @@ def test_the_queue_writer_and_a_checkout_of_one_shopper_with_one_voucher_cannot_
     assert run_in_threads([checkout_holding_the_slot, write]) == ["redeemed", 1]
     assert uses(spring) == 2
     connection.close()
+
+
+def test_a_refund_gives_back_what_was_paid_after_the_voucher_and_keeps_its_use(redis):
+    from django.test import Client
+
+    from orders.services import refund_paid_order
+    from tests.helpers import post_webhook
+
+    product_with_stock(sku="MUG", price=1000, available=10)
+    spring = VoucherFactory(code="SPRING", value=15, usage_limit=5)
+    customer = UserFactory()
+    fill_with_voucher(redis, customer.id, {"MUG": 3}, "SPRING")
+    order = place_order(customer_id=customer.id, idempotency_key="k1", shipping_address=SHIPPING_ADDRESS).order
+    assert order.total_amount == 3 * (1000 - 150)
+    assert post_webhook(Client(), payment_id="p1", order_id=order.id, amount=2550).json()["outcome"] == "applied"
+    refund = refund_paid_order(order_id=order.id)
+    assert (refund.amount, refund.currency) == (2550, "EUR")  # what the shopper paid, not the catalog's 3,000
+    assert uses(spring) == 1  # a refunded order used the voucher: its use stays counted
