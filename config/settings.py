@@ -67,6 +67,15 @@ PAYMENT_WEBHOOK_SECRET = env("PAYMENT_WEBHOOK_SECRET", DEV_PAYMENT_WEBHOOK_SECRE
 PAYMENT_PROVIDER_URL = env("PAYMENT_PROVIDER_URL", "http://127.0.0.1:8000/dev/payment-provider" if DEBUG else "")
 # Where the simulator sends its signed confirmations.
 DEV_PROVIDER_WEBHOOK_URL = env("DEV_PROVIDER_WEBHOOK_URL", "http://127.0.0.1:8000/api/payments/webhook")
+# Drills: the simulator answers every API call 503 ("fail"), or after DEV_PROVIDER_DELAY_SECONDS ("slow").
+DEV_PROVIDER_FAILURE = env("DEV_PROVIDER_FAILURE", "")
+DEV_PROVIDER_DELAY_SECONDS = env_int("DEV_PROVIDER_DELAY_SECONDS", 3)
+# When an authorized payment's money is taken: "on_shipment" (the order ships) or "immediate".
+PAYMENT_CAPTURE = env("PAYMENT_CAPTURE", "on_shipment")
+if PAYMENT_CAPTURE not in ("on_shipment", "immediate"):
+    raise ImproperlyConfigured(f"PAYMENT_CAPTURE must be on_shipment or immediate, got {PAYMENT_CAPTURE!r}")
+# How long a payment session (POST /api/orders/{id}/payment) stays open, at most the order's deadline.
+PAYMENT_SESSION_SECONDS = env_int("PAYMENT_SESSION_SECONDS", 900)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 
 # --- HTTPS: on outside development; `manage.py check --deploy` is clean --------

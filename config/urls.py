@@ -3,7 +3,6 @@ from django.contrib import admin
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from config import dev_provider
 from config.health import healthz, readyz
 from config.metrics import metrics_view
 from core.views import not_found
@@ -20,7 +19,7 @@ urlpatterns = [
     path("api/", include("inventory.urls")),
     path("api/", include("cart.urls")),
     path("api/", include("orders.urls")),
-    *([path("dev/payment-provider/refunds", dev_provider.refunds, name="dev-refunds")] if settings.DEBUG else []),
+    *([path("dev/payment-provider/", include("config.dev_provider_urls"))] if settings.DEBUG else []),
     # Last: whatever else is under /api/ is a JSON 404, even with DEBUG on
     # (Django's technical 404 page would list the URL patterns).
     re_path(r"^api/", not_found),
