@@ -76,4 +76,6 @@ class ErrorCode(StrEnum):
     ORDER_NOT_CANCELLABLE = "order_not_cancellable"
     ORDER_NOT_REFUNDABLE = "order_not_refundable"
     ORDER_NOT_SHIPPABLE = "order_not_shippable"
+    ORDER_NOT_PAYABLE = "order_not_payable"  # paid, cancelled, expired, or queued and not written yet
+    PAYMENT_PROVIDER_UNAVAILABLE = "payment_provider_unavailable"
     INVALID_SIGNATURE = "invalid_signature"

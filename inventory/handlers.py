@@ -1,4 +1,5 @@
-"""The warehouse consumer: a shipment request per paid order, and the stock
+"""The warehouse consumer: a shipment request per paid order (dropped if the
+order is cancelled before it leaves), and the stock
 managers told when an order leaves a SKU running low (never inside checkout)."""
 
 from django.conf import settings
@@ -18,6 +19,15 @@ def request_shipment(event: Event) -> None:
     data = event.data
     Shipment.objects.get_or_create(
         order_id=data["order_id"], defaults={"items": data["items"], "shipping_address": data.get("shipping_address")}
+    )
+
+
+@register("warehouse", "OrderCancelled")
+def cancel_shipment(event: Event) -> None:
+    """A paid order cancelled before it left: its shipment request is dropped
+    (a shipment already made stays: the order could not have been cancelled)."""
+    Shipment.objects.filter(order_id=event.data["order_id"], status=Shipment.Status.REQUESTED).update(
+        status=Shipment.Status.CANCELLED
     )
 
 

@@ -17,6 +17,7 @@ class StockMovementReason(models.TextChoices):
 class ShipmentStatus(models.TextChoices):
     REQUESTED = "REQUESTED", "Requested"
     SHIPPED = "SHIPPED", "Shipped"
+    CANCELLED = "CANCELLED", "Cancelled"  # its order was cancelled before it left
 
 
 class FlashSaleMode(models.TextChoices):

@@ -1,5 +1,7 @@
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.http import StreamingHttpResponse
+from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.html import format_html_join
 
@@ -7,10 +9,24 @@ from core.admin import ReadOnlyAdmin, ReadOnlyInline
 from core.exceptions import DomainError
 from inventory.models import Shipment
 from orders.exports import csv_lines
-from orders.models import Notification, Order, OrderItem, OrderStatus, Payment, Refund
+from orders.models import CAPTURED_STATUSES, Notification, Order, OrderItem, OrderStatus, Payment, Refund
+from orders.provider import ProviderRefused, ProviderUnavailable
 from orders.services import cancel_pending_order, mark_order_shipped, refund_paid_order
+from orders.services.payments import authorized_payment, capture_payment, void_payment
 from orders.services.refunds import retry_refund
 from outbox.models import OutboxEvent
+
+CURRENCY_SYMBOLS = {"EUR": "€", "USD": "$", "GBP": "£"}
+
+
+def _money(amount: int, currency: str) -> str:
+    """2500 EUR -> "€25.00": minor units in whole numbers (a float would round large amounts)."""
+    units, cents = divmod(amount, 100)
+    return f"{CURRENCY_SYMBOLS.get(currency, f'{currency} ')}{units:,}.{cents:02d}"
+
+
+def _at(moment) -> str:
+    return f"{timezone.localtime(moment):%Y-%m-%d %H:%M:%S}"
 
 
 class OrderItemInline(ReadOnlyInline):
@@ -36,13 +52,14 @@ class OrderAdmin(admin.ModelAdmin):
     list_select_related = ["customer"]
     # An order is a snapshot of what was bought, for how much, shipped where: staff
     # change it only through the actions (services), never by editing its fields.
-    fields = readonly_fields = [
+    readonly_fields = [
         "customer", "idempotency_key", "request_hash", "status", "total_amount", "currency",
         "created_at", "expires_at", "paid_at", "shipped_at", "cancelled_at", "rejection_reason", "ship_to",
-        "shipment_status", "events",
+        "shipment_status", "events", "payment_timeline",
     ]
+    fieldsets = [(None, {"fields": readonly_fields[:-1]}), ("Payments", {"fields": ["payment_timeline"]})]
     inlines = [OrderItemInline, PaymentInline, RefundInline]
-    actions = ["cancel_pending", "refund_paid", "mark_shipped", "export_csv"]
+    actions = ["cancel_pending", "refund_paid", "mark_shipped", "capture_payments", "void_payments", "export_csv"]
     date_hierarchy = "created_at"
     show_full_result_count = False
 
@@ -78,6 +95,28 @@ class OrderAdmin(admin.ModelAdmin):
             ),
         ) or "-"
 
+    @admin.display(description="timeline")
+    def payment_timeline(self, order):
+        def moments(payment):
+            stamps = [("authorized", payment.authorized_at), ("captured", payment.captured_at),
+                      ("voided", payment.voided_at)]  # fmt: skip
+            refund = getattr(payment, "refund", None)  # None: never refunded
+            if refund is not None:
+                asked = f"refund of {_money(refund.amount, refund.currency)} ({refund.get_status_display()}) requested"
+                stamps += [(asked, refund.created_at), ("refund completed", refund.completed_at)]
+            return format_html_join("", "<li>{} {}</li>", ((what, _at(when)) for what, when in stamps if when))
+
+        payments = order.payments.select_related("refund").order_by("id")
+        return format_html_join(
+            "\n",
+            "<div><strong>{}</strong> &middot; {} &middot; {} &middot; {}<ul>{}</ul></div>",
+            (
+                (p.provider_payment_id, _money(p.amount, p.currency), p.get_status_display(),
+                 p.get_outcome_display(), moments(p))
+                for p in payments
+            ),
+        ) or "-"
+
     def _each(self, request, queryset, wanted: str, service, done: str):
         for order in queryset:
             if order.status != wanted:
@@ -110,6 +149,73 @@ class OrderAdmin(admin.ModelAdmin):
             lambda order: refund_paid_order(order_id=order.id, user=request.user), "refund requested, stock returned",
         )
 
+    def _confirmation(self, request, queryset, action: str, question: str):
+        """Django's intermediate page (as for the delete action): the orders and
+        the money each holds, and a Confirm button posting back with post=yes."""
+        rows = []
+        for order in queryset:
+            payment = authorized_payment(order_id=order.id)
+            held = f"{payment.provider_payment_id} ({payment.get_status_display()})" if payment else "no money held"
+            rows.append((order.id, order.status, _money(order.total_amount, order.currency), held))
+        context = {
+            **self.admin_site.each_context(request), "opts": self.model._meta, "title": question, "rows": rows,
+            "action": action, "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        }  # fmt: skip
+        return TemplateResponse(request, "admin/orders/order/payment_action_confirmation.html", context)
+
+    @admin.action(description="Capture the payment of selected paid orders", permissions=["change"])
+    def capture_payments(self, request, queryset):
+        if request.POST.get("post") != "yes":
+            return self._confirmation(request, queryset, "capture_payments", "Capture the payment of these orders?")
+        for order in queryset:
+            if order.status not in (OrderStatus.PAID, OrderStatus.SHIPPED):
+                self.message_user(request, f"Order {order.id}: skipped, it is {order.status}.", messages.WARNING)
+                continue
+            payment = authorized_payment(order_id=order.id)
+            try:
+                captured = payment is not None and capture_payment(payment=payment)
+            except ProviderUnavailable:
+                self.message_user(request, f"Order {order.id}: the payment provider is unavailable, nothing "
+                                  "captured yet: try again.", messages.WARNING)  # fmt: skip
+            except ProviderRefused as error:
+                self.message_user(request, f"Order {order.id}: {error}", messages.ERROR)
+            else:
+                if captured:
+                    money = _money(payment.amount, payment.currency)
+                    self.message_user(request, f"Order {order.id}: captured {money}.", messages.SUCCESS)
+                else:
+                    self.message_user(request, f"Order {order.id}: nothing to capture.", messages.WARNING)
+
+    @admin.action(description="Void the payment of selected paid orders (cancels them)", permissions=["change"])
+    def void_payments(self, request, queryset):
+        if request.POST.get("post") != "yes":
+            return self._confirmation(
+                request, queryset, "void_payments", "Cancel these orders and release the money held for them?"
+            )
+        for order in queryset:
+            if order.status != OrderStatus.PAID:
+                self.message_user(request, f"Order {order.id}: skipped, it is {order.status}.", messages.WARNING)
+                continue
+            # Cancels only if its payment is still just authorized, claiming it for the void.
+            if not cancel_pending_order(order_id=order.id, reason="cancelled_by_staff"):
+                taken = [Payment.Status.CAPTURING, *CAPTURED_STATUSES]
+                captured = Payment.objects.filter(order_id=order.id, status__in=taken).exists()
+                why = "captured: refund it instead" if captured else "skipped, its status changed"
+                self.message_user(request, f"Order {order.id}: {why}.", messages.WARNING)
+                continue
+            payment = authorized_payment(order_id=order.id)  # the one just claimed (VOIDING)
+            try:
+                if payment is not None:
+                    void_payment(payment=payment)
+            except ProviderUnavailable:
+                self.message_user(request, f"Order {order.id}: cancelled, stock returned; the payment provider is "
+                                  "unavailable, the payments consumer will void the payment when it is back.",
+                                  messages.WARNING)  # fmt: skip
+            except ProviderRefused as error:
+                self.message_user(request, f"Order {order.id}: cancelled, stock returned; {error}", messages.ERROR)
+            else:
+                self.message_user(request, f"Order {order.id}: cancelled, stock returned, payment voided.",
+                                  messages.SUCCESS)  # fmt: skip
 
     @admin.action(
         description="Export selected orders as CSV (all matching ones: select them all)", permissions=["export"]

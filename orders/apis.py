@@ -17,6 +17,7 @@ from orders.exceptions import IdempotencyKeyInvalid, IdempotencyKeyMissing
 from orders.models import OrderStatus
 from orders.selectors import customer_orders
 from orders.services import cancel_customer_order, get_customer_order, place_order
+from orders.services.payment_sessions import start_payment
 from orders.services.queue_admission import QUEUED
 from shop.apis import AddressSerializer, DiscountSerializer
 
@@ -185,3 +186,29 @@ class OrderCancelApi(APIView):
     def post(self, request, order_id: int):
         order = cancel_customer_order(customer_id=request.user.id, order_id=order_id)
         return Response(OrderOutputSerializer(order).data)
+
+
+class PaymentSessionOutputSerializer(serializers.Serializer):
+    class Meta:
+        ref_name = "PaymentSession"
+
+    session_id = serializers.CharField(source="provider_session_id", help_text="The provider's session")
+    pay_url = serializers.URLField(help_text="Where the shopper pays (the provider's page)")
+    amount = serializers.IntegerField(help_text="Minor units of `currency`: the order's total")
+    currency = serializers.CharField()
+    expires_at = serializers.DateTimeField(help_text="No later than the order's payment deadline")
+
+
+class OrderPaymentApi(APIView):
+    @extend_schema(
+        request=None,
+        responses={201: PaymentSessionOutputSerializer, 200: PaymentSessionOutputSerializer,
+                   **ERRORS(401, 404, 409, 503)},  # fmt: skip
+        description="Pay for an order awaiting payment: 201 with a new payment session (open `pay_url`); "
+        "200 with the same open session for a repeated call (no second session, no second charge). "
+        "409 `order_not_payable` for an order paid, cancelled, past its deadline or queued and not written "
+        "yet; 503 `payment_provider_unavailable` (retry).",
+    )
+    def post(self, request, order_id: int):
+        session, created = start_payment(customer_id=request.user.id, order_id=order_id)
+        return Response(PaymentSessionOutputSerializer(session).data, status=201 if created else 200)

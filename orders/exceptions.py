@@ -47,7 +47,7 @@ class InvalidSignature(DomainError):
 class OrderNotCancellable(DomainError):
     code = ErrorCode.ORDER_NOT_CANCELLABLE
     status = 409
-    message = "Only an order awaiting payment can be cancelled."
+    message = "Only an order awaiting payment, or paid with the money only authorized (not shipped), can be cancelled."
 
 
 class OrderNotRefundable(DomainError):
@@ -84,3 +84,15 @@ class ShippingAddressRequired(DomainError):
     code = ErrorCode.SHIPPING_ADDRESS_REQUIRED
     status = 422
     message = "Send a shipping_address with the checkout, or save a default one (PUT /api/auth/me/address)."
+
+
+class OrderNotPayable(DomainError):
+    code = ErrorCode.ORDER_NOT_PAYABLE
+    status = 409
+    message = "Only an order awaiting payment, before its deadline, can be paid."
+
+
+class PaymentProviderUnavailable(DomainError):
+    code = ErrorCode.PAYMENT_PROVIDER_UNAVAILABLE
+    status = 503
+    message = "The payment provider is unavailable; retry shortly."

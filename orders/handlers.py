@@ -1,5 +1,7 @@
-"""The email consumer (order confirmation, shipping, cancellation and refund
-notices) and the payments consumer (refunds submitted to the provider).
+"""The email consumer (order confirmation, payment receipt, shipping,
+cancellation and refund notices) and the payments consumer (refunds submitted
+to the provider; an authorized payment captured when its order ships, voided
+when its order is cancelled before, or when it paid no order).
 
 The payments consumer, not a Celery task, submits refunds: the event is in the
 outbox with the refund, so no refund can be lost between the commit and a
@@ -10,7 +12,8 @@ redelivered event, or a retry after a crash, the same refund to the provider."""
 from django.conf import settings
 from django.core.mail import send_mail
 
-from orders.models import Notification, Order
+from orders.models import Notification, Order, Payment
+from orders.services.payments import authorized_payment, capture_payment, void_payment
 from orders.services.refunds import submit_refund
 from outbox.consumers import Event, register
 
@@ -93,3 +96,50 @@ def send_refund_completed(event: Event) -> None:
 @register("payments", "RefundRequested")
 def submit_requested_refund(event: Event) -> None:
     submit_refund(refund_id=event.data["refund_id"])
+
+
+@register("payments", "OrderShipped")
+def capture_on_shipment(event: Event) -> None:
+    """PAYMENT_CAPTURE=on_shipment: the money held is taken as the goods leave
+    (nothing to do for a payment captured at once)."""
+    payment = authorized_payment(order_id=event.data["order_id"])
+    if payment is not None:
+        capture_payment(payment=payment)
+
+
+@register("payments", "OrderCancelled")
+def void_on_cancellation(event: Event) -> None:
+    """A paid order cancelled before shipping: its payment, claimed for a void
+    by the cancellation, is released at the provider."""
+    payment = authorized_payment(order_id=event.data["order_id"])
+    if payment is not None:
+        void_payment(payment=payment)
+
+
+@register("payments", "PaymentAuthorized")
+def void_what_paid_no_order(event: Event) -> None:
+    """An authorization that paid no order (it came after the expiry, for
+    another amount, for no order): its money is released."""
+    if event.data["applied"]:
+        return
+    payment = Payment.objects.filter(
+        provider_payment_id=event.data["payment_id"],
+        status__in=[Payment.Status.AUTHORIZED, Payment.Status.VOIDING],
+    ).first()
+    if payment is not None:
+        void_payment(payment=payment)
+
+
+@register("email", "PaymentCaptured")
+def send_payment_receipt(event: Event) -> None:
+    data = event.data
+    if not data.get("order_id") or not Payment.objects.filter(
+        provider_payment_id=data["payment_id"], outcome=Payment.Outcome.APPLIED
+    ).exists():
+        return  # no order's money (it is refunded)
+    _notify(
+        order_id=data["order_id"],
+        kind=Notification.Kind.PAYMENT_RECEIPT,
+        subject=f"Receipt for order {data['order_id']}",
+        body=f"We have taken {_money(data['amount'], data['currency'])} for your order {data['order_id']}.\n",
+    )

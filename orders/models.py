@@ -181,13 +181,25 @@ class OrderItem(models.Model):
 
 
 class PaymentStatus(models.TextChoices):
-    SUCCEEDED = "succeeded", "Succeeded"
+    """Where a payment's money is (orders/payment_transitions.py moves it):
+    AUTHORIZED (held on the card), then CAPTURED (taken) or VOIDED (released);
+    CAPTURING and VOIDING are the shop's claim on one of the two while the
+    provider is asked (the claim decides a capture racing a void); REFUNDED once a
+    refund of it completes; FAILED never held anything."""
+
+    AUTHORIZED = "authorized", "Authorized"
+    CAPTURING = "capturing", "Capture requested"
+    CAPTURED = "captured", "Captured"
+    VOIDING = "voiding", "Void requested"
+    VOIDED = "voided", "Voided"
+    REFUNDED = "refunded", "Refunded"
     FAILED = "failed", "Failed"
 
 
 class PaymentOutcome(models.TextChoices):
     APPLIED = "applied", "Paid the order"
     REFUNDED = "refunded", "Not applied, refunded"
+    VOIDED = "voided", "Not applied, voided"
     FAILED = "failed", "Payment failed"
 
 
@@ -205,9 +217,14 @@ class RefundStatus(models.TextChoices):
     FAILED = "FAILED", "Failed"
 
 
+CAPTURED_STATUSES = [PaymentStatus.CAPTURED, PaymentStatus.REFUNDED]  # the money was taken
+
+
 class Payment(models.Model):
-    """One provider callback, recorded whatever it says. `provider_payment_id`
-    is unique: a redelivered webhook finds its payment and changes nothing."""
+    """A payment the provider told us of, whatever it says, and where its money
+    is since. `provider_payment_id` is unique: a redelivered webhook finds its
+    payment and changes nothing; its status moves only by conditional updates
+    (orders/payment_transitions.py), each stamped."""
 
     Status = PaymentStatus
     Outcome = PaymentOutcome
@@ -220,6 +237,9 @@ class Payment(models.Model):
     status = models.CharField(max_length=10, choices=Status.choices)
     outcome = models.CharField(max_length=10, choices=Outcome.choices)
     received_at = models.DateTimeField()
+    authorized_at = models.DateTimeField(null=True, blank=True)
+    captured_at = models.DateTimeField(null=True, blank=True)
+    voided_at = models.DateTimeField(null=True, blank=True)
     # The signed body exactly as received, as text: jsonb cannot hold a \u0000 escape
     # and a provider may put one in any field, which must not cost us the payment.
     raw_body = models.TextField()
@@ -230,10 +250,58 @@ class Payment(models.Model):
             models.CheckConstraint(condition=Q(status__in=PaymentStatus.values), name="payment_status_valid"),
             models.CheckConstraint(condition=Q(outcome__in=PaymentOutcome.values), name="payment_outcome_valid"),
             models.CheckConstraint(condition=Q(amount__gte=0), name="payment_amount_not_negative"),
+            # Each stamp is there exactly when the status says the money got there.
+            models.CheckConstraint(
+                condition=Q(status=PaymentStatus.FAILED, authorized_at__isnull=True)
+                | (~Q(status=PaymentStatus.FAILED) & Q(authorized_at__isnull=False)),
+                name="payment_authorized_at_unless_failed",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=CAPTURED_STATUSES, captured_at__isnull=False)
+                | (~Q(status__in=CAPTURED_STATUSES) & Q(captured_at__isnull=True)),
+                name="payment_captured_at_iff_captured",
+            ),
+            models.CheckConstraint(
+                condition=Q(status=PaymentStatus.VOIDED, voided_at__isnull=False)
+                | (~Q(status=PaymentStatus.VOIDED) & Q(voided_at__isnull=True)),
+                name="payment_voided_at_iff_voided",
+            ),
         ]
 
     def __str__(self) -> str:
         return f"payment {self.provider_payment_id} ({self.status}, {self.outcome})"
+
+
+class PaymentSession(models.Model):
+    """A payment the shop started for an order (POST /api/orders/{id}/payment):
+    the provider's session and the page the shopper pays on. One attempt at a
+    time per order: a repeated call finds the open one, and concurrent calls
+    ask the provider under the same idempotency key (`session-{order}-{attempt}`),
+    so they all get one session."""
+
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="payment_sessions", db_index=False)
+    attempt = models.PositiveSmallIntegerField()
+    amount = models.BigIntegerField()
+    currency = models.CharField(max_length=3)
+    expires_at = models.DateTimeField()  # never past the order's payment deadline
+    provider_session_id = models.CharField(max_length=100, blank=True, default="")  # "" until the provider answers
+    pay_url = models.URLField(max_length=500, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["order", "attempt"], name="payment_session_attempt_unique"),
+            models.CheckConstraint(condition=Q(amount__gte=0), name="payment_session_amount_not_negative"),
+            models.CheckConstraint(condition=Q(attempt__gte=1), name="payment_session_attempt_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"payment session {self.provider_session_id or '(asking)'} of order {self.order_id}"
+
+    @property
+    def idempotency_key(self) -> str:
+        return f"session-{self.order_id}-{self.attempt}"
 
 
 class Refund(models.Model):
@@ -299,6 +367,7 @@ class Notification(models.Model):
         REFUND_REQUESTED = "refund_requested", "Refund on its way"
         ORDER_SHIPPED = "order_shipped", "Order shipped"
         REFUND_COMPLETED = "refund_completed", "Refund completed"
+        PAYMENT_RECEIPT = "payment_receipt", "Payment receipt"
 
     order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="notifications")
     kind = models.CharField(max_length=20, choices=Kind.choices)

@@ -18,7 +18,10 @@ class ProviderNotificationSerializer(serializers.Serializer):
     payment_id = serializers.RegexField(r"^[\x21-\x7e]{1,100}$")
     amount = StrictIntegerField(min_value=0, max_value=10**15)
     currency = serializers.RegexField(r"^[A-Z]{3}$")
-    status = serializers.ChoiceField(choices=["succeeded", "failed"])
+    status = serializers.ChoiceField(
+        choices=["authorized", "captured", "succeeded", "failed"],
+        help_text="authorized (money held), captured (taken), succeeded (authorized and captured at once) or failed",
+    )
 
     def fields_for_service(self) -> dict:
         return {name: value for name, value in self.validated_data.items() if name != "type"}
@@ -38,6 +41,7 @@ class RefundNotificationSerializer(ProviderNotificationSerializer):
 
     type = serializers.ChoiceField(choices=["refund"])
     refund_id = StrictIntegerField(min_value=1)
+    status = serializers.ChoiceField(choices=["succeeded", "failed"])
 
 
 class RefundReceiptSerializer(serializers.Serializer):

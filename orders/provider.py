@@ -1,4 +1,8 @@
-"""The payment provider's API, one function per call (PAYMENT_PROVIDER_URL).
+"""The payment provider's API, one function per call (PAYMENT_PROVIDER_URL):
+the interface a provider's adapter implements (docs/architecture.md,
+"Payments"): create_session, capture, void, refund. This module speaks the
+development simulator's HTTP protocol (config/dev_provider.py); a real
+provider's adapter is one module with these four functions.
 
 Every call carries an idempotency key: a call retried after a timeout, a 5xx or
 a crash of ours is the same call to the provider, so money never moves twice.
@@ -54,3 +58,25 @@ def refund(*, idempotency_key: str, refund_id: int, payment_id: str, amount: int
     later through the signed webhook (a refund event naming `refund_id`)."""
     body = {"refund_id": refund_id, "payment_id": payment_id, "amount": amount, "currency": currency}
     return _post("refunds", body, idempotency_key=idempotency_key)
+
+
+def create_session(
+    *, idempotency_key: str, order_id: int, amount: int, currency: str, expires_at: str, capture: str
+) -> dict:
+    """A hosted payment for the order: {"id", "pay_url", "expires_at"}. `capture`:
+    "manual" (the shop captures later) or "automatic" (the provider captures as
+    soon as it authorizes). The outcome comes through the signed webhook."""
+    body = {"order_id": order_id, "amount": amount, "currency": currency, "capture": capture,
+            "expires_at": expires_at}  # fmt: skip
+    return _post("sessions", body, idempotency_key=idempotency_key)
+
+
+def capture(*, idempotency_key: str, payment_id: str, amount: int, currency: str) -> dict:
+    """Take the authorized money; answered at once ({"status": "captured"})."""
+    body = {"payment_id": payment_id, "amount": amount, "currency": currency}
+    return _post("captures", body, idempotency_key=idempotency_key)
+
+
+def void(*, idempotency_key: str, payment_id: str) -> dict:
+    """Release an authorization; no money moves ({"status": "voided"})."""
+    return _post("voids", {"payment_id": payment_id}, idempotency_key=idempotency_key)

@@ -8,10 +8,10 @@ racing for the same order (a payment and the expiry job) cannot both win: the
 first UPDATE changes the row, the second finds its status gone.
 
     PENDING_PAYMENT --paid--> PAID --shipped--> SHIPPED
-          |                     |
-          +--cancelled/expired--+--refunded--> REFUNDED
-          v
-      CANCELLED
+          |                     |  \
+          +--cancelled/expired--+   +--refunded--> REFUNDED
+          v                     |
+      CANCELLED <--cancelled----+ (its payment only authorized: voided)
 
 An order is written PENDING_PAYMENT, or REJECTED by the queue's writer when the
 stock could not cover it; a rejected order moves nowhere.
@@ -22,7 +22,7 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from orders.models import Order, OrderStatus, Refund
+from orders.models import Order, OrderStatus, Payment, Refund
 
 TRANSITIONS: frozenset[tuple[OrderStatus, OrderStatus]] = frozenset(
     {
@@ -30,6 +30,9 @@ TRANSITIONS: frozenset[tuple[OrderStatus, OrderStatus]] = frozenset(
         (OrderStatus.PENDING_PAYMENT, OrderStatus.CANCELLED),
         (OrderStatus.PAID, OrderStatus.SHIPPED),
         (OrderStatus.PAID, OrderStatus.REFUNDED),
+        # Paid with the money only held (an authorized payment): cancelling voids it
+        # (orders/services/cancellation.py claims the void in the same transaction).
+        (OrderStatus.PAID, OrderStatus.CANCELLED),
     }
 )
 
@@ -83,3 +86,28 @@ def move_refund(refund_id: int, target: str, **fields) -> bool:
     one conditional UPDATE, so a confirmation and a retry cannot both win."""
     allowed = sorted(before for before, after in REFUND_TRANSITIONS if after == target)
     return bool(Refund.objects.filter(id=refund_id, status__in=allowed).update(status=target, **fields))
+
+
+# A payment's life (Payment.Status). The shop claims a capture or a void first
+# (CAPTURING, VOIDING: one conditional UPDATE decides a capture racing a void),
+# then asks the provider, then marks the result. The provider may capture on its
+# own (immediate capture: its "captured" webhook), hence AUTHORIZED -> CAPTURED.
+PAYMENT_TRANSITIONS: frozenset[tuple[str, str]] = frozenset(
+    {
+        (Payment.Status.AUTHORIZED, Payment.Status.CAPTURING),
+        (Payment.Status.AUTHORIZED, Payment.Status.VOIDING),
+        (Payment.Status.AUTHORIZED, Payment.Status.CAPTURED),
+        (Payment.Status.CAPTURING, Payment.Status.CAPTURED),
+        (Payment.Status.VOIDING, Payment.Status.VOIDED),
+        (Payment.Status.CAPTURED, Payment.Status.REFUNDED),
+    }
+)
+PAYMENT_STAMPS = {Payment.Status.CAPTURED: "captured_at", Payment.Status.VOIDED: "voided_at"}
+
+
+def move_payment(payment_id: int, target: str, *, at: datetime | None = None) -> bool:
+    """Move one payment to `target` if its status allows it, stamping the moment
+    where the model keeps one: one conditional UPDATE."""
+    allowed = sorted(before for before, after in PAYMENT_TRANSITIONS if after == target)
+    stamp = {PAYMENT_STAMPS[target]: at or timezone.now()} if target in PAYMENT_STAMPS else {}
+    return bool(Payment.objects.filter(id=payment_id, status__in=allowed).update(status=target, **stamp))

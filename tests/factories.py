@@ -122,7 +122,7 @@ class OrderItemFactory(factory.django.DjangoModelFactory[OrderItem]):
 
 
 class PaymentFactory(factory.django.DjangoModelFactory[Payment]):
-    """A succeeded payment of the whole order, applied to it (the order's status is left as it is)."""
+    """A captured payment of the whole order, applied to it (the order's status is left as it is)."""
 
     class Meta:
         model = Payment
@@ -131,9 +131,11 @@ class PaymentFactory(factory.django.DjangoModelFactory[Payment]):
     order = factory.SubFactory(OrderFactory)
     amount = factory.LazyAttribute(lambda p: p.order.total_amount if p.order else 1000)
     currency = factory.LazyAttribute(lambda p: p.order.currency if p.order else settings.SHOP_CURRENCY)
-    status = Payment.Status.SUCCEEDED
+    status = Payment.Status.CAPTURED
     outcome = Payment.Outcome.APPLIED
     received_at = factory.LazyFunction(timezone.now)
+    authorized_at = factory.LazyAttribute(lambda p: p.received_at)
+    captured_at = factory.LazyAttribute(lambda p: p.received_at)
     raw_body = "{}"
 
 

@@ -12,10 +12,10 @@ from inventory.services import return_reserved_stock
 from inventory.services.flash_sales import gated_skus
 from orders.exceptions import OrderNotCancellable, OrderNotFound
 from orders.metrics import ORDERS_EXPIRED
-from orders.models import Order, OrderItem, OrderStatus
+from orders.models import Order, OrderItem, OrderStatus, Payment
 from orders.services.holds import give_back_holds
 from orders.services.slots import release_pending_slots
-from orders.transitions import move_orders, sources
+from orders.transitions import move_orders, move_payment, sources
 from outbox.services import NewEvent, record_events
 from shop.promotions import give_back_vouchers
 
@@ -23,37 +23,63 @@ logger = logging.getLogger(__name__)
 
 
 def cancel_orders(*, order_ids: list[int], reason: str, now: datetime | None = None) -> list[int]:
-    """Cancel those of `order_ids` still awaiting payment, put their stock back
-    on sale and give back their vouchers' uses; returns the ids that were cancelled. Inside the caller's
-    transaction. The orders are locked first (a payment being applied to one
-    now is waited for, then decides it), then moved by one conditional UPDATE:
-    a concurrent payment and this cancellation are exclusive."""
+    """Cancel those of `order_ids` still awaiting payment, or paid with money
+    only held (an authorized payment, not captured), put their stock back on
+    sale and give back their vouchers' uses; returns the ids that were
+    cancelled. Inside the caller's transaction. The orders are locked first (a
+    payment being applied to one now is waited for, then decides it), then
+    moved by one conditional UPDATE: a concurrent payment and this cancellation
+    are exclusive. A paid order's payment is claimed for a void in the same
+    transaction (AUTHORIZED -> VOIDING): a capture racing it cannot also win,
+    and a payment already captured (or being captured) keeps its order; the
+    `payments` consumer then has the provider release the money (OrderCancelled)."""
     if not order_ids:
         return []
     now = now or timezone.now()
-    pending = list(
+    found = list(
         Order.objects.select_for_update()
         .filter(id__in=order_ids, status__in=sources(OrderStatus.CANCELLED))
         .order_by("id")
-        .values_list("id", "customer_id")
+        .values_list("id", "customer_id", "status")
     )
-    return _cancel_locked(pending, reason=reason, now=now)
+    pending = [(order_id, customer) for order_id, customer, status in found if status == OrderStatus.PENDING_PAYMENT]
+    paid = [(order_id, customer) for order_id, customer, status in found
+            if status == OrderStatus.PAID and claim_void(order_id=order_id)]  # fmt: skip
+    return _cancel_locked(pending, reason=reason, now=now, paid=paid)
 
 
-def _cancel_locked(orders: list[tuple[int, int]], *, reason: str, now: datetime) -> list[int]:
-    """Cancel (id, customer) pairs this transaction holds locked, still pending."""
-    if not orders:
+def _cancel_locked(
+    orders: list[tuple[int, int]], *, reason: str, now: datetime, paid: list[tuple[int, int]] = ()
+) -> list[int]:
+    """Cancel (id, customer) pairs this transaction holds locked: `orders` still
+    pending, `paid` paid with their payment claimed for a void."""
+    if not orders and not paid:
         return []
     ids = [order_id for order_id, _ in orders]
-    move_orders(ids, OrderStatus.CANCELLED, at=now)
-    data = [{"order_id": order_id, "customer_id": customer, "reason": reason} for order_id, customer in orders]
+    every = sorted([*ids, *(order_id for order_id, _ in paid)])
+    move_orders(every, OrderStatus.CANCELLED, at=now)
+    was_paid = {order_id for order_id, _ in paid}
+    data = [{"order_id": order_id, "customer_id": customer, "reason": reason, "was_paid": order_id in was_paid}
+            for order_id, customer in sorted([*orders, *paid])]  # fmt: skip
     record_events([NewEvent("order", each["order_id"], "OrderCancelled", each) for each in data])
+    # A paid order took no slot and no unpaid holds any more: only the pending ones give them back.
     release_pending_slots(customer_ids=[customer for _, customer in orders])
     give_back_holds(order_ids=ids)
-    give_back_vouchers(order_ids=ids)  # before the stock: vouchers' rows are locked first everywhere
-    return_reserved_stock(lines=reserved_lines(order_ids=ids))
-    reopen_gate_units(order_ids=ids)
-    return ids
+    give_back_vouchers(order_ids=every)  # before the stock: vouchers' rows are locked first everywhere
+    return_reserved_stock(lines=reserved_lines(order_ids=every))
+    reopen_gate_units(order_ids=every)
+    return every
+
+
+def claim_void(*, order_id: int) -> bool:
+    """The payment that paid the order claimed for a void (AUTHORIZED ->
+    VOIDING), or found claimed so: whether its money is only held and now on its
+    way back."""
+    held = [Payment.Status.AUTHORIZED, Payment.Status.VOIDING]
+    payment = Payment.objects.filter(order_id=order_id, outcome=Payment.Outcome.APPLIED, status__in=held).first()
+    if payment is None:
+        return False
+    return move_payment(payment.id, Payment.Status.VOIDING) or payment.status == Payment.Status.VOIDING
 
 
 def reserved_lines(*, order_ids: list[int]) -> dict[str, int]:

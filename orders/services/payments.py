@@ -1,16 +1,31 @@
+"""A payment's life at the shop: the provider's webhook tells of an
+authorization, a capture or a failure (handle_payment_webhook); the shop
+captures an authorized payment when the order ships and voids it when the
+order is cancelled before (capture_payment, void_payment, from the `payments`
+consumer or staff). Each step is one conditional update of the payment
+(orders/transitions.py PAYMENT_TRANSITIONS) and an event in the outbox."""
+
+import logging
 from dataclasses import dataclass
 
 from django.db import transaction
 from django.utils import timezone
 
 from core.db import insert_unless_exists
+from orders import provider
 from orders.metrics import PAYMENTS
 from orders.models import Order, OrderStatus, Payment, Refund
 from orders.services.holds import give_back_holds
 from orders.services.refunds import request_refund
 from orders.services.slots import release_pending_slots
-from orders.transitions import move_orders
+from orders.transitions import move_orders, move_payment
 from outbox.services import record_event
+
+logger = logging.getLogger(__name__)
+
+# The webhook's `status`: "succeeded" is a payment authorized and captured at once
+# (a provider without a separate capture; simulate_payment).
+AUTHORIZED, CAPTURED, SUCCEEDED, FAILED = "authorized", "captured", "succeeded", "failed"
 
 
 @dataclass(frozen=True)
@@ -23,52 +38,141 @@ class PaymentResult:
 def handle_payment_webhook(
     *, payment_id: str, order_id: int, amount: int, currency: str, status: str, raw_body: str
 ) -> PaymentResult:
-    """Apply one provider callback exactly once.
+    """Apply one provider callback exactly once, and in order.
 
     The payment row is inserted first (unique provider id): a redelivery, even
-    a concurrent one, finds it and does nothing. A success moves the order
-    PENDING_PAYMENT -> PAID with one conditional UPDATE, so it and the expiry
-    job cannot both win; when the order is not pending any more (expired,
-    cancelled, already paid) or the money does not match, the payment is
-    refunded and the order is left as it is.
+    a concurrent one, finds it and does nothing, except that a capture the
+    provider made on its own moves an AUTHORIZED payment to CAPTURED. A capture
+    told before its authorization is the payment, authorized and captured; the
+    authorization told after it finds the payment and changes nothing. A payment
+    that holds money moves the order PENDING_PAYMENT -> PAID with one
+    conditional UPDATE, so it and the expiry job cannot both win. When the order
+    is not pending any more (expired, cancelled, already paid) or the money does
+    not match, an authorization is voided (no money moved) and a capture is
+    refunded, and the order is left as it is.
     """
     now = timezone.now()
     order = Order.objects.filter(id=order_id).first() if order_id < 2**63 else None
+    captured = status in (CAPTURED, SUCCEEDED)
     payment = Payment(
         provider_payment_id=payment_id,
         order=order,
         amount=amount,
         currency=currency,
-        status=status,
+        status=Payment.Status.CAPTURED if captured else Payment.Status(status),
         outcome=Payment.Outcome.FAILED,
         received_at=now,
+        authorized_at=None if status == FAILED else now,
+        captured_at=now if captured else None,
         raw_body=raw_body,
     )
     if insert_unless_exists(payment, conflict_fields=["provider_payment_id"]) is None:
-        return PaymentResult(Payment.objects.get(provider_payment_id=payment_id), redelivered=True)
-    if status == Payment.Status.FAILED:
+        known = Payment.objects.select_for_update().get(provider_payment_id=payment_id)
+        if captured and move_payment(known.id, Payment.Status.CAPTURED, at=now):
+            _announce_captured(known, captured_at=now)  # captured by the provider itself (immediate capture)
+            if known.outcome == Payment.Outcome.VOIDED:  # it paid no order: the money goes back
+                Payment.objects.filter(id=known.id).update(outcome=Payment.Outcome.REFUNDED)
+                request_refund(payment=known, order=known.order, reason=Refund.Reason.ORDER_NOT_PENDING)
+            known.refresh_from_db()
+        return PaymentResult(known, redelivered=True)
+    if status == FAILED:
         transaction.on_commit(lambda: PAYMENTS.labels("failed").inc())
         return PaymentResult(payment, redelivered=False)  # the order waits for another try or expiry
 
-    refund_reason = None
+    refused = None
     if order is None:
-        refund_reason = Refund.Reason.UNKNOWN_ORDER
+        refused = Refund.Reason.UNKNOWN_ORDER
     elif (amount, currency) != (order.total_amount, order.currency):
-        refund_reason = Refund.Reason.AMOUNT_MISMATCH
+        refused = Refund.Reason.AMOUNT_MISMATCH
+    elif move_orders([order.id], OrderStatus.PAID, at=now):
+        release_pending_slots(customer_ids=[order.customer_id])
+        give_back_holds(order_ids=[order.id])
+        _announce_paid(order=order, payment=payment, paid_at=now)
     else:
-        if move_orders([order.id], OrderStatus.PAID, at=now):
-            release_pending_slots(customer_ids=[order.customer_id])
-            give_back_holds(order_ids=[order.id])
-            _announce_paid(order=order, payment=payment, paid_at=now)
-        else:
-            refund_reason = Refund.Reason.ORDER_NOT_PENDING
+        refused = Refund.Reason.ORDER_NOT_PENDING
 
-    payment.outcome = Payment.Outcome.REFUNDED if refund_reason else Payment.Outcome.APPLIED
+    if refused is None:
+        payment.outcome = Payment.Outcome.APPLIED
+    else:
+        payment.outcome = Payment.Outcome.REFUNDED if captured else Payment.Outcome.VOIDED
     Payment.objects.filter(id=payment.id).update(outcome=payment.outcome)
-    if refund_reason:
-        request_refund(payment=payment, order=order, reason=refund_reason)
+    _announce_authorized(payment, applied=refused is None, reason=refused)
+    if captured:
+        _announce_captured(payment, captured_at=now)
+        if refused:
+            request_refund(payment=payment, order=order, reason=refused)
     transaction.on_commit(lambda: PAYMENTS.labels(payment.outcome).inc())
     return PaymentResult(payment, redelivered=False)
+
+
+def capture_payment(*, payment: Payment) -> bool:
+    """Take an authorized payment's money: claimed (AUTHORIZED -> CAPTURING, one
+    conditional UPDATE, which a void racing it cannot also win), asked of the
+    provider under the payment's capture key, then CAPTURED with
+    PaymentCaptured. A claim found made (a retry after the provider was down)
+    is taken up again; the provider answers a repeated key as the first time.
+    Whether this call captured it. ProviderUnavailable: the same call later."""
+    return _settle(payment, claim=Payment.Status.CAPTURING, done=Payment.Status.CAPTURED)
+
+
+def void_payment(*, payment: Payment) -> bool:
+    """Release an authorized payment's money, as capture_payment takes it:
+    AUTHORIZED -> VOIDING, the provider's void, VOIDED with PaymentVoided."""
+    return _settle(payment, claim=Payment.Status.VOIDING, done=Payment.Status.VOIDED)
+
+
+def _settle(payment: Payment, *, claim: str, done: str) -> bool:
+    if not move_payment(payment.id, claim) and Payment.objects.get(id=payment.id).status != claim:
+        return False  # settled, or claimed the other way
+    if done == Payment.Status.CAPTURED:
+        provider.capture(idempotency_key=f"capture-{payment.id}", payment_id=payment.provider_payment_id,
+                         amount=payment.amount, currency=payment.currency)  # fmt: skip
+    else:
+        provider.void(idempotency_key=f"void-{payment.id}", payment_id=payment.provider_payment_id)
+    now = timezone.now()
+    with transaction.atomic():
+        if not move_payment(payment.id, done, at=now):
+            return False  # a concurrent retry of the same claim marked it
+        if done == Payment.Status.CAPTURED:
+            _announce_captured(payment, captured_at=now)
+        else:
+            _announce_voided(payment, voided_at=now)
+    return True
+
+
+def authorized_payment(*, order_id: int) -> Payment | None:
+    """The payment that paid the order, while its money is held and not yet
+    taken or released (claims included: a capture or void the provider has not
+    answered yet). A second payment for the order never is: it paid nothing,
+    and is voided on its own (PaymentAuthorized, applied false)."""
+    held = [Payment.Status.AUTHORIZED, Payment.Status.CAPTURING, Payment.Status.VOIDING]
+    return Payment.objects.filter(order_id=order_id, outcome=Payment.Outcome.APPLIED, status__in=held).first()
+
+
+def _payment_data(payment: Payment) -> dict:
+    return {"order_id": payment.order_id, "payment_id": payment.provider_payment_id, "amount": payment.amount,
+            "currency": payment.currency}  # fmt: skip
+
+
+def _announce(payment: Payment, event_type: str, data: dict) -> None:
+    aggregate = ("order", payment.order_id) if payment.order_id else ("payment", payment.provider_payment_id)
+    record_event(aggregate_type=aggregate[0], aggregate_id=aggregate[1], event_type=event_type,
+                 data={**_payment_data(payment), **data})  # fmt: skip
+
+
+def _announce_authorized(payment: Payment, *, applied: bool, reason: str | None) -> None:
+    """PaymentAuthorized; `applied` false: the payment paid no order (`reason`),
+    and the `payments` consumer voids it unless it was captured (then refunded)."""
+    _announce(payment, "PaymentAuthorized", {"applied": applied, "reason": reason or "",
+                                             "authorized_at": payment.received_at.isoformat()})  # fmt: skip
+
+
+def _announce_captured(payment: Payment, *, captured_at) -> None:
+    _announce(payment, "PaymentCaptured", {"captured_at": captured_at.isoformat()})
+
+
+def _announce_voided(payment: Payment, *, voided_at) -> None:
+    _announce(payment, "PaymentVoided", {"voided_at": voided_at.isoformat()})
 
 
 def _announce_paid(*, order: Order, payment: Payment, paid_at) -> None:

@@ -14,7 +14,7 @@ from orders.exceptions import OrderNotRefundable
 from orders.metrics import REFUNDS_FINISHED, REFUNDS_REQUESTED
 from orders.models import Order, OrderStatus, Payment, Refund
 from orders.services.cancellation import reopen_gate_units, reserved_lines
-from orders.transitions import move_orders, move_refund
+from orders.transitions import move_orders, move_payment, move_refund
 from outbox.services import record_event
 
 logger = logging.getLogger(__name__)
@@ -22,12 +22,17 @@ logger = logging.getLogger(__name__)
 
 @transaction.atomic
 def refund_paid_order(*, order_id: int, user=None) -> Refund:
-    """Staff refund of a paid, not yet shipped order: the money goes back and
-    the reserved units go back on sale."""
+    """Staff refund of a paid, not yet shipped order whose payment was captured:
+    the money goes back and the reserved units go back on sale. An order whose
+    money is only authorized is cancelled instead (its payment voided)."""
+    payment = Payment.objects.filter(order_id=order_id, outcome=Payment.Outcome.APPLIED).first()
+    if payment is not None and payment.status != Payment.Status.CAPTURED:
+        raise OrderNotRefundable(
+            "Its payment is only authorized: cancel the order, which releases the money.", order_id=order_id
+        )
     if not move_orders([order_id], OrderStatus.REFUNDED):
         raise OrderNotRefundable(order_id=order_id)
     order = Order.objects.get(id=order_id)
-    payment = order.payments.filter(outcome=Payment.Outcome.APPLIED).get()
     return_reserved_stock(lines=reserved_lines(order_ids=[order.id]))
     reopen_gate_units(order_ids=[order.id])
     return request_refund(payment=payment, order=order, reason=Refund.Reason.STAFF, user=user)
@@ -108,6 +113,7 @@ def handle_refund_webhook(
     elif status == "succeeded":
         now = timezone.now()
         move_refund(refund.id, Refund.Status.COMPLETED, completed_at=now)
+        move_payment(refund.payment_id, Payment.Status.REFUNDED)
         record_event(
             aggregate_type="order" if refund.order_id else "payment",
             aggregate_id=refund.order_id or payment_id,

@@ -42,9 +42,10 @@ def effects(order):
 
 def test_order_paid_reaches_every_consumer_once(redis, kafka_topic):
     order = paid_order(redis)
-    assert OutboxRelay().drain() == 2  # OrderCreated, OrderPaid
-    # warehouse: OrderCreated (its stock check) and OrderPaid; email and loyalty: OrderPaid
-    run_consumers(CONSUMERS, until=lambda _: ProcessedEvent.objects.count() >= 4)
+    assert OutboxRelay().drain() == 4  # OrderCreated, OrderPaid, PaymentAuthorized, PaymentCaptured
+    # warehouse: OrderCreated (its stock check) and OrderPaid; email: OrderPaid and PaymentCaptured
+    # (the receipt); loyalty: OrderPaid
+    run_consumers(CONSUMERS, until=lambda _: ProcessedEvent.objects.count() >= 5)
     assert effects(order) == (1, 1, [25])
     assert Shipment.objects.get(order_id=order.id).items[0]["quantity"] == 2
     [email] = [m for m in mail.outbox if "confirmed" in m.subject]
@@ -61,11 +62,11 @@ def test_relay_crash_between_produce_and_mark_does_not_double_effects(redis, kaf
     crashing.before_mark = crash
     with pytest.raises(SystemExit):
         crashing.publish_batch()
-    assert OutboxEvent.objects.filter(published_at__isnull=True).count() == 2  # marking rolled back
+    assert OutboxEvent.objects.filter(published_at__isnull=True).count() == 4  # marking rolled back
     assert crashing.producer is None and crashing.retry_at > 0  # dropped, and backing off
-    assert OutboxRelay().drain() == 2  # produced a second time
-    assert len(read_topic(kafka_topic, expected=4)) == 4
-    run_consumers(CONSUMERS, until=lambda _: ProcessedEvent.objects.count() >= 4, timeout=20)
+    assert OutboxRelay().drain() == 4  # produced a second time
+    assert len(read_topic(kafka_topic, expected=8)) == 8
+    run_consumers(CONSUMERS, until=lambda _: ProcessedEvent.objects.count() >= 5, timeout=20)
     assert effects(order) == (1, 1, [25])
 
 
@@ -279,27 +280,34 @@ def test_a_consumer_waiting_for_the_database_stops_promptly_and_keeps_the_messag
 def test_the_handlers_tests_register_do_not_outlive_them(consumer_handlers):
     """tests/conftest.py restores the registry after every test: the test-* consumers
     registered by the tests above are gone, and the apps' own handlers are all there."""
-    from inventory.handlers import alert_low_stock, request_shipment
+    from inventory.handlers import alert_low_stock, cancel_shipment, request_shipment
     from orders.handlers import (
+        capture_on_shipment,
         send_cancellation_notice,
         send_order_confirmation,
+        send_payment_receipt,
         send_refund_completed,
         send_refund_notice,
         send_shipping_notice,
         submit_requested_refund,
+        void_on_cancellation,
+        void_what_paid_no_order,
     )
     from shop.handlers import award_points, reverse_points
 
     assert consumer_handlers == {
-        "warehouse": {"OrderPaid": request_shipment, "OrderCreated": alert_low_stock},
+        "warehouse": {"OrderPaid": request_shipment, "OrderCancelled": cancel_shipment,
+                      "OrderCreated": alert_low_stock},  # fmt: skip
         "email": {
             "OrderPaid": send_order_confirmation,
             "OrderCancelled": send_cancellation_notice,
             "RefundRequested": send_refund_notice,
             "OrderShipped": send_shipping_notice,
             "RefundCompleted": send_refund_completed,
+            "PaymentCaptured": send_payment_receipt,
         },
-        "payments": {"RefundRequested": submit_requested_refund},
+        "payments": {"RefundRequested": submit_requested_refund, "OrderShipped": capture_on_shipment,
+                     "OrderCancelled": void_on_cancellation, "PaymentAuthorized": void_what_paid_no_order},
         "loyalty": {"OrderPaid": award_points, "RefundRequested": reverse_points},
     }
 

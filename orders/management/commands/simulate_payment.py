@@ -20,7 +20,10 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("order_id", type=int, nargs="?")
         parser.add_argument("--refund", type=int, metavar="REFUND_ID", help="confirm this refund instead")
-        parser.add_argument("--status", choices=["succeeded", "failed"], default="succeeded")
+        parser.add_argument(
+            "--status", choices=["succeeded", "authorized", "captured", "failed"], default="succeeded",
+            help="succeeded: authorized and captured at once (default); authorized: money held; captured: taken",
+        )
         parser.add_argument("--amount", type=int, help="minor units (default: the order's total)")
         parser.add_argument("--currency", help="default: the order's currency")
         parser.add_argument("--payment-id", help="default: a new random id (reuse one to redeliver)")

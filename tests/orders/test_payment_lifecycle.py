@@ -1,0 +1,330 @@
+"""Payments the shop starts: a session per order (one, however many calls), the
+provider's webhook authorizing then capturing, the `payments` consumer capturing
+when the order ships and voiding when it is cancelled before, a capture racing a
+void decided by one conditional update, late authorizations voided."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from django.db import connection
+from django.test import Client
+
+from core.outages import failed_service
+from orders.handlers import capture_on_shipment, void_on_cancellation, void_what_paid_no_order
+from orders.models import Notification, Order, OrderStatus, Payment, PaymentSession, Refund
+from orders.provider import ProviderUnavailable
+from orders.services import mark_order_shipped, refund_paid_order
+from orders.services.payments import capture_payment, void_payment
+from outbox.models import OutboxEvent
+from tests.factories import UserFactory, api_token, product_with_stock
+from tests.helpers import consumer_event, expire_now, place_pending_order, post_webhook, run_in_threads, shopper_client
+
+pytestmark = pytest.mark.django_db
+
+
+class Provider:
+    """A payment provider on a real socket, speaking the simulator's protocol: a
+    session per idempotency key (the same answer for the same key), captures and
+    voids answered at once; every call recorded (path, key, body). `unavailable`
+    answers 503 that many times."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, dict]] = []
+        self.sessions: dict[str, dict] = {}
+        self.unavailable = 0
+        self.lock = threading.Lock()
+        provider = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's name
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                key, path = self.headers["Idempotency-Key"], self.path.rsplit("/", 1)[-1]
+                with provider.lock:
+                    provider.calls.append((path, key, body))
+                    status, answer = (503, {"error": "down"}) if provider.unavailable else (200, None)
+                    provider.unavailable = max(0, provider.unavailable - 1)
+                    if status == 200 and path == "sessions":
+                        answer = provider.sessions.setdefault(key, {
+                            "id": f"ps_{len(provider.sessions) + 1}", "expires_at": body["expires_at"],
+                            "pay_url": f"{provider.url}/pay/ps_{len(provider.sessions) + 1}",
+                        })  # fmt: skip
+                    elif status == 200:
+                        answer = {"id": body["payment_id"], "status": "captured" if path == "captures" else "voided"}
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(json.dumps(answer).encode())
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def called(self, path: str) -> list[tuple[str, dict]]:
+        return [(key, body) for called, key, body in self.calls if called == path]
+
+
+@pytest.fixture
+def provider(settings):
+    running = Provider()
+    settings.PAYMENT_PROVIDER_URL = running.url
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def shopper_order(redis):
+    """A shopper and their pending order of 2 x "A" at 1,250."""
+    product_with_stock(sku="A", price=1250, available=10)
+    client = shopper_client()
+    return client, place_pending_order(redis, client.user, {"A": 2})
+
+
+def authorize(order, payment_id="pay_1", status="authorized"):
+    response = post_webhook(Client(), payment_id=payment_id, order_id=order.id, amount=order.total_amount,
+                            status=status)  # fmt: skip
+    assert response.status_code == 200, response.content
+    return Payment.objects.get(provider_payment_id=payment_id)
+
+
+def events(order, event_type: str) -> list[dict]:
+    return [e.payload for e in OutboxEvent.objects.filter(aggregate_id=str(order.id), event_type=event_type)]
+
+
+# --- the session -----------------------------------------------------------------------------
+
+
+def test_a_payment_session_for_an_order_awaiting_payment_and_the_same_one_again(provider, shopper_order):
+    client, order = shopper_order
+    first = client.post(f"/api/orders/{order.id}/payment")
+    assert first.status_code == 201, first.content
+    body = first.json()
+    assert (body["amount"], body["currency"]) == (2500, "EUR")
+    assert body["pay_url"].startswith(provider.url) and body["session_id"] == "ps_1"
+    order.refresh_from_db()
+    again = client.post(f"/api/orders/{order.id}/payment")
+    assert again.status_code == 200 and again.json() == body
+    [(key, call)] = provider.called("sessions")  # the open session is answered from the database
+    assert key == f"session-{order.id}-1" and call["capture"] == "manual" and call["amount"] == 2500
+    assert PaymentSession.objects.get().expires_at <= order.expires_at
+
+
+@pytest.mark.django_db(transaction=True)
+def test_20_concurrent_calls_get_one_session(provider, redis):
+    product_with_stock(sku="A", price=1250, available=10)
+    customer = UserFactory()
+    token = f"Token {api_token(customer)}"
+    order = place_pending_order(redis, customer, {"A": 1})
+
+    def pay():
+        response = Client().post(f"/api/orders/{order.id}/payment", HTTP_AUTHORIZATION=token)
+        return response.status_code, response.json()["session_id"]
+
+    answers = run_in_threads([pay] * 20)
+    assert {session for _, session in answers} == {"ps_1"}
+    assert sorted(status for status, _ in answers).count(201) >= 1
+    assert PaymentSession.objects.count() == 1 and len(provider.sessions) == 1
+    assert {key for key, _ in provider.called("sessions")} == {f"session-{order.id}-1"}
+    connection.close()
+
+
+def test_only_an_order_awaiting_payment_can_be_paid(provider, shopper_order, redis):
+    client, order = shopper_order
+    other = shopper_client()
+    assert other.post(f"/api/orders/{order.id}/payment").status_code == 404  # someone else's
+    expire_now(order)
+    refused = client.post(f"/api/orders/{order.id}/payment")
+    assert (refused.status_code, refused.json()["error"]["code"]) == (409, "order_not_payable")  # past its deadline
+    paid = place_pending_order(redis, client.user, {"A": 1}, key="k-paid")
+    authorize(paid, "pay_paid")
+    assert client.post(f"/api/orders/{paid.id}/payment").json()["error"]["code"] == "order_not_payable"
+    assert provider.calls == []
+
+
+def test_the_provider_down_is_a_503_and_the_next_call_asks_under_the_same_key(provider, shopper_order):
+    client, order = shopper_order
+    provider.unavailable = 10  # more than the client's retries
+    down = client.post(f"/api/orders/{order.id}/payment")
+    assert (down.status_code, down.json()["error"]["code"]) == (503, "payment_provider_unavailable")
+    provider.unavailable = 0
+    up = client.post(f"/api/orders/{order.id}/payment")
+    assert up.status_code == 200 and up.json()["session_id"] == "ps_1"  # the attempt made before, now answered
+    assert {key for key, _ in provider.called("sessions")} == {f"session-{order.id}-1"}
+
+
+# --- authorize, then capture at shipment; void on cancellation ---------------------------------
+
+
+def test_authorized_then_captured_when_the_order_ships(provider, shopper_order):
+    _, order = shopper_order
+    payment = authorize(order)
+    order.refresh_from_db()
+    assert order.status == OrderStatus.PAID and payment.status == Payment.Status.AUTHORIZED
+    assert payment.outcome == Payment.Outcome.APPLIED and payment.captured_at is None
+    assert events(order, "PaymentAuthorized")[0]["applied"] is True
+
+    mark_order_shipped(order_id=order.id)
+    [shipped] = events(order, "OrderShipped")
+    capture_on_shipment(consumer_event("OrderShipped", **shipped))
+    capture_on_shipment(consumer_event("OrderShipped", **shipped))  # redelivered: nothing more
+
+    payment.refresh_from_db()
+    assert payment.status == Payment.Status.CAPTURED and payment.captured_at is not None
+    assert provider.called("captures") == [(f"capture-{payment.id}", {"payment_id": "pay_1", "amount": 2500,
+                                                                      "currency": "EUR"})]  # fmt: skip
+    [captured] = events(order, "PaymentCaptured")
+    from orders.handlers import send_payment_receipt
+
+    send_payment_receipt(consumer_event("PaymentCaptured", **captured))
+    assert Notification.objects.filter(order=order, kind=Notification.Kind.PAYMENT_RECEIPT).count() == 1
+
+
+def test_a_paid_order_cancelled_before_shipping_is_voided_not_refunded(provider, shopper_order):
+    client, order = shopper_order
+    payment = authorize(order)
+    cancelled = client.post(f"/api/orders/{order.id}/cancel")
+    assert cancelled.status_code == 200 and cancelled.json()["status"] == OrderStatus.CANCELLED
+    payment.refresh_from_db()
+    assert payment.status == Payment.Status.VOIDING  # claimed in the cancellation's transaction
+    [event] = events(order, "OrderCancelled")
+    assert event["was_paid"] is True
+    void_on_cancellation(consumer_event("OrderCancelled", **event))
+    payment.refresh_from_db()
+    assert payment.status == Payment.Status.VOIDED and payment.voided_at is not None
+    assert [key for key, _ in provider.called("voids")] == [f"void-{payment.id}"]
+    assert not Refund.objects.exists() and not provider.called("captures")
+    assert len(events(order, "PaymentVoided")) == 1
+    from inventory.models import Stock
+
+    assert Stock.objects.filter(product_id="A").values_list("available", "reserved").get() == (10, 0)
+
+
+def test_a_captured_payment_keeps_its_order_from_being_cancelled(provider, shopper_order):
+    client, order = shopper_order
+    authorize(order, status="succeeded")  # authorized and captured at once
+    refused = client.post(f"/api/orders/{order.id}/cancel")
+    assert (refused.status_code, refused.json()["error"]["code"]) == (409, "order_not_cancellable")
+
+
+def test_an_authorized_order_is_cancelled_not_refunded_by_staff(provider, shopper_order):
+    from orders.exceptions import OrderNotRefundable
+
+    _, order = shopper_order
+    authorize(order)
+    with pytest.raises(OrderNotRefundable):
+        refund_paid_order(order_id=order.id)
+    assert Order.objects.get(pk=order.pk).status == OrderStatus.PAID
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_capture_racing_a_void_has_one_winner_50_times(provider, redis):
+    product_with_stock(sku="A", price=100, available=100)
+    customer = UserFactory()
+    for round_ in range(50):
+        order = place_pending_order(redis, customer, {"A": 1}, key=f"race-{round_}")
+        payment = authorize(order, f"pay_race_{round_}")
+        outcomes = run_in_threads([lambda p=payment: capture_payment(payment=p),
+                                   lambda p=payment: void_payment(payment=p)])  # fmt: skip
+        payment.refresh_from_db()
+        assert sorted(outcomes) == [False, True], outcomes
+        captured = outcomes[0]
+        assert payment.status == (Payment.Status.CAPTURED if captured else Payment.Status.VOIDED)
+        keys = [key for key, _ in provider.called("captures" if captured else "voids")]
+        assert keys[-1] == f"{'capture' if captured else 'void'}-{payment.id}"
+        loser = "voids" if captured else "captures"
+        assert not any(key.endswith(f"-{payment.id}") for key, _ in provider.called(loser))
+        Order.objects.filter(pk=order.pk).update(status=OrderStatus.SHIPPED)  # out of the pending-slot count
+    assert len(provider.called("captures")) + len(provider.called("voids")) == 50
+    connection.close()
+
+
+def test_the_provider_down_during_capture_is_an_outage_and_captures_once_when_back(provider, shopper_order):
+    _, order = shopper_order
+    payment = authorize(order)
+    mark_order_shipped(order_id=order.id)
+    [shipped] = events(order, "OrderShipped")
+    provider.unavailable = 100
+    with pytest.raises(ProviderUnavailable) as raised:
+        capture_on_shipment(consumer_event("OrderShipped", **shipped))
+    assert failed_service(raised.value) == "network"  # the consumer retries it, never dead-letters it
+    payment.refresh_from_db()
+    assert payment.status == Payment.Status.CAPTURING  # claimed; the provider not yet answered
+    provider.unavailable = 0
+    capture_on_shipment(consumer_event("OrderShipped", **shipped))
+    payment.refresh_from_db()
+    assert payment.status == Payment.Status.CAPTURED and len(events(order, "PaymentCaptured")) == 1
+    assert {key for key, _ in provider.called("captures")} == {f"capture-{payment.id}"}  # one capture, retried
+
+
+def test_a_late_authorization_after_the_expiry_is_voided(provider, shopper_order):
+    from orders.services import expire_unpaid_orders
+
+    _, order = shopper_order
+    expire_now(order)
+    assert expire_unpaid_orders() == 1
+    payment = authorize(order, "pay_late")
+    assert (payment.status, payment.outcome) == (Payment.Status.AUTHORIZED, Payment.Outcome.VOIDED)
+    [authorized] = events(order, "PaymentAuthorized")
+    assert authorized["applied"] is False and authorized["reason"] == "order_not_pending"
+    void_what_paid_no_order(consumer_event("PaymentAuthorized", **authorized))
+    payment.refresh_from_db()
+    assert payment.status == Payment.Status.VOIDED and not Refund.objects.exists()
+    assert Order.objects.get(pk=order.pk).status == OrderStatus.CANCELLED
+
+
+# --- the webhook: twice, out of order, immediate capture -------------------------------------
+
+
+def test_a_capture_told_before_its_authorization_is_applied_once_in_order(provider, shopper_order):
+    _, order = shopper_order
+    captured = authorize(order, "pay_ooo", status="captured")
+    late = post_webhook(Client(), payment_id="pay_ooo", order_id=order.id, amount=2500, status="authorized")
+    assert late.json()["redelivered"] is True
+    captured.refresh_from_db()
+    assert captured.status == Payment.Status.CAPTURED and captured.outcome == Payment.Outcome.APPLIED
+    assert Order.objects.get(pk=order.pk).status == OrderStatus.PAID
+    assert [len(events(order, kind)) for kind in ("OrderPaid", "PaymentAuthorized", "PaymentCaptured")] == [1, 1, 1]
+
+
+def test_immediate_capture_the_providers_capture_moves_the_payment(provider, shopper_order, settings):
+    settings.PAYMENT_CAPTURE = "immediate"
+    client, order = shopper_order
+    assert client.post(f"/api/orders/{order.id}/payment").status_code == 201
+    assert provider.called("sessions")[0][1]["capture"] == "automatic"
+    payment = authorize(order, "pay_now")
+    again = authorize(order, "pay_now", status="captured")  # the provider captured on its own
+    assert again.status == Payment.Status.CAPTURED and payment.id == again.id
+    assert len(events(order, "PaymentCaptured")) == 1
+    mark_order_shipped(order_id=order.id)
+    capture_on_shipment(consumer_event("OrderShipped", order_id=order.id))
+    assert provider.called("captures") == []  # nothing left to capture
+
+
+def test_without_a_provider_configured_a_payment_is_a_503_not_a_500(shopper_order, settings):
+    settings.PAYMENT_PROVIDER_URL = ""
+    client, order = shopper_order
+    answer = client.post(f"/api/orders/{order.id}/payment")
+    assert (answer.status_code, answer.json()["error"]["code"]) == (503, "payment_provider_unavailable")
+
+
+def test_a_second_authorization_for_a_paid_order_is_voided_and_never_captured(provider, shopper_order):
+    _, order = shopper_order
+    paying = authorize(order, "pay_first")
+    second = authorize(order, "pay_second")  # the shopper paid twice (two tabs)
+    assert (second.status, second.outcome) == (Payment.Status.AUTHORIZED, Payment.Outcome.VOIDED)
+    mark_order_shipped(order_id=order.id)
+    capture_on_shipment(consumer_event("OrderShipped", order_id=order.id))
+    [(key, body)] = provider.called("captures")
+    assert (key, body["payment_id"]) == (f"capture-{paying.id}", "pay_first")  # the one that paid the order
+    late = [e for e in events(order, "PaymentAuthorized") if e["payment_id"] == "pay_second"]
+    void_what_paid_no_order(consumer_event("PaymentAuthorized", **late[0]))
+    second.refresh_from_db()
+    assert second.status == Payment.Status.VOIDED
