@@ -328,3 +328,31 @@ def test_a_second_authorization_for_a_paid_order_is_voided_and_never_captured(pr
     void_what_paid_no_order(consumer_event("PaymentAuthorized", **late[0]))
     second.refresh_from_db()
     assert second.status == Payment.Status.VOIDED
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.kafka
+@pytest.mark.usefixtures("queue_topic")
+def test_a_queued_order_not_yet_written_cannot_be_paid(provider, redis):
+    from tests.orders.conftest import SKU, queue_sale, shopper_with_cart
+
+    queue_sale(5)
+    client = shopper_with_cart(redis, {SKU: 1})
+    queued = client.post("/api/orders", HTTP_IDEMPOTENCY_KEY="q-pay")
+    assert queued.status_code == 202
+    refused = client.post(f"/api/orders/{queued.json()['id']}/payment")
+    assert (refused.status_code, refused.json()["error"]["code"]) == (409, "order_not_payable")
+    assert refused.json()["error"]["details"]["status"] == "QUEUED" and provider.calls == []
+    connection.close()
+
+
+def test_an_authorization_for_another_amount_pays_nothing_and_is_voided(provider, shopper_order):
+    _, order = shopper_order
+    answer = post_webhook(Client(), payment_id="pay_short", order_id=order.id, amount=100, status="authorized")
+    assert answer.status_code == 200 and answer.json()["outcome"] == "voided"
+    assert Order.objects.get(pk=order.pk).status == OrderStatus.PENDING_PAYMENT
+    [authorized] = events(order, "PaymentAuthorized")
+    assert (authorized["applied"], authorized["reason"]) == (False, "amount_mismatch")
+    void_what_paid_no_order(consumer_event("PaymentAuthorized", **authorized))
+    assert Payment.objects.get(provider_payment_id="pay_short").status == Payment.Status.VOIDED
+    assert not Refund.objects.exists()
