@@ -66,13 +66,18 @@ class Address(models.Model):
         return f"{self.name}, {self.city} ({self.country})"
 
 
+class LoyaltyReason(models.TextChoices):
+    ORDER_PAID = "order_paid", "Order paid"
+    ORDER_REFUNDED = "order_refunded", "Order refunded"
+    ORDER_CANCELLED = "order_cancelled", "Paid order cancelled (payment voided)"
+
+
 class LoyaltyEntry(models.Model):
     """The shopper's points ledger (the loyalty consumer): earned on payment,
-    reversed on refund. A shopper's balance is the sum of `points`."""
+    reversed on refund or on a paid order's cancellation. A shopper's balance is
+    the sum of `points`."""
 
-    class Reason(models.TextChoices):
-        ORDER_PAID = "order_paid", "Order paid"
-        ORDER_REFUNDED = "order_refunded", "Order refunded"
+    Reason = LoyaltyReason
 
     customer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="loyalty_entries")
     order_id = models.BigIntegerField()
@@ -86,7 +91,7 @@ class LoyaltyEntry(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["order_id", "reason"], name="loyalty_once_per_order_and_reason"),
             models.CheckConstraint(
-                condition=models.Q(reason__in=["order_paid", "order_refunded"]), name="loyalty_reason_valid"
+                condition=models.Q(reason__in=LoyaltyReason.values), name="loyalty_reason_valid"
             ),
         ]
 

@@ -43,8 +43,10 @@ def cancel_orders(*, order_ids: list[int], reason: str, now: datetime | None = N
         .values_list("id", "customer_id", "status")
     )
     pending = [(order_id, customer) for order_id, customer, status in found if status == OrderStatus.PENDING_PAYMENT]
+    # With immediate capture the money of a paid order is taken (or about to be): refunded, never voided.
+    voidable = settings.PAYMENT_CAPTURE == "on_shipment"
     paid = [(order_id, customer) for order_id, customer, status in found
-            if status == OrderStatus.PAID and claim_void(order_id=order_id)]  # fmt: skip
+            if status == OrderStatus.PAID and voidable and claim_void(order_id=order_id)]  # fmt: skip
     return _cancel_locked(pending, reason=reason, now=now, paid=paid)
 
 

@@ -356,3 +356,27 @@ def test_an_authorization_for_another_amount_pays_nothing_and_is_voided(provider
     void_what_paid_no_order(consumer_event("PaymentAuthorized", **authorized))
     assert Payment.objects.get(provider_payment_id="pay_short").status == Payment.Status.VOIDED
     assert not Refund.objects.exists()
+
+
+def test_a_paid_order_cancelled_gives_back_its_loyalty_points_once(provider, shopper_order):
+    from shop.handlers import award_points, reverse_points_of_a_cancelled_paid_order
+    from shop.models import LoyaltyEntry
+
+    client, order = shopper_order
+    authorize(order)
+    [paid] = events(order, "OrderPaid")
+    award_points(consumer_event("OrderPaid", **paid))
+    assert client.post(f"/api/orders/{order.id}/cancel").status_code == 200
+    [cancelled] = events(order, "OrderCancelled")
+    for _ in range(2):  # redelivered: once
+        reverse_points_of_a_cancelled_paid_order(consumer_event("OrderCancelled", **cancelled))
+    assert sorted(LoyaltyEntry.objects.filter(order_id=order.id).values_list("points", flat=True)) == [-25, 25]
+
+
+def test_with_immediate_capture_a_paid_order_is_not_cancelled(provider, shopper_order, settings):
+    settings.PAYMENT_CAPTURE = "immediate"
+    client, order = shopper_order
+    payment = authorize(order)  # the provider captures it in a moment: refunded if anything, never voided
+    refused = client.post(f"/api/orders/{order.id}/cancel")
+    assert (refused.status_code, refused.json()["error"]["code"]) == (409, "order_not_cancellable")
+    assert Payment.objects.get(pk=payment.pk).status == Payment.Status.AUTHORIZED

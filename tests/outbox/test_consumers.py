@@ -293,7 +293,7 @@ def test_the_handlers_tests_register_do_not_outlive_them(consumer_handlers):
         void_on_cancellation,
         void_what_paid_no_order,
     )
-    from shop.handlers import award_points, reverse_points
+    from shop.handlers import award_points, reverse_points, reverse_points_of_a_cancelled_paid_order
 
     assert consumer_handlers == {
         "warehouse": {"OrderPaid": request_shipment, "OrderCancelled": cancel_shipment,
@@ -308,7 +308,8 @@ def test_the_handlers_tests_register_do_not_outlive_them(consumer_handlers):
         },
         "payments": {"RefundRequested": submit_requested_refund, "OrderShipped": capture_on_shipment,
                      "OrderCancelled": void_on_cancellation, "PaymentAuthorized": void_what_paid_no_order},
-        "loyalty": {"OrderPaid": award_points, "RefundRequested": reverse_points},
+        "loyalty": {"OrderPaid": award_points, "RefundRequested": reverse_points,
+                    "OrderCancelled": reverse_points_of_a_cancelled_paid_order},
     }
 
 
