@@ -7,6 +7,10 @@ from config.health import healthz, readyz
 from config.metrics import metrics_view
 from core.views import not_found
 
+# The payment simulator signs webhooks with the webhook secret: only with DEBUG and the development secret
+# (a DEBUG host someone can reach, with a real secret, must not let anyone mark orders paid).
+SIMULATOR = settings.DEBUG and settings.PAYMENT_WEBHOOK_SECRET == settings.DEV_PAYMENT_WEBHOOK_SECRET
+
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),
@@ -19,7 +23,7 @@ urlpatterns = [
     path("api/", include("inventory.urls")),
     path("api/", include("cart.urls")),
     path("api/", include("orders.urls")),
-    *([path("dev/payment-provider/", include("config.dev_provider_urls"))] if settings.DEBUG else []),
+    *([path("dev/payment-provider/", include("config.dev_provider_urls"))] if SIMULATOR else []),
     # Last: whatever else is under /api/ is a JSON 404, even with DEBUG on
     # (Django's technical 404 page would list the URL patterns).
     re_path(r"^api/", not_found),

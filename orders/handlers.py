@@ -102,6 +102,8 @@ def submit_requested_refund(event: Event) -> None:
 def capture_on_shipment(event: Event) -> None:
     """PAYMENT_CAPTURE=on_shipment: the money held is taken as the goods leave
     (nothing to do for a payment captured at once)."""
+    if settings.PAYMENT_CAPTURE == "immediate":
+        return  # the provider captures as it authorizes
     payment = authorized_payment(order_id=event.data["order_id"])
     if payment is not None:
         capture_payment(payment=payment)
@@ -120,8 +122,8 @@ def void_on_cancellation(event: Event) -> None:
 def void_what_paid_no_order(event: Event) -> None:
     """An authorization that paid no order (it came after the expiry, for
     another amount, for no order): its money is released."""
-    if event.data["applied"]:
-        return
+    if event.data["applied"] or settings.PAYMENT_CAPTURE == "immediate":
+        return  # immediate capture: the provider's capture follows, and is refunded then
     payment = Payment.objects.filter(
         provider_payment_id=event.data["payment_id"],
         status__in=[Payment.Status.AUTHORIZED, Payment.Status.VOIDING],

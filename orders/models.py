@@ -181,7 +181,7 @@ class OrderItem(models.Model):
 
 
 class PaymentStatus(models.TextChoices):
-    """Where a payment's money is (orders/payment_transitions.py moves it):
+    """Where a payment's money is (orders/transitions.py PAYMENT_TRANSITIONS moves it):
     AUTHORIZED (held on the card), then CAPTURED (taken) or VOIDED (released);
     CAPTURING and VOIDING are the shop's claim on one of the two while the
     provider is asked (the claim decides a capture racing a void); REFUNDED once a
@@ -224,7 +224,7 @@ class Payment(models.Model):
     """A payment the provider told us of, whatever it says, and where its money
     is since. `provider_payment_id` is unique: a redelivered webhook finds its
     payment and changes nothing; its status moves only by conditional updates
-    (orders/payment_transitions.py), each stamped."""
+    (orders/transitions.py PAYMENT_TRANSITIONS), each stamped."""
 
     Status = PaymentStatus
     Outcome = PaymentOutcome

@@ -100,6 +100,8 @@ PAYMENT_TRANSITIONS: frozenset[tuple[str, str]] = frozenset(
         (Payment.Status.CAPTURING, Payment.Status.CAPTURED),
         (Payment.Status.VOIDING, Payment.Status.VOIDED),
         (Payment.Status.CAPTURED, Payment.Status.REFUNDED),
+        # A capture the provider refused (an expired authorization): the claim released.
+        (Payment.Status.CAPTURING, Payment.Status.AUTHORIZED),
     }
 )
 PAYMENT_STAMPS = {Payment.Status.CAPTURED: "captured_at", Payment.Status.VOIDED: "voided_at"}

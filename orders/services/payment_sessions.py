@@ -12,7 +12,8 @@ from django.utils import timezone
 from core.db import insert_unless_exists
 from orders import provider
 from orders.exceptions import OrderNotFound, OrderNotPayable, PaymentProviderUnavailable
-from orders.models import Order, OrderStatus, PaymentSession
+from orders.models import Order, OrderStatus, Payment, PaymentSession
+from orders.services.payments import handle_payment_webhook
 from orders.services.queue_admission import QUEUED, queued_or_written_order
 
 logger = logging.getLogger(__name__)
@@ -35,14 +36,32 @@ def start_payment(*, customer_id: int, order_id: int) -> tuple[PaymentSession, b
     now = timezone.now()
     if order.status == QUEUED or order.status != OrderStatus.PENDING_PAYMENT or order.expires_at <= now:
         raise OrderNotPayable(order_id=order.id, status=order.status)
+    if order.total_amount == 0:
+        _pay_nothing(order)
+        raise OrderNotPayable("Nothing to pay: the order is paid.", order_id=order.id, status=OrderStatus.PAID)
     latest = order.payment_sessions.order_by("-attempt").first()
-    if latest is not None and latest.expires_at > now:
+    if latest is not None and latest.expires_at > now and not _declined_since(latest):
         session, created = latest, False
     else:
         session, created = _new_session(order, now, attempt=latest.attempt + 1 if latest else 1)
     if not session.provider_session_id:
         _ask_provider(session)
     return session, created
+
+
+def _declined_since(session: PaymentSession) -> bool:
+    """Whether a payment of the session's order failed since it opened (the
+    shopper declined, the card was refused): the next call starts a new attempt."""
+    return Payment.objects.filter(
+        order_id=session.order_id, status=Payment.Status.FAILED, received_at__gte=session.created_at
+    ).exists()
+
+
+def _pay_nothing(order: Order) -> None:
+    """An order a discount made free is paid without the provider: a payment of
+    0, captured, applied as any payment (the order PAID, its events)."""
+    handle_payment_webhook(payment_id=f"free-{order.id}", order_id=order.id, amount=0, currency=order.currency,
+                           status="succeeded", raw_body="{}")  # fmt: skip
 
 
 def _new_session(order: Order, now, *, attempt: int) -> tuple[PaymentSession, bool]:
@@ -70,6 +89,9 @@ def _ask_provider(session: PaymentSession) -> None:
     except ImproperlyConfigured as error:  # no PAYMENT_PROVIDER_URL: the operator's to fix, not a 500
         logger.error("payment session not started: %s", error)
         raise PaymentProviderUnavailable() from error
+    except provider.ProviderRefused as error:  # the provider will not take this payment as it is
+        logger.error("payment session for order %s refused: %s", session.order_id, error)
+        raise PaymentProviderUnavailable("The payment provider refused this payment; contact us.") from error
     session.provider_session_id, session.pay_url = answer["id"], answer["pay_url"]
     PaymentSession.objects.filter(pk=session.pk, provider_session_id="").update(
         provider_session_id=session.provider_session_id, pay_url=session.pay_url

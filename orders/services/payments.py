@@ -42,14 +42,16 @@ def handle_payment_webhook(
 
     The payment row is inserted first (unique provider id): a redelivery, even
     a concurrent one, finds it and does nothing, except that a capture the
-    provider made on its own moves an AUTHORIZED payment to CAPTURED. A capture
-    told before its authorization is the payment, authorized and captured; the
-    authorization told after it finds the payment and changes nothing. A payment
-    that holds money moves the order PENDING_PAYMENT -> PAID with one
-    conditional UPDATE, so it and the expiry job cannot both win. When the order
-    is not pending any more (expired, cancelled, already paid) or the money does
-    not match, an authorization is voided (no money moved) and a capture is
-    refunded, and the order is left as it is.
+    provider made on its own moves an AUTHORIZED payment to CAPTURED, and a
+    payment that failed and then succeeded under the same id (a provider that
+    keeps the id across a retry) is applied as new. A capture told before its
+    authorization is the payment, authorized and captured; the authorization
+    told after it finds the payment and changes nothing. A payment that holds
+    money moves the order PENDING_PAYMENT -> PAID with one conditional UPDATE,
+    so it and the expiry job cannot both win. When the order is not pending any
+    more (expired, cancelled, already paid) or the money does not match, an
+    authorization is voided (with a manual capture: no money moved) and a
+    capture is refunded, and the order is left as it is.
     """
     now = timezone.now()
     order = Order.objects.filter(id=order_id).first() if order_id < 2**63 else None
@@ -68,21 +70,31 @@ def handle_payment_webhook(
     )
     if insert_unless_exists(payment, conflict_fields=["provider_payment_id"]) is None:
         known = Payment.objects.select_for_update().get(provider_payment_id=payment_id)
-        if captured and move_payment(known.id, Payment.Status.CAPTURED, at=now):
-            _announce_captured(known, captured_at=now)  # captured by the provider itself (immediate capture)
-            if known.outcome == Payment.Outcome.VOIDED:  # it paid no order: the money goes back
-                Payment.objects.filter(id=known.id).update(outcome=Payment.Outcome.REFUNDED)
-                request_refund(payment=known, order=known.order, reason=Refund.Reason.ORDER_NOT_PENDING)
+        if known.status == Payment.Status.FAILED and status != FAILED:
+            # Failed, then succeeded under the same id: the payment as if told now.
+            Payment.objects.filter(id=known.id).update(
+                status=payment.status, authorized_at=now, captured_at=payment.captured_at, amount=amount,
+                currency=currency, received_at=now, raw_body=raw_body,
+            )  # fmt: skip
+            payment.id = known.id
+            return _apply(payment, order, captured=captured, now=now)
+        if captured:
+            _captured_by_the_provider(known, now=now)
             known.refresh_from_db()
         return PaymentResult(known, redelivered=True)
     if status == FAILED:
         transaction.on_commit(lambda: PAYMENTS.labels("failed").inc())
         return PaymentResult(payment, redelivered=False)  # the order waits for another try or expiry
+    return _apply(payment, order, captured=captured, now=now)
 
+
+def _apply(payment: Payment, order: Order | None, *, captured: bool, now) -> PaymentResult:
+    """A payment holding money, new to the shop: it pays its order, or is voided
+    (authorized) or refunded (captured)."""
     refused = None
     if order is None:
         refused = Refund.Reason.UNKNOWN_ORDER
-    elif (amount, currency) != (order.total_amount, order.currency):
+    elif (payment.amount, payment.currency) != (order.total_amount, order.currency):
         refused = Refund.Reason.AMOUNT_MISMATCH
     elif move_orders([order.id], OrderStatus.PAID, at=now):
         release_pending_slots(customer_ids=[order.customer_id])
@@ -105,6 +117,23 @@ def handle_payment_webhook(
     return PaymentResult(payment, redelivered=False)
 
 
+def _captured_by_the_provider(known: Payment, *, now) -> None:
+    """The provider's `captured` for a payment the shop knows (an automatic
+    capture): AUTHORIZED -> CAPTURED. Money it took for no order goes back; so
+    does money it took after the shop had claimed a void (its capture won at the
+    provider: the void will be refused there), which staff see in the log."""
+    if move_payment(known.id, Payment.Status.CAPTURED, at=now):
+        _announce_captured(known, captured_at=now)
+        if known.outcome == Payment.Outcome.VOIDED:  # it paid no order
+            Payment.objects.filter(id=known.id).update(outcome=Payment.Outcome.REFUNDED)
+            request_refund(payment=known, order=known.order, reason=Refund.Reason.ORDER_NOT_PENDING)
+    elif known.status in (Payment.Status.VOIDING, Payment.Status.VOIDED) and not hasattr(known, "refund"):
+        logger.error("payment %s captured by the provider after the shop claimed a void: refunded",
+                     known.provider_payment_id)  # fmt: skip
+        reason = Refund.Reason.ORDER_NOT_PENDING if known.outcome != Payment.Outcome.APPLIED else Refund.Reason.STAFF
+        request_refund(payment=known, order=known.order, reason=reason)
+
+
 def capture_payment(*, payment: Payment) -> bool:
     """Take an authorized payment's money: claimed (AUTHORIZED -> CAPTURING, one
     conditional UPDATE, which a void racing it cannot also win), asked of the
@@ -125,8 +154,12 @@ def _settle(payment: Payment, *, claim: str, done: str) -> bool:
     if not move_payment(payment.id, claim) and Payment.objects.get(id=payment.id).status != claim:
         return False  # settled, or claimed the other way
     if done == Payment.Status.CAPTURED:
-        provider.capture(idempotency_key=f"capture-{payment.id}", payment_id=payment.provider_payment_id,
-                         amount=payment.amount, currency=payment.currency)  # fmt: skip
+        try:
+            provider.capture(idempotency_key=f"capture-{payment.id}", payment_id=payment.provider_payment_id,
+                             amount=payment.amount, currency=payment.currency)  # fmt: skip
+        except provider.ProviderRefused:
+            move_payment(payment.id, Payment.Status.AUTHORIZED)  # the claim released: the money is still only held
+            raise
     else:
         provider.void(idempotency_key=f"void-{payment.id}", payment_id=payment.provider_payment_id)
     now = timezone.now()

@@ -380,3 +380,64 @@ def test_with_immediate_capture_a_paid_order_is_not_cancelled(provider, shopper_
     refused = client.post(f"/api/orders/{order.id}/cancel")
     assert (refused.status_code, refused.json()["error"]["code"]) == (409, "order_not_cancellable")
     assert Payment.objects.get(pk=payment.pk).status == Payment.Status.AUTHORIZED
+
+
+def test_after_a_decline_the_next_call_opens_a_new_session(provider, shopper_order):
+    client, order = shopper_order
+    first = client.post(f"/api/orders/{order.id}/payment").json()
+    authorize(order, "pay_declined", status="failed")  # the shopper declined on the provider's page
+    second = client.post(f"/api/orders/{order.id}/payment")
+    assert second.status_code == 201 and second.json()["session_id"] != first["session_id"]
+    assert [key for key, _ in provider.called("sessions")] == [f"session-{order.id}-1", f"session-{order.id}-2"]
+
+
+def test_a_free_order_is_paid_without_the_provider(provider, redis):
+    from tests.factories import VoucherFactory
+    from tests.orders.test_vouchers import fill_with_voucher
+
+    product_with_stock(sku="A", price=1000, available=5)
+    VoucherFactory(code="ALL", value=100)  # 100% off
+    client = shopper_client()
+    fill_with_voucher(redis, client.user.id, {"A": 1}, "ALL")
+    order = client.post("/api/orders", HTTP_IDEMPOTENCY_KEY="free").json()
+    assert order["total"] == 0
+    answer = client.post(f"/api/orders/{order['id']}/payment")
+    assert (answer.status_code, answer.json()["error"]["code"]) == (409, "order_not_payable")
+    assert Order.objects.get(pk=order["id"]).status == OrderStatus.PAID and provider.calls == []
+    assert Payment.objects.get(order_id=order["id"]).amount == 0
+
+
+def test_a_failed_payment_then_a_success_under_the_same_id_pays_the_order(provider, shopper_order):
+    _, order = shopper_order
+    authorize(order, "pay_retry", status="failed")
+    payment = authorize(order, "pay_retry")  # the provider kept its id across the retry
+    assert (payment.status, payment.outcome) == (Payment.Status.AUTHORIZED, Payment.Outcome.APPLIED)
+    assert payment.authorized_at is not None
+    assert Order.objects.get(pk=order.pk).status == OrderStatus.PAID
+
+
+def test_a_capture_the_provider_refuses_releases_the_claim(provider, shopper_order, monkeypatch):
+    from orders import provider as client_module
+
+    _, order = shopper_order
+    payment = authorize(order)
+
+    def refuse(**kwargs):
+        raise client_module.ProviderRefused("payment provider answered 422: authorization expired")
+
+    monkeypatch.setattr(client_module, "capture", refuse)
+    with pytest.raises(client_module.ProviderRefused):
+        capture_payment(payment=payment)
+    payment.refresh_from_db()
+    assert payment.status == Payment.Status.AUTHORIZED  # not stuck in CAPTURING: it can still be voided
+    assert void_payment(payment=payment) is True
+
+
+def test_a_providers_capture_after_a_void_was_claimed_is_refunded(provider, shopper_order):
+    client, order = shopper_order
+    payment = authorize(order)
+    assert client.post(f"/api/orders/{order.id}/cancel").status_code == 200  # claims the void
+    authorize(order, status="captured")  # the provider captured first after all
+    payment.refresh_from_db()
+    assert payment.status == Payment.Status.VOIDING
+    assert Refund.objects.get(payment=payment).amount == 2500  # the money taken goes back
