@@ -18,6 +18,7 @@ from django.utils.html import format_html
 
 from core.admin import ReadOnlyAdmin
 from core.exceptions import DomainError
+from core.money import format_money, minor_units_help
 from inventory import gate
 from inventory.catalog_import import CatalogFileInvalid, import_catalog, parse_catalog
 from inventory.models import MAX_UNITS, FlashSale, LowStockAlert, Shipment, Stock, StockMovement
@@ -35,6 +36,7 @@ OPERATIONS = {
     "write_off": ("Write off (-N)", write_off_stock),
     "set": ("Set available to N", set_available_stock),
 }
+MINOR_UNITS = minor_units_help(settings.SHOP_CURRENCY)
 
 
 def adjust_stock(*, sku: str, operation: str, quantity: int, user, note: str = "") -> None:
@@ -82,7 +84,7 @@ class BulkQuantityForm(forms.Form):
 
 
 class CatalogUploadForm(forms.Form):
-    file = forms.FileField(help_text="CSV with the columns sku,name,price,stock (price in minor units)")
+    file = forms.FileField(help_text=f"CSV with the columns sku,name,price,stock (price in {MINOR_UNITS})")
 
 
 class LowStockFilter(admin.SimpleListFilter):
@@ -334,13 +336,14 @@ class FlashSaleForm(forms.ModelForm):
         help_texts = {
             "starts_at": "Checkouts are admitted from then on (Redis's clock: no process runs at the edges).",
             "ends_at": "Checkouts are refused from then on. Blank: no end.",
-            "sale_price": "Minor units a unit costs inside the window. Blank: the catalog price.",
+            "sale_price": f"What a unit costs inside the window, in {MINOR_UNITS}. Blank: the catalog price.",
         }
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         for name in RULE_FIELDS:  # changed means changed since the form was opened (its hidden initial value)
-            self.fields[name].show_hidden_initial = True
+            if name in self.fields:  # a page that only shows the sale has none
+                self.fields[name].show_hidden_initial = True
 
     def clean(self):
         data = super().clean()
@@ -359,12 +362,27 @@ class FlashSaleAdmin(admin.ModelAdmin):
 
     form = FlashSaleForm
     raw_id_fields = ["product"]  # a catalog of 100,000 products is no select box
-    list_display = ["product_id", "mode", "per_customer_limit", "starts_at", "ends_at", "state", "available", "live"]
+    list_display = [
+        "product_id", "price", "mode", "per_customer_limit", "starts_at", "ends_at", "state", "available", "live",
+    ]  # fmt: skip
     list_select_related = ["product__stock"]
     actions = ["end_sales"]
 
     def get_readonly_fields(self, request, obj=None):
-        return ["product"] if obj is not None else []
+        # "price": the sale price as money, next to the input in minor units.
+        return ["product", "price"] if obj is not None else []
+
+    def get_fields(self, request, obj=None):
+        fields = super().get_fields(request, obj)
+        if obj is None or self.has_change_permission(request, obj):
+            return fields
+        return [name for name in fields if name != "sale_price"]  # shown only: as money, not the form's integer
+
+    @admin.display(description="sale price", ordering="sale_price")
+    def price(self, sale):
+        if sale.sale_price is None:
+            return f"catalog price ({format_money(sale.product.price, settings.SHOP_CURRENCY)})"
+        return format_money(sale.sale_price, settings.SHOP_CURRENCY)
 
     def get_actions(self, request):
         actions = super().get_actions(request)

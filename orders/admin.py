@@ -7,6 +7,7 @@ from django.utils.html import format_html_join
 
 from core.admin import ReadOnlyAdmin, ReadOnlyInline
 from core.exceptions import DomainError
+from core.money import format_money
 from inventory.models import Shipment
 from orders.exports import csv_lines
 from orders.models import CAPTURED_STATUSES, Notification, Order, OrderItem, OrderStatus, Payment, Refund
@@ -16,44 +17,66 @@ from orders.services.payments import authorized_payment, capture_payment, void_p
 from orders.services.refunds import retry_refund
 from outbox.models import OutboxEvent
 
-CURRENCY_SYMBOLS = {"EUR": "€", "USD": "$", "GBP": "£"}
-
-
-def _money(amount: int, currency: str) -> str:
-    """2500 EUR -> "€25.00": minor units in whole numbers (a float would round large amounts)."""
-    units, cents = divmod(amount, 100)
-    return f"{CURRENCY_SYMBOLS.get(currency, f'{currency} ')}{units:,}.{cents:02d}"
-
 
 def _at(moment) -> str:
     return f"{timezone.localtime(moment):%Y-%m-%d %H:%M:%S}"
 
 
+class AmountShown:
+    """A payment's or a refund's amount as money, in its own currency: for lists,
+    inlines and view pages, in place of the `amount` and `currency` fields."""
+
+    @admin.display(description="amount", ordering="amount")
+    def amount_shown(self, record):
+        return format_money(record.amount, record.currency)
+
+
+def fields_shown(model) -> list[str]:
+    """Every field of a payment or a refund, as its view page shows them."""
+    names = [field.name for field in model._meta.fields if field.name != "currency"]
+    return ["amount_shown" if name == "amount" else name for name in names]
+
+
 class OrderItemInline(ReadOnlyInline):
     model = OrderItem
-    fields = ["product", "name", "quantity", "unit_price", "discount"]
+    fields = ["product", "name", "quantity", "price", "discount_off", "line_total"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("order")  # the currency, without a query per line
+
+    @admin.display(description="unit price")
+    def price(self, item):
+        return format_money(item.unit_price, item.order.currency)
+
+    @admin.display(description="discount")
+    def discount_off(self, item):
+        return format_money(item.discount, item.order.currency)
+
+    @admin.display(description="line total")
+    def line_total(self, item):
+        return format_money(item.line_total, item.order.currency)
 
 
-class PaymentInline(ReadOnlyInline):
+class PaymentInline(AmountShown, ReadOnlyInline):
     model = Payment
-    fields = ["provider_payment_id", "amount", "currency", "status", "outcome", "received_at"]
+    fields = ["provider_payment_id", "amount_shown", "status", "outcome", "received_at"]
 
 
-class RefundInline(ReadOnlyInline):
+class RefundInline(AmountShown, ReadOnlyInline):
     model = Refund
-    fields = ["payment", "amount", "currency", "reason", "status", "failure_reason", "created_at", "completed_at"]
+    fields = ["payment", "amount_shown", "reason", "status", "failure_reason", "created_at", "completed_at"]
 
 
 @admin.register(Order)
 class OrderAdmin(admin.ModelAdmin):
-    list_display = ["id", "customer", "status", "total_amount", "currency", "created_at", "expires_at", "paid_at"]
+    list_display = ["id", "customer", "status", "total", "created_at", "expires_at", "paid_at"]
     list_filter = ["status", "created_at"]
     search_fields = ["=id", "customer__username", "customer__email", "items__product__sku"]
     list_select_related = ["customer"]
     # An order is a snapshot of what was bought, for how much, shipped where: staff
     # change it only through the actions (services), never by editing its fields.
     readonly_fields = [
-        "customer", "idempotency_key", "request_hash", "status", "total_amount", "currency",
+        "customer", "idempotency_key", "request_hash", "status", "total",
         "created_at", "expires_at", "paid_at", "shipped_at", "cancelled_at", "rejection_reason", "ship_to",
         "shipment_status", "events", "payment_timeline",
     ]
@@ -69,13 +92,19 @@ class OrderAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False
 
+    @admin.display(description="total", ordering="total_amount")
+    def total(self, order):
+        return format_money(order.total_amount, order.currency)
+
     @admin.display(description="ship to")
     def ship_to(self, order):
+        """The address snapshot as a label reads, one line each; blank lines left out."""
         a = order.shipping_address
         if not a:
             return "-"
-        return ", ".join(filter(None, [a["name"], a["line1"], a["line2"], f"{a['postal_code']} {a['city']}",
-                                       a["country"], a["phone"]]))  # fmt: skip
+        town = " ".join(filter(None, [a.get("postal_code"), a.get("city")]))
+        lines = [a.get("name"), a.get("line1"), a.get("line2"), town, a.get("country"), a.get("phone")]
+        return format_html_join("\n", "<div>{}</div>", ((line,) for line in lines if line))
 
     @admin.display(description="shipment")
     def shipment_status(self, order):
@@ -102,7 +131,8 @@ class OrderAdmin(admin.ModelAdmin):
                       ("voided", payment.voided_at)]  # fmt: skip
             refund = getattr(payment, "refund", None)  # None: never refunded
             if refund is not None:
-                asked = f"refund of {_money(refund.amount, refund.currency)} ({refund.get_status_display()}) requested"
+                money = format_money(refund.amount, refund.currency)
+                asked = f"refund of {money} ({refund.get_status_display()}) requested"
                 stamps += [(asked, refund.created_at), ("refund completed", refund.completed_at)]
             return format_html_join("", "<li>{} {}</li>", ((what, _at(when)) for what, when in stamps if when))
 
@@ -111,7 +141,7 @@ class OrderAdmin(admin.ModelAdmin):
             "\n",
             "<div><strong>{}</strong> &middot; {} &middot; {} &middot; {}<ul>{}</ul></div>",
             (
-                (p.provider_payment_id, _money(p.amount, p.currency), p.get_status_display(),
+                (p.provider_payment_id, format_money(p.amount, p.currency), p.get_status_display(),
                  p.get_outcome_display(), moments(p))
                 for p in payments
             ),
@@ -156,7 +186,7 @@ class OrderAdmin(admin.ModelAdmin):
         for order in queryset:
             payment = authorized_payment(order_id=order.id)
             held = f"{payment.provider_payment_id} ({payment.get_status_display()})" if payment else "no money held"
-            rows.append((order.id, order.status, _money(order.total_amount, order.currency), held))
+            rows.append((order.id, order.status, format_money(order.total_amount, order.currency), held))
         context = {
             **self.admin_site.each_context(request), "opts": self.model._meta, "title": question, "rows": rows,
             "action": action, "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
@@ -181,7 +211,7 @@ class OrderAdmin(admin.ModelAdmin):
                 self.message_user(request, f"Order {order.id}: {error}", messages.ERROR)
             else:
                 if captured:
-                    money = _money(payment.amount, payment.currency)
+                    money = format_money(payment.amount, payment.currency)
                     self.message_user(request, f"Order {order.id}: captured {money}.", messages.SUCCESS)
                 else:
                     self.message_user(request, f"Order {order.id}: nothing to capture.", messages.WARNING)
@@ -234,27 +264,26 @@ class OrderAdmin(admin.ModelAdmin):
 
 
 @admin.register(Payment)
-class PaymentAdmin(ReadOnlyAdmin):
-    list_display = ["provider_payment_id", "order_id", "amount", "currency", "status", "outcome", "received_at"]
+class PaymentAdmin(AmountShown, ReadOnlyAdmin):
+    list_display = ["provider_payment_id", "order_id", "amount_shown", "status", "outcome", "received_at"]
     list_filter = ["status", "outcome"]
     search_fields = ["provider_payment_id", "=order__id"]
+    fields = readonly_fields = fields_shown(Payment)
 
 
 @admin.register(Refund)
-class RefundAdmin(ReadOnlyAdmin):
+class RefundAdmin(AmountShown, ReadOnlyAdmin):
     list_display = [
-        "id", "order_id", "payment", "amount", "currency", "reason", "status", "failure_reason", "attempt",
+        "id", "order_id", "payment", "amount_shown", "reason", "status", "failure_reason", "attempt",
         "created_at", "completed_at",
     ]  # fmt: skip
     list_filter = ["status", "reason"]
     list_select_related = ["payment"]
+    fields = readonly_fields = fields_shown(Refund)
     actions = ["retry"]
 
     def has_change_permission(self, request, obj=None):  # for the action; the form stays read-only
         return request.user.has_perm("orders.change_order")
-
-    def get_readonly_fields(self, request, obj=None):
-        return [field.name for field in Refund._meta.fields]
 
     @admin.action(description="Retry selected failed refunds (a new attempt at the provider)", permissions=["change"])
     def retry(self, request, queryset):

@@ -1,4 +1,5 @@
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
@@ -9,17 +10,25 @@ from django.utils.formats import localize
 from django.utils.html import format_html
 
 from core.admin import ReadOnlyAdmin
+from core.money import format_money, minor_units_help
 from shop.models import LoyaltyEntry, Product, Promotion, VoucherRedemption
 from shop.promotions import end_promotions, normalize_code, save_promotion
 from shop.services import set_password
 
+MINOR_UNITS = minor_units_help(settings.SHOP_CURRENCY)
+
+
+def _money(amount: int) -> str:
+    """Catalog amounts (prices, promotions) are in the shop's one currency."""
+    return format_money(amount, settings.SHOP_CURRENCY)
+
 
 @admin.register(Product)
 class ProductAdmin(admin.ModelAdmin):
-    list_display = ["sku", "name", "price", "is_active", "updated_at"]
+    list_display = ["sku", "name", "price_shown", "is_active", "updated_at"]
     list_filter = ["is_active"]
     search_fields = ["sku", "name"]
-    readonly_fields = ["created_at", "updated_at"]
+    readonly_fields = ["price_shown", "created_at", "updated_at"]
     ordering = ["sku"]
 
     def get_readonly_fields(self, request, obj=None):
@@ -27,8 +36,17 @@ class ProductAdmin(admin.ModelAdmin):
         return [*self.readonly_fields, "sku"] if obj else self.readonly_fields
 
     def get_fields(self, request, obj=None):
-        fields = ["sku", "name", "price", "is_active", "description", "image_url"]
+        # The price is typed in minor units; a page that only shows it shows money.
+        price = "price" if obj is None or self.has_change_permission(request, obj) else "price_shown"
+        fields = ["sku", "name", price, "is_active", "description", "image_url"]
         return [*fields, "created_at", "updated_at"] if obj else fields
+
+    def get_form(self, request, obj=None, **kwargs):
+        return super().get_form(request, obj, help_texts={"price": f"In {MINOR_UNITS}."}, **kwargs)
+
+    @admin.display(description="price", ordering="price")
+    def price_shown(self, product):
+        return _money(product.price)
 
 
 @admin.register(LoyaltyEntry)
@@ -50,9 +68,9 @@ class PromotionForm(forms.ModelForm):
             "usage_limit", "per_customer_limit",
         ]  # fmt: skip
         help_texts = {
-            "value": "Percent (1-100) for a percentage; minor units for an amount.",
+            "value": f"Percent (1-100) for a percentage; for an amount, {MINOR_UNITS}.",
             "products": "The SKUs a promotion of the listed SKUs applies to (ignored for the whole cart).",
-            "min_subtotal": "Minor units: applies only when the cart's subtotal at catalog prices reaches it.",
+            "min_subtotal": f"In {MINOR_UNITS}. Applies only when the cart's subtotal at catalog prices reaches it.",
             "ends_at": "Blank: open-ended.",
             "code": "Blank: automatic. With a code it is a voucher (letters, digits, dashes; any case).",
             "usage_limit": "Vouchers only. Redemptions in all; blank: no limit.",
@@ -108,11 +126,11 @@ class PromotionAdmin(admin.ModelAdmin):
     services' alone: shown, never written by the form (shop/promotions.py)."""
 
     form = PromotionForm
-    list_display = ["name", "discount", "window", "code", "uses", "remaining", "active_now"]
+    list_display = ["name", "discount", "minimum", "window", "code", "uses", "remaining", "active_now"]
     list_filter = ["kind", "scope"]
     search_fields = ["name", "code"]
     autocomplete_fields = ["products"]
-    readonly_fields = ["uses", "remaining", "redemptions_so_far", "created_at", "updated_at"]
+    readonly_fields = ["discount", "minimum", "uses", "remaining", "redemptions_so_far", "created_at", "updated_at"]
     actions = ["end_now"]
     fieldsets = [
         (None, {"fields": ["name", "kind", "value", "scope", "products", "min_subtotal"]}),
@@ -130,6 +148,13 @@ class PromotionAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return super().has_delete_permission(request, obj) and not _prices_a_flash_sale(obj)
 
+    def get_fieldsets(self, request, obj=None):
+        if obj is None or self.has_change_permission(request, obj):
+            return self.fieldsets
+        # A page that only shows the promotion shows its amounts as money, not the form's integers.
+        shown = {"value": "discount", "min_subtotal": "minimum"}
+        return [(name, {"fields": [shown.get(f, f) for f in opts["fields"]]}) for name, opts in self.fieldsets]
+
     def save_model(self, request, obj, form, change):
         save_promotion(promotion=obj, changed=form.changed_data if change else None)
 
@@ -139,7 +164,17 @@ class PromotionAdmin(admin.ModelAdmin):
 
     @admin.display(description="discount")
     def discount(self, promotion):
-        return promotion.discount_label
+        # Promotion.discount_label, with an amount shown as money.
+        if promotion.kind == Promotion.Kind.PERCENT:
+            return promotion.discount_label
+        money = _money(promotion.value)
+        if promotion.kind == Promotion.Kind.SALE_PRICE:
+            return f"each unit at {money}"
+        return f"{money} off {'each unit' if promotion.kind == Promotion.Kind.AMOUNT else 'the cart'}"
+
+    @admin.display(description="minimum subtotal", ordering="min_subtotal")
+    def minimum(self, promotion):
+        return _money(promotion.min_subtotal) if promotion.min_subtotal else "-"
 
     @admin.display(description="window")
     def window(self, promotion):

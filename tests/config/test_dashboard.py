@@ -1,5 +1,6 @@
 """The staff dashboard and the live flash-sale page (config/dashboard.py, config/admin.py)."""
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -25,16 +26,49 @@ def test_todays_figures_and_the_last_hour():
     figures = dashboard(now=now)
     assert figures["today"]["orders"] == 3
     assert figures["today"]["paid"] == 2 and figures["today"]["revenue"] == 3000
+    assert figures["today"]["revenue_shown"] == "€30.00"
     assert figures["today"]["paid_rate"] == pytest.approx(2 / 3)
     chart = figures["chart"]
     assert len(chart["bars"]) == 60 and chart["top"] == 2
-    assert chart["bars"][-1].label.endswith(" 2") and chart["bars"][-6].label.endswith(" 1")
+    assert chart["bars"][-1].value == 2 and chart["bars"][-6].value == 1
+    assert chart["bars"][-1].label == f"{now:%H:%M}: 2 orders"
     assert chart["bars"][-1].height == chart["height"] and chart["bars"][0].height == 0
 
 
 def test_bars_scale_to_the_top_value():
     chart = bars([(timezone.now(), 0), (timezone.now(), 5), (timezone.now(), 10)], width=300, height=100)
     assert [b.height for b in chart["bars"]] == [0, 50, 100] and [b.x for b in chart["bars"]] == [0, 100, 200]
+
+
+def test_bars_tick_the_axes():
+    start = timezone.now().replace(hour=12, minute=0, second=0, microsecond=0)
+    series = [(start + timedelta(minutes=i), i % 7) for i in range(30)]
+    chart = bars(series, width=300, height=60, every=10)
+    assert [(t.label, t.at) for t in chart["y_ticks"]] == [("0", 60), ("3", 30), ("6", 0)]
+    assert [(t.label, t.at) for t in chart["x_ticks"]] == [("12:00", 4.0), ("12:10", 104.0), ("12:20", 204.0)]
+    assert [b.center for b in chart["bars"][:2]] == [4.0, 14.0]
+
+
+def test_the_dashboards_chart_labels_its_axes_and_each_bar():
+    now = timezone.now()
+    OrderFactory(created_at=now)
+    OrderFactory(created_at=now)
+    OrderFactory(created_at=now - timedelta(minutes=1))
+    response = staff_client("Order managers").get("/admin/dashboard/")
+    shown = response.context["chart"]["bars"]  # the minutes as the page drew them (a minute may have turned)
+    body = response.content.decode()
+    start = body.index('<svg id="orders-chart"')
+    chart = body[start : body.index("</svg>", start)]
+    assert "style=" not in chart and "<script" not in body.split('id="dashboard"')[1]  # the CSP allows none inline
+    assert ">orders</text>" in chart and ">minute (UTC)</text>" in chart  # the axes' titles
+    for tick in ("0", "1", "2"):  # the y axis: 0, half the top, the top
+        assert f'text-anchor="end">{tick}</text>' in chart
+    for bar in shown[::10]:  # the x axis, every 10 minutes
+        assert f'text-anchor="middle">{bar.minute}</text>' in chart
+    values = [int(value) for value in re.findall(r'<text class="bar-value[^"]*"[^>]*>(\d+)</text>', chart)]
+    assert len(values) == 60 and values == [bar.value for bar in shown]  # each bar's value, oldest first
+    assert sorted(value for value in values if value) == [1, 2]
+    assert f"<title>{now:%H:%M}: 2 orders</title>" in chart
 
 
 @pytest.mark.parametrize("group", ["Stock managers", "Order managers"])
@@ -44,7 +78,8 @@ def test_staff_of_either_group_see_the_dashboard_and_its_refunds(group):
     response = client.get("/admin/dashboard/")
     assert response.status_code == 200
     body = response.content.decode()
-    assert 'id="orders-chart"' in body and body.count("<rect") == 60 and "1234 EUR" in body
+    assert 'id="orders-chart"' in body and body.count("<rect") == 60
+    assert '<td id="revenue-today">€12.34</td>' in body and "cents" not in body
     assert 'id="refunds-failed"' in body and "?status__exact=FAILED" in body
     assert 'href="/admin/dashboard/"' in client.get("/admin/").content.decode()
 

@@ -199,3 +199,34 @@ def test_two_staff_adjusting_at_once_each_get_their_own_message(stock_manager, o
     [second_message] = [str(m) for m in get_messages(second)]
     assert "Cannot write off" in first_message
     assert second_message == "B: now 6 available, 0 reserved."
+
+
+def test_flash_sale_admin_lists_the_sale_price_as_money_and_asks_for_minor_units(
+    stock_manager, django_capture_on_commit_callbacks
+):
+    from inventory.services.flash_sales import seed_flash_sale
+
+    with django_capture_on_commit_callbacks(execute=True):
+        seed_flash_sale(sku="HOT", stock=5, price=1000, sale_price=700)
+        seed_flash_sale(sku="WARM", stock=5, price=1250)
+    listing = stock_manager.get("/admin/inventory/flashsale/").content.decode()
+    assert '<td class="field-price">€7.00</td>' in listing
+    assert '<td class="field-price">catalog price (€12.50)</td>' in listing
+    form = stock_manager.get("/admin/inventory/flashsale/HOT/change/").content.decode()
+    assert 'name="sale_price" value="700"' in form and "in minor units (cents): 1299 = €12.99." in form
+    upload = stock_manager.get("/admin/inventory/stock/import/").content.decode()
+    assert "price in minor units (cents): 1299 = €12.99" in upload
+
+
+def test_a_flash_sale_page_that_only_shows_it_shows_its_price_as_money(django_capture_on_commit_callbacks):
+    from django.contrib.auth.models import Permission
+
+    from inventory.services.flash_sales import seed_flash_sale
+    from tests.helpers import staff_client
+
+    with django_capture_on_commit_callbacks(execute=True):
+        seed_flash_sale(sku="HOT", stock=5, price=1000, sale_price=700)
+    viewer = staff_client()
+    viewer.user.user_permissions.add(Permission.objects.get(codename="view_flashsale"))
+    page = viewer.get("/admin/inventory/flashsale/HOT/change/").content.decode()
+    assert page.count('<div class="readonly">€7.00</div>') == 1 and ">700<" not in page

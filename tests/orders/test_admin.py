@@ -6,7 +6,14 @@ from django.test import Client
 from inventory.models import Stock
 from orders.models import Order, Refund
 from outbox.models import OutboxEvent
-from tests.factories import UserFactory, product_with_stock
+from tests.factories import (
+    OrderFactory,
+    OrderItemFactory,
+    PaymentFactory,
+    ProductFactory,
+    UserFactory,
+    product_with_stock,
+)
 from tests.helpers import place_pending_order, post_webhook
 
 pytestmark = pytest.mark.django_db
@@ -95,3 +102,31 @@ def test_order_managers_export_and_an_orders_snapshot_is_read_only(order_manager
                                                                    "total_amount": "1"})  # fmt: skip
     order.refresh_from_db()
     assert order.shipping_address["country"] == "ES" and order.total_amount == 100
+
+
+def test_the_order_page_shows_money_as_money_and_the_address_as_lines(order_manager):
+    order = OrderFactory(total_amount=123456789, currency="EUR")
+    OrderItemFactory(order=order, product=ProductFactory(sku="MUG"), quantity=3, unit_price=1299, discount=300)
+    PaymentFactory(order=order, provider_payment_id="pay_big", amount=123456789, currency="EUR")
+    page = order_manager.get(f"/admin/orders/order/{order.id}/change/").content.decode()
+    assert '<div class="readonly">€1,234,567.89</div>' in page  # the total
+    assert "€12.99" in page and "€3.00" in page and "€35.97" in page  # unit price, discount, line total
+    assert ">1299<" not in page and "123456789" not in page and 'name="shipping_address"' not in page
+    lines = ["Ana García", "Calle Mayor 1", "28013 Madrid", "ES", "+34 600 000 000"]  # line2 is blank: left out
+    assert "\n".join(f"<div>{line}</div>" for line in lines) in page
+
+    listing = order_manager.get("/admin/orders/order/").content.decode()
+    assert '<td class="field-total">€1,234,567.89</td>' in listing
+
+
+def test_payments_and_refunds_show_their_amount_as_money(order_manager):
+    payment = PaymentFactory(order=OrderFactory(total_amount=2500), provider_payment_id="pay_money", amount=2500)
+    refund = Refund.objects.create(payment=payment, order=payment.order, amount=2500, currency="GBP", reason="staff")
+    payments = order_manager.get("/admin/orders/payment/").content.decode()
+    assert '<td class="field-amount_shown">€25.00</td>' in payments
+    payment_page = order_manager.get(f"/admin/orders/payment/{payment.id}/change/").content.decode()
+    assert '<div class="readonly">€25.00</div>' in payment_page and ">2500<" not in payment_page
+    refunds = order_manager.get("/admin/orders/refund/").content.decode()
+    assert '<td class="field-amount_shown">£25.00</td>' in refunds
+    refund_page = order_manager.get(f"/admin/orders/refund/{refund.id}/change/").content.decode()
+    assert '<div class="readonly">£25.00</div>' in refund_page and 'name="amount"' not in refund_page

@@ -75,7 +75,7 @@ def test_promotion_admin_lists_kind_value_window_code_uses_and_remaining_uses():
     rows = response.content.decode().split("<tbody>")[1].split("<tr>")
     spring, winter = (next(row for row in rows if f">{name}</a>" in row) for name in ("Spring vouchers", "Last winter"))
     assert "10% off each unit" in spring and "SPRING" in spring and ">7<" in spring and "icon-yes" in spring
-    assert "500 off the cart" in winter and "open-ended" not in winter and "icon-no" in winter
+    assert "€5.00 off the cart" in winter and "open-ended" not in winter and "icon-no" in winter
 
 
 def test_promotion_admin_adds_a_voucher_upper_casing_its_code():
@@ -168,3 +168,44 @@ def test_a_promotion_form_opened_before_the_promotion_ended_does_not_reopen_it(d
     assert saved.status_code == 302
     spring.refresh_from_db()
     assert spring.name == "Spring sale" and spring.ends_at is not None
+
+
+def test_product_admin_lists_prices_as_money_and_asks_for_minor_units():
+    ProductFactory(sku="MUG", price=123456789)
+    admin = staff_client(superuser=True)
+    listing = admin.get("/admin/shop/product/").content.decode()
+    assert '<td class="field-price_shown">€1,234,567.89</td>' in listing
+    form = admin.get("/admin/shop/product/MUG/change/").content.decode()
+    assert 'name="price" value="123456789"' in form  # typed as an integer, in minor units
+    assert "In minor units (cents): 1299 = €12.99." in form
+
+
+def test_a_product_page_that_only_shows_it_shows_its_price_as_money():
+    from django.contrib.auth.models import Permission
+
+    ProductFactory(sku="MUG", price=1299)
+    viewer = staff_client()
+    viewer.user.user_permissions.add(Permission.objects.get(codename="view_product"))
+    page = viewer.get("/admin/shop/product/MUG/change/").content.decode()
+    assert '<div class="readonly">€12.99</div>' in page and 'name="price"' not in page
+
+
+def test_promotion_admin_shows_amounts_and_minimum_subtotals_as_money():
+    PromotionFactory(name="Mugs", kind=Promotion.Kind.AMOUNT, value=250, min_subtotal=5000)
+    admin = staff_client(superuser=True)
+    listing = admin.get("/admin/shop/promotion/").content.decode()
+    assert "€2.50 off each unit" in listing and '<td class="field-minimum">€50.00</td>' in listing
+    form = admin.get("/admin/shop/promotion/add/").content.decode()
+    assert "for an amount, minor units (cents): 1299 = €12.99." in form
+    assert "In minor units (cents): 1299 = €12.99. Applies only when" in form
+
+
+def test_a_flash_sales_promotion_page_shows_its_price_as_money(django_capture_on_commit_callbacks):
+    from inventory.services.flash_sales import seed_flash_sale
+
+    with django_capture_on_commit_callbacks(execute=True):
+        sale = seed_flash_sale(sku="HOT", stock=5, price=1000, sale_price=700)
+    admin = staff_client(superuser=True)
+    assert "each unit at €7.00" in admin.get("/admin/shop/promotion/").content.decode()
+    page = admin.get(f"/admin/shop/promotion/{sale.promotion_id}/change/").content.decode()
+    assert '<div class="readonly">each unit at €7.00</div>' in page and ">700<" not in page
