@@ -84,8 +84,12 @@ REFUND_TRANSITIONS: frozenset[tuple[str, str]] = frozenset(
 def move_refund(refund_id: int, target: str, **fields) -> bool:
     """Move one refund to `target` (setting `fields`) if its status allows it:
     one conditional UPDATE, so a confirmation and a retry cannot both win."""
-    allowed = sorted(before for before, after in REFUND_TRANSITIONS if after == target)
+    allowed = _reached_from(REFUND_TRANSITIONS, target)
     return bool(Refund.objects.filter(id=refund_id, status__in=allowed).update(status=target, **fields))
+
+
+def _reached_from(table: frozenset[tuple[str, str]], target: str) -> list[str]:
+    return sorted(before for before, after in table if after == target)
 
 
 # A payment's life (Payment.Status). The shop claims a capture or a void first
@@ -110,6 +114,6 @@ PAYMENT_STAMPS = {Payment.Status.CAPTURED: "captured_at", Payment.Status.VOIDED:
 def move_payment(payment_id: int, target: str, *, at: datetime | None = None) -> bool:
     """Move one payment to `target` if its status allows it, stamping the moment
     where the model keeps one: one conditional UPDATE."""
-    allowed = sorted(before for before, after in PAYMENT_TRANSITIONS if after == target)
+    allowed = _reached_from(PAYMENT_TRANSITIONS, target)
     stamp = {PAYMENT_STAMPS[target]: at or timezone.now()} if target in PAYMENT_STAMPS else {}
     return bool(Payment.objects.filter(id=payment_id, status__in=allowed).update(status=target, **stamp))

@@ -1,4 +1,7 @@
 import itertools
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -73,3 +76,61 @@ def stock() -> tuple[int, int]:
     return row.available, row.reserved
 
 
+# --- the payment provider (test_payment_lifecycle.py, test_admin_payments.py) -------------------
+
+
+class PaymentProvider:
+    """A payment provider on a real socket, speaking the simulator's protocol: a
+    session per idempotency key (the same answer for the same key), captures and
+    voids answered at once; every call recorded (path, key, body). `unavailable`
+    answers 503 that many times."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, dict]] = []
+        self.sessions: dict[str, dict] = {}
+        self.unavailable = 0
+        self.lock = threading.Lock()
+        provider = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's name
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                key, path = self.headers["Idempotency-Key"], self.path.rsplit("/", 1)[-1]
+                with provider.lock:
+                    provider.calls.append((path, key, body))
+                    status, answer = (503, {"error": "down"}) if provider.unavailable else (200, None)
+                    provider.unavailable = max(0, provider.unavailable - 1)
+                    if status == 200 and path == "sessions":
+                        answer = provider.sessions.setdefault(key, {
+                            "id": f"ps_{len(provider.sessions) + 1}", "expires_at": body["expires_at"],
+                            "pay_url": f"{provider.url}/pay/ps_{len(provider.sessions) + 1}",
+                        })  # fmt: skip
+                    elif status == 200:
+                        answer = {"id": body["payment_id"], "status": "captured" if path == "captures" else "voided"}
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(json.dumps(answer).encode())
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True).start()  # quick to shut down
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def called(self, path: str) -> list[tuple[str, dict]]:
+        return [(key, body) for called, key, body in self.calls if called == path]
+
+
+@pytest.fixture
+def provider(settings):
+    """The fake provider on a socket of this test's own (test_refunds.py has its own, for refunds only)."""
+    running = PaymentProvider()
+    settings.PAYMENT_PROVIDER_URL = running.url
+    yield running
+    running.stop()

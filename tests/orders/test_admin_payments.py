@@ -9,18 +9,9 @@ from orders.models import Order, OrderStatus, Payment
 from orders.services import refund_paid_order
 from tests.factories import UserFactory, product_with_stock
 from tests.helpers import place_pending_order, staff_client
-from tests.orders.test_payment_lifecycle import Provider, authorize
+from tests.orders.test_payment_lifecycle import authorize
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def provider(settings):
-    """The fake provider of test_payment_lifecycle.py, on a socket of this test's own."""
-    running = Provider()
-    settings.PAYMENT_PROVIDER_URL = running.url
-    yield running
-    running.stop()
 
 
 @pytest.fixture

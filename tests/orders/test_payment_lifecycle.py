@@ -3,10 +3,6 @@ provider's webhook authorizing then capturing, the `payments` consumer capturing
 when the order ships and voiding when it is cancelled before, a capture racing a
 void decided by one conditional update, late authorizations voided."""
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 from django.db import connection
 from django.test import Client
@@ -22,62 +18,6 @@ from tests.factories import UserFactory, api_token, product_with_stock
 from tests.helpers import consumer_event, expire_now, place_pending_order, post_webhook, run_in_threads, shopper_client
 
 pytestmark = pytest.mark.django_db
-
-
-class Provider:
-    """A payment provider on a real socket, speaking the simulator's protocol: a
-    session per idempotency key (the same answer for the same key), captures and
-    voids answered at once; every call recorded (path, key, body). `unavailable`
-    answers 503 that many times."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str, dict]] = []
-        self.sessions: dict[str, dict] = {}
-        self.unavailable = 0
-        self.lock = threading.Lock()
-        provider = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's name
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                key, path = self.headers["Idempotency-Key"], self.path.rsplit("/", 1)[-1]
-                with provider.lock:
-                    provider.calls.append((path, key, body))
-                    status, answer = (503, {"error": "down"}) if provider.unavailable else (200, None)
-                    provider.unavailable = max(0, provider.unavailable - 1)
-                    if status == 200 and path == "sessions":
-                        answer = provider.sessions.setdefault(key, {
-                            "id": f"ps_{len(provider.sessions) + 1}", "expires_at": body["expires_at"],
-                            "pay_url": f"{provider.url}/pay/ps_{len(provider.sessions) + 1}",
-                        })  # fmt: skip
-                    elif status == 200:
-                        answer = {"id": body["payment_id"], "status": "captured" if path == "captures" else "voided"}
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.end_headers()
-                self.wfile.write(json.dumps(answer).encode())
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True).start()  # quick to shut down
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-    def called(self, path: str) -> list[tuple[str, dict]]:
-        return [(key, body) for called, key, body in self.calls if called == path]
-
-
-@pytest.fixture
-def provider(settings):
-    running = Provider()
-    settings.PAYMENT_PROVIDER_URL = running.url
-    yield running
-    running.stop()
 
 
 @pytest.fixture
@@ -131,6 +71,7 @@ def test_20_concurrent_calls_get_one_session(provider, redis):
     answers = run_in_threads([pay] * 20)
     assert {session for _, session in answers} == {"ps_1"}
     assert sorted(status for status, _ in answers).count(201) >= 1
+    assert [status for status, _ in answers].count(201) == 1  # one call made the session; 19 found it
     assert PaymentSession.objects.count() == 1 and len(provider.sessions) == 1
     assert {key for key, _ in provider.called("sessions")} == {f"session-{order.id}-1"}
     connection.close()
