@@ -76,6 +76,8 @@ if PAYMENT_CAPTURE not in ("on_shipment", "immediate"):
     raise ImproperlyConfigured(f"PAYMENT_CAPTURE must be on_shipment or immediate, got {PAYMENT_CAPTURE!r}")
 # How long a payment session (POST /api/orders/{id}/payment) stays open, at most the order's deadline.
 PAYMENT_SESSION_SECONDS = env_int("PAYMENT_SESSION_SECONDS", 900)
+# How long after shipping a shopper may ask to return units (POST /api/orders/{id}/returns).
+RETURN_WINDOW_DAYS = env_int("RETURN_WINDOW_DAYS", 30)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 
 # --- HTTPS: on outside development; `manage.py check --deploy` is clean --------

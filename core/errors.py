@@ -78,4 +78,14 @@ class ErrorCode(StrEnum):
     ORDER_NOT_SHIPPABLE = "order_not_shippable"
     ORDER_NOT_PAYABLE = "order_not_payable"  # paid, cancelled, expired, or queued and not written yet
     PAYMENT_PROVIDER_UNAVAILABLE = "payment_provider_unavailable"
+    PAYMENT_NOT_CAPTURED = "payment_not_captured"  # a refund of money only authorized, or being moved
+    REFUND_EXCEEDS_CAPTURED = "refund_exceeds_captured"
+    LINES_NOT_REMOVABLE = "lines_not_removable"  # more units than the order still has, or all of them
+    ORDER_NOT_SHIPPED = "order_not_shipped"
+    RETURN_WINDOW_CLOSED = "return_window_closed"
+    NOTHING_TO_RETURN = "nothing_to_return"
+    SKU_NOT_ON_ORDER = "sku_not_on_order"
+    TOO_MANY_UNITS = "too_many_units"
+    RETURN_NOT_RECEIVABLE = "return_not_receivable"  # rejected or received already
+    RETURN_NOT_DECIDABLE = "return_not_decidable"  # approved, rejected or received already
     INVALID_SIGNATURE = "invalid_signature"

@@ -31,6 +31,15 @@ def cancel_shipment(event: Event) -> None:
     )
 
 
+@register("warehouse", "OrderLinesCancelled")
+def shorten_shipment(event: Event) -> None:
+    """Staff removed lines before the order left: the request now asks for what is
+    left (`items` in the event: the whole list, so a redelivery changes nothing)."""
+    Shipment.objects.filter(order_id=event.data["order_id"], status=Shipment.Status.REQUESTED).update(
+        items=event.data["items"]
+    )
+
+
 @register("warehouse", "OrderCreated")
 def alert_low_stock(event: Event) -> None:
     skus = sorted({item["sku"] for item in event.data["items"]})

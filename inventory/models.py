@@ -12,6 +12,8 @@ class StockMovementReason(models.TextChoices):
     RECEIVED = "received", "Received"
     WRITTEN_OFF = "written_off", "Written off"
     CORRECTION = "correction", "Correction"
+    RETURNED = "returned", "Returned by a shopper"
+    DAMAGED = "damaged", "Returned damaged: written off"
 
 
 class ShipmentStatus(models.TextChoices):

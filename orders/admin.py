@@ -129,14 +129,13 @@ class OrderAdmin(admin.ModelAdmin):
         def moments(payment):
             stamps = [("authorized", payment.authorized_at), ("captured", payment.captured_at),
                       ("voided", payment.voided_at)]  # fmt: skip
-            refund = getattr(payment, "refund", None)  # None: never refunded
-            if refund is not None:
+            for refund in payment.refunds.all():
                 money = format_money(refund.amount, refund.currency)
-                asked = f"refund of {money} ({refund.get_status_display()}) requested"
-                stamps += [(asked, refund.created_at), ("refund completed", refund.completed_at)]
+                asked = f"refund of {money} ({refund.get_reason_display()}, {refund.get_status_display()}) requested"
+                stamps += [(asked, refund.created_at), (f"refund of {money} completed", refund.completed_at)]
             return format_html_join("", "<li>{} {}</li>", ((what, _at(when)) for what, when in stamps if when))
 
-        payments = order.payments.select_related("refund").order_by("id")
+        payments = order.payments.prefetch_related("refunds").order_by("id")
         return format_html_join(
             "\n",
             "<div><strong>{}</strong> &middot; {} &middot; {} &middot; {}<ul>{}</ul></div>",

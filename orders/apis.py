@@ -47,6 +47,9 @@ class OrderOutputSerializer(serializers.Serializer):
         unit_price = serializers.IntegerField(help_text="Minor units; the catalog price when the order was placed")
         discount = serializers.IntegerField(help_text="Minor units off the whole line (promotions)")
         line_total = serializers.IntegerField(help_text="quantity x unit_price - discount")
+        cancelled = serializers.IntegerField(help_text="Units staff removed before shipping (back on sale)")
+        returned = serializers.IntegerField(help_text="Units received back from a return")
+        refunded = serializers.IntegerField(help_text="Units whose price went back to the shopper")
 
 
     id = serializers.IntegerField()
@@ -58,8 +61,23 @@ class OrderOutputSerializer(serializers.Serializer):
         class Meta:
             ref_name = "OrderRefund"
 
+        class LineSerializer(serializers.Serializer):
+            class Meta:
+                ref_name = "OrderRefundLine"
+
+            sku = serializers.CharField()
+            quantity = serializers.IntegerField()
+            amount = serializers.IntegerField(help_text="Minor units: what those units cost after discounts")
+
+        id = serializers.IntegerField()
         status = serializers.CharField(help_text="REQUESTED, SUBMITTED (to the provider), COMPLETED or FAILED")
+        reason = serializers.CharField(
+            help_text="return, goodwill, lines_cancelled, staff (the order refunded before shipping), "
+            "order_not_pending, amount_mismatch"
+        )
         amount = serializers.IntegerField(help_text="Minor units of the order's currency")
+        lines = LineSerializer(many=True, help_text="The units it pays back (empty: an amount, not units)")
+        created_at = serializers.DateTimeField()
         completed_at = serializers.DateTimeField(allow_null=True)
 
     rejection_reason = serializers.CharField(
@@ -76,21 +94,18 @@ class OrderOutputSerializer(serializers.Serializer):
     paid_at = serializers.DateTimeField(allow_null=True)
     shipped_at = serializers.DateTimeField(allow_null=True)
     cancelled_at = serializers.DateTimeField(allow_null=True)
-    refund = serializers.SerializerMethodField(
-        help_text="The money going back (a refunded order, or one paid too late)"
+    refunds = serializers.SerializerMethodField(
+        help_text="The money going back, oldest first: returns, goodwill, removed lines, a refunded order, "
+        "a payment that came too late"
     )
 
     def get_subtotal(self, order) -> int:
         return sum(item.quantity * item.unit_price for item in order.items.all())
 
-    @extend_schema_field(RefundSerializer(allow_null=True))
-    def get_refund(self, order) -> dict | None:
-        refunds = list(order.refunds.all())  # prefetched; newest first
-        if not refunds:
-            return None
-        refund = refunds[0]
-        completed = refund.completed_at.isoformat().replace("+00:00", "Z") if refund.completed_at else None
-        return {"status": refund.status, "amount": refund.amount, "completed_at": completed}
+    @extend_schema_field(RefundSerializer(many=True))
+    def get_refunds(self, order) -> list[dict]:
+        refunds = sorted(order.refunds.all(), key=lambda refund: refund.id)  # prefetched
+        return self.RefundSerializer(refunds, many=True).data
 
 
 class CheckoutInputSerializer(serializers.Serializer):

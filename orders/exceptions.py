@@ -96,3 +96,69 @@ class PaymentProviderUnavailable(DomainError):
     code = ErrorCode.PAYMENT_PROVIDER_UNAVAILABLE
     status = 503
     message = "The payment provider is unavailable; retry shortly."
+
+
+class PaymentNotCaptured(DomainError):
+    code = ErrorCode.PAYMENT_NOT_CAPTURED
+    status = 409
+    message = "The order's payment is not captured (only authorized, or being captured or voided): nothing to refund yet."
+
+
+class RefundExceedsCaptured(DomainError):
+    code = ErrorCode.REFUND_EXCEEDS_CAPTURED
+    status = 409
+    message = "The refunds of this payment would exceed what was captured."
+
+
+class LinesNotRemovable(DomainError):
+    code = ErrorCode.LINES_NOT_REMOVABLE
+    status = 422
+    message = "Only units the paid, unshipped order still has can be removed, and not all of them: cancel the order."
+
+
+class OrderNotShipped(DomainError):
+    code = ErrorCode.ORDER_NOT_SHIPPED
+    status = 409
+    message = "Only a shipped order can be returned."
+
+
+class ReturnWindowClosed(DomainError):
+    code = ErrorCode.RETURN_WINDOW_CLOSED
+    status = 409
+    message = "The return window of this order has closed."
+
+
+class NothingToReturn(DomainError):
+    code = ErrorCode.NOTHING_TO_RETURN
+    status = 409
+    message = "Every unit of this order is returned or in a return already."
+
+
+class SkuNotOnOrder(DomainError):
+    code = ErrorCode.SKU_NOT_ON_ORDER
+    status = 422
+    message = "A SKU is not on this order."
+
+
+class TooManyUnits(DomainError):
+    code = ErrorCode.TOO_MANY_UNITS
+    status = 422
+    message = "More units than can still be returned."
+
+
+class ReturnNotFound(DomainError):
+    code = ErrorCode.NOT_FOUND
+    status = 404
+    message = "No such return."
+
+
+class ReturnNotDecidable(DomainError):
+    code = ErrorCode.RETURN_NOT_DECIDABLE
+    status = 409
+    message = "Only a requested return can be approved or rejected."
+
+
+class ReturnNotReceivable(DomainError):
+    code = ErrorCode.RETURN_NOT_RECEIVABLE
+    status = 409
+    message = "Only a requested or approved return can be received."

@@ -1,5 +1,5 @@
 """The email consumer (order confirmation, payment receipt, shipping,
-cancellation and refund notices) and the payments consumer (refunds submitted
+cancellation, lines removed, return and refund notices) and the payments consumer (refunds submitted
 to the provider; an authorized payment captured when its order ships, voided
 when its order is cancelled before, or when it paid no order).
 
@@ -12,6 +12,7 @@ redelivered event, or a retry after a crash, the same refund to the provider."""
 from django.conf import settings
 from django.core.mail import send_mail
 
+from core.money import format_money
 from orders.models import Notification, Order, Payment
 from orders.services.payments import authorized_payment, capture_payment, void_payment
 from orders.services.refunds import submit_refund
@@ -19,7 +20,7 @@ from outbox.consumers import Event, register
 
 
 def _money(amount: int, currency: str) -> str:
-    return f"{amount / 100:.2f} {currency}"
+    return format_money(amount, currency)
 
 
 def _notify(*, order_id: int | None, kind: str, subject: str, body: str) -> None:
@@ -143,5 +144,48 @@ def send_payment_receipt(event: Event) -> None:
         order_id=data["order_id"],
         kind=Notification.Kind.PAYMENT_RECEIPT,
         subject=f"Receipt for order {data['order_id']}",
-        body=f"We have taken {_money(data['amount'], data['currency'])} for your order {data['order_id']}.\n",
+        body=f"We have taken {_money(data.get('captured_amount', data['amount']), data['currency'])} "
+        f"for your order {data['order_id']}.\n",
+    )
+
+
+@register("email", "OrderLinesCancelled")
+def send_lines_removed_notice(event: Event) -> None:
+    data = event.data
+    lines = "\n".join(f"  {line['quantity']} x {line['sku']} ({_money(line['amount'], data['currency'])})"
+                      for line in data["lines"])  # fmt: skip
+    money = "is refunded to you" if data.get("refund_id") else "will not be charged"
+    _notify(
+        order_id=data["order_id"],
+        kind=Notification.Kind.LINES_CANCELLED,
+        subject=f"Order {data['order_id']} changed",
+        body=f"We removed from your order:\n{lines}\n\n{_money(data['amount'], data['currency'])} {money}; "
+        f"the order now costs {_money(data['total'], data['currency'])}.\n",
+    )
+
+
+@register("email", "ReturnApproved")
+@register("email", "ReturnRejected")
+def send_return_decision(event: Event) -> None:
+    data = event.data
+    approved = event.event_type == "ReturnApproved"
+    _notify(
+        order_id=data["order_id"],
+        kind=Notification.Kind.RETURN_DECIDED,
+        subject=f"Your return for order {data['order_id']} is {'approved' if approved else 'declined'}",
+        body="Please send the items back to us.\n" if approved else "We cannot accept this return.\n",
+    )
+
+
+@register("email", "ReturnReceived")
+def send_return_received(event: Event) -> None:
+    data = event.data
+    lines = "\n".join(f"  {line['quantity']} x {line['sku']}" for line in data["lines"])
+    money = (f"{_money(data['amount'], data['currency'])} is on its way back to you."
+             if data.get("refund_id") else "There was no money to give back.")  # fmt: skip
+    _notify(
+        order_id=data["order_id"],
+        kind=Notification.Kind.RETURN_RECEIVED,
+        subject=f"We received your return for order {data['order_id']}",
+        body=f"We received:\n{lines}\n\n{money}\n",
     )

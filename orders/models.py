@@ -156,6 +156,12 @@ class OrderItem(models.Model):
     quantity = models.IntegerField()
     unit_price = models.BigIntegerField()  # the catalog price when the order was placed
     discount = models.BigIntegerField(default=0, db_default=0)  # minor units off the whole line (promotions)
+    # What became of the units since, each count grown by a conditional UPDATE under
+    # these CHECKs (orders/services/returns.py, orders/services/amendments.py):
+    cancelled = models.IntegerField(default=0, db_default=0)  # removed by staff before shipping
+    in_returns = models.IntegerField(default=0, db_default=0)  # claimed by returns not rejected
+    returned = models.IntegerField(default=0, db_default=0)  # of those, received back
+    refunded = models.IntegerField(default=0, db_default=0)  # whose price went back to the shopper
 
     class Meta:
         db_table = "order_items"
@@ -168,6 +174,17 @@ class OrderItem(models.Model):
                 condition=Q(discount__gte=0) & Q(discount__lte=F("quantity") * F("unit_price")),
                 name="order_item_discount_within_line",
             ),
+            models.CheckConstraint(
+                condition=Q(cancelled__gte=0) & Q(in_returns__gte=0) & Q(in_returns__lte=F("quantity") - F("cancelled")),
+                name="order_item_returns_within_shipped",
+            ),
+            models.CheckConstraint(
+                condition=Q(returned__gte=0) & Q(returned__lte=F("in_returns")), name="order_item_returned_within_returns"
+            ),
+            models.CheckConstraint(
+                condition=Q(refunded__gte=0) & Q(refunded__lte=F("quantity") - F("cancelled")),
+                name="order_item_refunded_within_line",
+            ),
         ]
         indexes = [models.Index(fields=["product"], name="order_item_sku")]  # a product's lines (PROTECT)
 
@@ -178,6 +195,22 @@ class OrderItem(models.Model):
     def line_total(self) -> int:
         """What the line costs after its discount."""
         return self.quantity * self.unit_price - self.discount
+
+    @property
+    def shipped_units(self) -> int:
+        return self.quantity - self.cancelled
+
+    def price_of_units(self, *, first: int, count: int) -> int:
+        """What units [first, first + count) of the line cost after its discount,
+        in minor units. The discount is spread over the units with integer
+        division, the share of the first m units rounded down: a part of the
+        line gives back at most a minor unit more than its exact share, and the
+        units that complete the line make up for it, so every unit of the line
+        together costs exactly `line_total`."""
+        return self._paid_for(first + count) - self._paid_for(first)
+
+    def _paid_for(self, units: int) -> int:
+        return units * self.unit_price - self.discount * units // self.quantity
 
 
 class PaymentStatus(models.TextChoices):
@@ -208,6 +241,9 @@ class RefundReason(models.TextChoices):
     AMOUNT_MISMATCH = "amount_mismatch", "Amount or currency did not match the order"
     UNKNOWN_ORDER = "unknown_order", "No such order"
     STAFF = "staff", "Refunded by staff"
+    RETURN = "return", "Returned items received"
+    GOODWILL = "goodwill", "Goodwill refund by staff"
+    LINES_CANCELLED = "lines_cancelled", "Lines removed before shipping"
 
 
 class RefundStatus(models.TextChoices):
@@ -232,8 +268,13 @@ class Payment(models.Model):
     provider_payment_id = models.CharField(max_length=100, unique=True)
     # Null for an orphan payment (unknown order); the order id it named is in `raw_body`.
     order = models.ForeignKey(Order, null=True, blank=True, on_delete=models.PROTECT, related_name="payments")
-    amount = models.BigIntegerField()
+    amount = models.BigIntegerField()  # authorized
     currency = models.CharField(max_length=3)
+    # Taken at capture (less than `amount` when staff removed lines before: the rest
+    # is released), and what refunds not failed claim of it: it grows by one
+    # conditional UPDATE under payment_refunds_within_captured (orders/services/refunds.py).
+    captured_amount = models.BigIntegerField(default=0, db_default=0)
+    refunded_amount = models.BigIntegerField(default=0, db_default=0)
     status = models.CharField(max_length=10, choices=Status.choices)
     outcome = models.CharField(max_length=10, choices=Outcome.choices)
     received_at = models.DateTimeField()
@@ -250,6 +291,12 @@ class Payment(models.Model):
             models.CheckConstraint(condition=Q(status__in=PaymentStatus.values), name="payment_status_valid"),
             models.CheckConstraint(condition=Q(outcome__in=PaymentOutcome.values), name="payment_outcome_valid"),
             models.CheckConstraint(condition=Q(amount__gte=0), name="payment_amount_not_negative"),
+            models.CheckConstraint(
+                condition=Q(refunded_amount__gte=0)
+                & Q(refunded_amount__lte=F("captured_amount"))
+                & Q(captured_amount__lte=F("amount")),
+                name="payment_refunds_within_captured",
+            ),
             # Each stamp is there exactly when the status says the money got there.
             models.CheckConstraint(
                 condition=Q(status=PaymentStatus.FAILED, authorized_at__isnull=True)
@@ -313,11 +360,14 @@ class Refund(models.Model):
     Reason = RefundReason
     Status = RefundStatus
 
-    payment = models.OneToOneField(Payment, on_delete=models.PROTECT, related_name="refund")
+    payment = models.ForeignKey(Payment, on_delete=models.PROTECT, related_name="refunds")
     order = models.ForeignKey(Order, null=True, blank=True, on_delete=models.PROTECT, related_name="refunds")
     amount = models.BigIntegerField()
     currency = models.CharField(max_length=3)
     reason = models.CharField(max_length=20, choices=Reason.choices)
+    note = models.CharField(max_length=200, blank=True, default="", db_default="")  # staff's words (goodwill)
+    # The order's units it pays back: [{"sku", "quantity", "amount"}] (empty: an amount, not units).
+    lines = models.JSONField(default=list, db_default=[], blank=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.REQUESTED)
     attempt = models.PositiveSmallIntegerField(default=1, db_default=1)  # part of the provider's idempotency key
     failure_reason = models.CharField(max_length=200, blank=True, default="", db_default="")
@@ -368,6 +418,9 @@ class Notification(models.Model):
         ORDER_SHIPPED = "order_shipped", "Order shipped"
         REFUND_COMPLETED = "refund_completed", "Refund completed"
         PAYMENT_RECEIPT = "payment_receipt", "Payment receipt"
+        RETURN_DECIDED = "return_decided", "Return approved or rejected"
+        RETURN_RECEIVED = "return_received", "Return received"
+        LINES_CANCELLED = "lines_cancelled", "Lines removed from the order"
 
     order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="notifications")
     kind = models.CharField(max_length=20, choices=Kind.choices)
@@ -380,3 +433,76 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} to {self.to}"
+
+
+class ReturnStatus(models.TextChoices):
+    REQUESTED = "REQUESTED", "Requested"
+    APPROVED = "APPROVED", "Approved"
+    REJECTED = "REJECTED", "Rejected"
+    RECEIVED = "RECEIVED", "Received"  # its units back, checked, and refunded
+
+
+class ReturnCondition(models.TextChoices):
+    """What staff found a returned line in when it arrived."""
+
+    RESTOCK = "restock", "Back on sale"
+    DAMAGED = "damaged", "Damaged: written off"
+
+
+class Return(models.Model):
+    """A shopper sending units of a shipped order back (orders/services/returns.py):
+    REQUESTED, then APPROVED or REJECTED by staff, then RECEIVED line by line with
+    a condition, which restocks or writes off the units and refunds them."""
+
+    Status = ReturnStatus
+
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="returns")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.REQUESTED)
+    reason = models.CharField(max_length=500, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    received_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    refund = models.OneToOneField(
+        Refund, null=True, blank=True, on_delete=models.PROTECT, related_name="for_return"
+    )  # what receiving it paid back (none when nothing could be: a free order)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(status__in=ReturnStatus.values), name="return_status_valid"),
+            models.CheckConstraint(
+                condition=Q(status=ReturnStatus.REQUESTED) | Q(decided_at__isnull=False), name="return_decided_at"
+            ),
+            models.CheckConstraint(
+                condition=Q(status=ReturnStatus.RECEIVED, received_at__isnull=False)
+                | (~Q(status=ReturnStatus.RECEIVED) & Q(received_at__isnull=True) & Q(refund__isnull=True)),
+                name="return_received_at_iff_received",
+            ),
+        ]
+        indexes = [models.Index(fields=["status"], condition=Q(status=ReturnStatus.REQUESTED), name="return_open")]
+
+    def __str__(self) -> str:
+        return f"return {self.pk} of order {self.order_id} ({self.status})"
+
+
+class ReturnLine(models.Model):
+    return_request = models.ForeignKey(Return, on_delete=models.CASCADE, related_name="lines", db_column="return_id")
+    item = models.ForeignKey(OrderItem, on_delete=models.PROTECT, related_name="return_lines")
+    quantity = models.IntegerField()
+    condition = models.CharField(max_length=10, choices=ReturnCondition.choices, blank=True, default="")  # on receipt
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["return_request", "item"], name="return_line_item_unique"),
+            models.CheckConstraint(condition=Q(quantity__gt=0), name="return_line_quantity_positive"),
+            models.CheckConstraint(
+                condition=Q(condition="") | Q(condition__in=ReturnCondition.values), name="return_line_condition_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.quantity} x {self.item_id}"

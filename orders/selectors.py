@@ -1,7 +1,7 @@
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import QuerySet, Sum
+from django.db.models import F, QuerySet, Sum
 
 from inventory import gate
 from inventory.models import FlashSale, Stock
@@ -43,7 +43,7 @@ def flash_sale_status(*, sku: str | None = None) -> list[FlashSaleStatus]:
         ordered = (
             OrderItem.objects.filter(product_id=sale.product_id, order__created_at__gte=sale.started_at)
             .exclude(order__status__in=[OrderStatus.CANCELLED, OrderStatus.REJECTED])  # never held, or gave back
-            .aggregate(total=Sum("quantity"))["total"]
+            .aggregate(total=Sum(F("quantity") - F("cancelled")))["total"]
         )
         result.append(
             FlashSaleStatus(

@@ -7,11 +7,14 @@ whose WHERE holds the statuses the target may be reached from. Two movers
 racing for the same order (a payment and the expiry job) cannot both win: the
 first UPDATE changes the row, the second finds its status gone.
 
-    PENDING_PAYMENT --paid--> PAID --shipped--> SHIPPED
-          |                     |  \
-          +--cancelled/expired--+   +--refunded--> REFUNDED
+    PENDING_PAYMENT --paid--> PAID --shipped--> SHIPPED --all refunded--> REFUNDED
+          |                     |  \                                        ^
+          +--cancelled/expired--+   +--refunded (before shipping)-----------+
           v                     |
       CANCELLED <--cancelled----+ (its payment only authorized: voided)
+
+A PAID or SHIPPED order stays so while partly refunded (returns, goodwill,
+lines removed): REFUNDED once its refunds claim all that was captured.
 
 An order is written PENDING_PAYMENT, or REJECTED by the queue's writer when the
 stock could not cover it; a rejected order moves nowhere.
@@ -22,7 +25,7 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from orders.models import Order, OrderStatus, Payment, Refund
+from orders.models import Order, OrderStatus, Payment, Refund, Return
 
 TRANSITIONS: frozenset[tuple[OrderStatus, OrderStatus]] = frozenset(
     {
@@ -30,6 +33,7 @@ TRANSITIONS: frozenset[tuple[OrderStatus, OrderStatus]] = frozenset(
         (OrderStatus.PENDING_PAYMENT, OrderStatus.CANCELLED),
         (OrderStatus.PAID, OrderStatus.SHIPPED),
         (OrderStatus.PAID, OrderStatus.REFUNDED),
+        (OrderStatus.SHIPPED, OrderStatus.REFUNDED),
         # Paid with the money only held (an authorized payment): cancelling voids it
         # (orders/services/cancellation.py claims the void in the same transaction).
         (OrderStatus.PAID, OrderStatus.CANCELLED),
@@ -111,9 +115,28 @@ PAYMENT_TRANSITIONS: frozenset[tuple[str, str]] = frozenset(
 PAYMENT_STAMPS = {Payment.Status.CAPTURED: "captured_at", Payment.Status.VOIDED: "voided_at"}
 
 
-def move_payment(payment_id: int, target: str, *, at: datetime | None = None) -> bool:
+def move_payment(payment_id: int, target: str, *, at: datetime | None = None, **fields) -> bool:
     """Move one payment to `target` if its status allows it, stamping the moment
-    where the model keeps one: one conditional UPDATE."""
+    where the model keeps one (and setting `fields`): one conditional UPDATE."""
     allowed = _reached_from(PAYMENT_TRANSITIONS, target)
     stamp = {PAYMENT_STAMPS[target]: at or timezone.now()} if target in PAYMENT_STAMPS else {}
-    return bool(Payment.objects.filter(id=payment_id, status__in=allowed).update(status=target, **stamp))
+    return bool(Payment.objects.filter(id=payment_id, status__in=allowed).update(status=target, **stamp, **fields))
+
+
+# A return's life: staff approve or reject it; a parcel that arrives first is
+# received all the same (REQUESTED -> RECEIVED: receiving is approving).
+RETURN_TRANSITIONS: frozenset[tuple[str, str]] = frozenset(
+    {
+        (Return.Status.REQUESTED, Return.Status.APPROVED),
+        (Return.Status.REQUESTED, Return.Status.REJECTED),
+        (Return.Status.REQUESTED, Return.Status.RECEIVED),
+        (Return.Status.APPROVED, Return.Status.RECEIVED),
+    }
+)
+
+
+def move_return(return_id: int, target: str, **fields) -> bool:
+    """Move one return to `target` if its status allows it: one conditional
+    UPDATE, so two members of staff deciding at once cannot both win."""
+    allowed = _reached_from(RETURN_TRANSITIONS, target)
+    return bool(Return.objects.filter(id=return_id, status__in=allowed).update(status=target, **fields))

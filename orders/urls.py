@@ -2,11 +2,13 @@ from django.urls import path
 
 from orders.apis import OrderCancelApi, OrderDetailApi, OrderPaymentApi, OrdersApi
 from orders.payment_apis import PaymentWebhookApi
+from orders.return_apis import OrderReturnsApi
 
 urlpatterns = [
     path("orders", OrdersApi.as_view({"get": "list", "post": "create"}), name="orders"),
     path("orders/<int:order_id>", OrderDetailApi.as_view(), name="order-detail"),
     path("orders/<int:order_id>/cancel", OrderCancelApi.as_view(), name="order-cancel"),
     path("orders/<int:order_id>/payment", OrderPaymentApi.as_view(), name="order-payment"),
+    path("orders/<int:order_id>/returns", OrderReturnsApi.as_view(), name="order-returns"),
     path("payments/webhook", PaymentWebhookApi.as_view(), name="payment-webhook"),
 ]

@@ -1,5 +1,10 @@
-"""The loyalty consumer: 1 point per whole currency unit paid, reversed on
-refund, or when a paid order is cancelled before shipping (its payment voided)."""
+"""The loyalty consumer: 1 point per whole currency unit paid. Points go back
+with the money: a completed refund takes back 1 point per whole currency unit
+refunded (all that is left once the payment is refunded in full), lines
+removed before the capture take back theirs, and a paid order cancelled
+before shipping (its payment voided) takes back all that is left. Each entry
+once: its source is unique per order and reason, and an order's points never
+go below zero."""
 
 from django.db.models import Sum
 
@@ -20,24 +25,38 @@ def award_points(event: Event) -> None:
         )
 
 
-@register("loyalty", "RefundRequested")
-def reverse_points(event: Event) -> None:
-    _reverse(event, LoyaltyEntry.Reason.ORDER_REFUNDED)
+@register("loyalty", "RefundCompleted")
+def take_back_refunded_points(event: Event) -> None:
+    data = event.data
+    every = data.get("payment_refunded", False)
+    _take_back(event, LoyaltyEntry.Reason.ORDER_REFUNDED, source=f"refund-{data['refund_id']}",
+               points=None if every else data["amount"] // MINOR_UNITS_PER_POINT)  # fmt: skip
+
+
+@register("loyalty", "OrderLinesCancelled")
+def take_back_points_of_removed_lines(event: Event) -> None:
+    if event.data.get("refund_id"):
+        return  # the money was taken: its refund takes the points back as it completes
+    _take_back(event, LoyaltyEntry.Reason.LINES_REMOVED, source=f"lines-{event.event_id}",
+               points=event.data["amount"] // MINOR_UNITS_PER_POINT)  # fmt: skip
 
 
 @register("loyalty", "OrderCancelled")
 def reverse_points_of_a_cancelled_paid_order(event: Event) -> None:
     if event.data.get("was_paid"):
-        _reverse(event, LoyaltyEntry.Reason.ORDER_CANCELLED)
+        _take_back(event, LoyaltyEntry.Reason.ORDER_CANCELLED, source="", points=None)
 
 
-def _reverse(event: Event, reason: str) -> None:
-    """The order's points taken back, once per reason (a unique constraint)."""
+def _take_back(event: Event, reason: str, *, source: str, points: int | None) -> None:
+    """`points` of the order's (None: all it has left), never more than it has,
+    once per (order, reason, source): a unique constraint."""
     order_id = event.data.get("order_id")
     if order_id is None:
-        return
-    earned = LoyaltyEntry.objects.filter(order_id=order_id).aggregate(total=Sum("points"))["total"] or 0
-    if earned > 0:
+        return  # a payment that paid no order earned nothing
+    left = LoyaltyEntry.objects.filter(order_id=order_id).aggregate(total=Sum("points"))["total"] or 0
+    taken = left if points is None else min(points, left)
+    if taken > 0:
         LoyaltyEntry.objects.get_or_create(
-            order_id=order_id, reason=reason, defaults={"customer_id": event.data["customer_id"], "points": -earned}
-        )
+            order_id=order_id, reason=reason, source=source,
+            defaults={"customer_id": event.data["customer_id"], "points": -taken},
+        )  # fmt: skip

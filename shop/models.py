@@ -68,13 +68,15 @@ class Address(models.Model):
 
 class LoyaltyReason(models.TextChoices):
     ORDER_PAID = "order_paid", "Order paid"
-    ORDER_REFUNDED = "order_refunded", "Order refunded"
+    ORDER_REFUNDED = "order_refunded", "Refund completed"
     ORDER_CANCELLED = "order_cancelled", "Paid order cancelled (payment voided)"
+    LINES_REMOVED = "lines_removed", "Lines removed before the capture"
 
 
 class LoyaltyEntry(models.Model):
     """The shopper's points ledger (the loyalty consumer): earned on payment,
-    reversed on refund or on a paid order's cancellation. A shopper's balance is
+    taken back as refunds complete (in proportion) or when a paid order is
+    cancelled (all that is left). A shopper's balance is
     the sum of `points`."""
 
     Reason = LoyaltyReason
@@ -83,13 +85,16 @@ class LoyaltyEntry(models.Model):
     order_id = models.BigIntegerField()
     points = models.IntegerField()
     reason = models.CharField(max_length=20, choices=Reason.choices)
+    # What the entry answers when an order may have several of its reason: "refund-{id}"
+    # for a refund, "lines-{event id}" for removed lines; "" for the once-per-order ones.
+    source = models.CharField(max_length=60, blank=True, default="", db_default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["-id"]
         verbose_name_plural = "loyalty entries"
         constraints = [
-            models.UniqueConstraint(fields=["order_id", "reason"], name="loyalty_once_per_order_and_reason"),
+            models.UniqueConstraint(fields=["order_id", "reason", "source"], name="loyalty_once_per_source"),
             models.CheckConstraint(
                 condition=models.Q(reason__in=LoyaltyReason.values), name="loyalty_reason_valid"
             ),

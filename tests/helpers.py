@@ -160,6 +160,14 @@ def refund_requested_event(order):
                           currency="EUR", payment_id="p", reason="staff", refund_id=1)  # fmt: skip
 
 
+def refund_completed_event(order, *, amount=2500, refund_id=1, payment_refunded=None):
+    """RefundCompleted of `amount` of that order (all of its 2500: the payment refunded)."""
+    every = amount == 2500 if payment_refunded is None else payment_refunded
+    return consumer_event("RefundCompleted", order_id=order.id, customer_id=order.customer_id, amount=amount,
+                          currency="EUR", payment_id="p", reason="return", refund_id=refund_id, lines=[],
+                          payment_refunded=every)  # fmt: skip
+
+
 # --- infrastructure -----------------------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ from inventory.services.stock import (
     set_low_stock_threshold,
     ship_reserved_stock,
     stock_audit,
+    take_back_returned,
     write_off_stock,
 )
 
@@ -23,5 +24,6 @@ __all__ = [
     "set_low_stock_threshold",
     "ship_reserved_stock",
     "stock_audit",
+    "take_back_returned",
     "write_off_stock",
 ]

@@ -44,6 +44,28 @@ def write_off_stock(*, sku: str, quantity: int, user: AbstractBaseUser | None = 
     )
 
 
+def take_back_returned(
+    *, restock: Mapping[str, int], damaged: Mapping[str, int], user: AbstractBaseUser | None = None, note: str = ""
+) -> list[StockMovement]:
+    """Units a shopper sent back re-enter the stock through the ledger (RETURNED,
+    `shipped` keeps counting what left): those fit to sell go back to `available`,
+    the damaged ones are written off at once (DAMAGED), so both show in the ledger
+    and stock_audit stays at difference 0. Inside the caller's transaction; rows
+    locked in SKU order."""
+    lock_stock({**restock, **damaged})
+    ledger = []
+    for sku in sorted(restock):
+        if not _with_room_for(sku, restock[sku]).update(available=F("available") + restock[sku]):
+            raise StockLimitExceeded(sku=sku, requested=restock[sku])
+        ledger.append(StockMovement(product_id=sku, delta=restock[sku], reason=StockMovement.Reason.RETURNED))
+    for sku in sorted(damaged):
+        ledger += [StockMovement(product_id=sku, delta=damaged[sku], reason=StockMovement.Reason.RETURNED),
+                   StockMovement(product_id=sku, delta=-damaged[sku], reason=StockMovement.Reason.DAMAGED)]  # fmt: skip
+    for entry in ledger:
+        entry.note, entry.created_by = note, user
+    return StockMovement.objects.bulk_create(ledger)
+
+
 @transaction.atomic
 def set_available_stock(
     *, sku: str, available: int, user: AbstractBaseUser | None = None, note: str = ""

@@ -4,7 +4,7 @@ from functools import partial
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Sum
+from django.db.models import F, Sum
 from django.utils import timezone
 
 from inventory import gate
@@ -85,9 +85,14 @@ def claim_void(*, order_id: int) -> bool:
 
 
 def reserved_lines(*, order_ids: list[int]) -> dict[str, int]:
-    """{sku: units} the orders hold, summed per SKU by the database."""
-    rows = OrderItem.objects.filter(order_id__in=order_ids).values("product_id").annotate(units=Sum("quantity"))
-    return {row["product_id"]: row["units"] for row in rows}
+    """{sku: units} the orders hold (lines staff removed before shipping are
+    back on sale already), summed per SKU by the database."""
+    rows = (
+        OrderItem.objects.filter(order_id__in=order_ids)
+        .values("product_id")
+        .annotate(units=Sum(F("quantity") - F("cancelled")))
+    )
+    return {row["product_id"]: row["units"] for row in rows if row["units"]}
 
 
 def reopen_gate_units(*, order_ids: list[int]) -> None:
@@ -98,13 +103,21 @@ def reopen_gate_units(*, order_ids: list[int]) -> None:
         return
     by_customer: dict[int, dict[str, int]] = {}
     rows = OrderItem.objects.filter(order_id__in=order_ids, product_id__in=list(limits)).values_list(
-        "order__customer_id", "product_id", "quantity"
+        "order__customer_id", "product_id", F("quantity") - F("cancelled")
     )
     for customer_id, sku, quantity in rows:
         lines = by_customer.setdefault(customer_id, {})
         lines[sku] = lines.get(sku, 0) + quantity
     if by_customer:
         transaction.on_commit(lambda: _release_all(by_customer))
+
+
+def reopen_gate_lines(*, customer_id: int, lines: dict[str, int]) -> None:
+    """reopen_gate_units for units staff removed from one shopper's order."""
+    limits = gated_skus()
+    gated = {sku: units for sku, units in lines.items() if sku in limits and units}
+    if gated:
+        transaction.on_commit(lambda: _release_all({customer_id: gated}))
 
 
 def _release_all(by_customer: dict[int, dict[str, int]]) -> None:

@@ -9,6 +9,7 @@ import logging
 from dataclasses import dataclass
 
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from core.db import insert_unless_exists
@@ -61,6 +62,7 @@ def handle_payment_webhook(
         order=order,
         amount=amount,
         currency=currency,
+        captured_amount=amount if captured else 0,
         status=Payment.Status.CAPTURED if captured else Payment.Status(status),
         outcome=Payment.Outcome.FAILED,
         received_at=now,
@@ -74,7 +76,7 @@ def handle_payment_webhook(
             # Failed, then succeeded under the same id: the payment as if told now.
             Payment.objects.filter(id=known.id).update(
                 status=payment.status, authorized_at=now, captured_at=payment.captured_at, amount=amount,
-                currency=currency, received_at=now, raw_body=raw_body,
+                captured_amount=payment.captured_amount, currency=currency, received_at=now, raw_body=raw_body,
             )  # fmt: skip
             payment.id = known.id
             return _apply(payment, order, captured=captured, now=now)
@@ -122,14 +124,18 @@ def _captured_by_the_provider(known: Payment, *, now) -> None:
     capture): AUTHORIZED -> CAPTURED. Money it took for no order goes back; so
     does money it took after the shop had claimed a void (its capture won at the
     provider: the void will be refused there), which staff see in the log."""
-    if move_payment(known.id, Payment.Status.CAPTURED, at=now):
+    if move_payment(known.id, Payment.Status.CAPTURED, at=now, captured_amount=F("amount")):
+        known.captured_amount = known.amount
         _announce_captured(known, captured_at=now)
         if known.outcome == Payment.Outcome.VOIDED:  # it paid no order
             Payment.objects.filter(id=known.id).update(outcome=Payment.Outcome.REFUNDED)
             request_refund(payment=known, order=known.order, reason=Refund.Reason.ORDER_NOT_PENDING)
-    elif known.status in (Payment.Status.VOIDING, Payment.Status.VOIDED) and not hasattr(known, "refund"):
+    elif known.status in (Payment.Status.VOIDING, Payment.Status.VOIDED) and not known.captured_amount:
         logger.error("payment %s captured by the provider after the shop claimed a void: refunded",
                      known.provider_payment_id)  # fmt: skip
+        # The money is taken after all: counted as captured, so that its refund claims it.
+        Payment.objects.filter(id=known.id).update(captured_amount=known.amount)
+        known.captured_amount = known.amount
         reason = Refund.Reason.ORDER_NOT_PENDING if known.outcome != Payment.Outcome.APPLIED else Refund.Reason.STAFF
         request_refund(payment=known, order=known.order, reason=reason)
 
@@ -153,10 +159,11 @@ def void_payment(*, payment: Payment) -> bool:
 def _settle(payment: Payment, *, claim: str, done: str) -> bool:
     if not move_payment(payment.id, claim) and Payment.objects.get(id=payment.id).status != claim:
         return False  # settled, or claimed the other way
+    amount = _amount_to_capture(payment)
     if done == Payment.Status.CAPTURED:
         try:
             provider.capture(idempotency_key=f"capture-{payment.id}", payment_id=payment.provider_payment_id,
-                             amount=payment.amount, currency=payment.currency)  # fmt: skip
+                             amount=amount, currency=payment.currency)  # fmt: skip
         except provider.ProviderRefused:
             move_payment(payment.id, Payment.Status.AUTHORIZED)  # the claim released: the money is still only held
             raise
@@ -164,13 +171,25 @@ def _settle(payment: Payment, *, claim: str, done: str) -> bool:
         provider.void(idempotency_key=f"void-{payment.id}", payment_id=payment.provider_payment_id)
     now = timezone.now()
     with transaction.atomic():
-        if not move_payment(payment.id, done, at=now):
+        taken = {"captured_amount": amount} if done == Payment.Status.CAPTURED else {}
+        if not move_payment(payment.id, done, at=now, **taken):
             return False  # a concurrent retry of the same claim marked it
         if done == Payment.Status.CAPTURED:
+            payment.captured_amount = amount
             _announce_captured(payment, captured_at=now)
         else:
             _announce_voided(payment, voided_at=now)
     return True
+
+
+def _amount_to_capture(payment: Payment) -> int:
+    """What the order costs now: less than was authorized when staff removed
+    lines before shipping (the rest of the authorization is released with the
+    capture). Read once the claim is made: a removal waits for no claim and
+    refuses to run under one (orders/services/amendments.py)."""
+    if payment.order_id is None:
+        return payment.amount
+    return min(payment.amount, Order.objects.values_list("total_amount", flat=True).get(id=payment.order_id))
 
 
 def authorized_payment(*, order_id: int) -> Payment | None:
@@ -184,7 +203,7 @@ def authorized_payment(*, order_id: int) -> Payment | None:
 
 def _payment_data(payment: Payment) -> dict:
     return {"order_id": payment.order_id, "payment_id": payment.provider_payment_id, "amount": payment.amount,
-            "currency": payment.currency}  # fmt: skip
+            "captured_amount": payment.captured_amount, "currency": payment.currency}  # fmt: skip
 
 
 def _announce(payment: Payment, event_type: str, data: dict) -> None:

@@ -16,12 +16,10 @@ def mark_order_shipped(*, order_id: int) -> Order:
     now = timezone.now()
     if not move_orders([order_id], OrderStatus.SHIPPED, at=now):
         raise OrderNotShippable(order_id=order_id)
-    ship_reserved_stock(lines=reserved_lines(order_ids=[order_id]))
+    shipping = reserved_lines(order_ids=[order_id])
+    ship_reserved_stock(lines=shipping)
     order = Order.objects.get(id=order_id)
-    items = [
-        {"sku": sku, "quantity": quantity}
-        for sku, quantity in order.items.values_list("product_id", "quantity")
-    ]
+    items = [{"sku": sku, "quantity": quantity} for sku, quantity in sorted(shipping.items())]
     Shipment.objects.update_or_create(
         order_id=order.id, defaults={"status": Shipment.Status.SHIPPED, "shipped_at": now}, create_defaults={
             "status": Shipment.Status.SHIPPED, "shipped_at": now, "items": items,

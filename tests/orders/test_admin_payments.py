@@ -44,9 +44,9 @@ def test_payment_timeline_shows_each_step_of_a_payment_and_its_refund(order_mana
     page = order_manager.get(f"/admin/orders/order/{order.id}/change/").content.decode()
     assert "<strong>pay_tl</strong> &middot; €25.00 &middot; Captured &middot; Paid the order" in page
     authorized, captured = page.index("<li>authorized "), page.index("<li>captured ")
-    refund = page.index("<li>refund of €25.00 (Requested) requested ")
+    refund = page.index("<li>refund of €25.00 (Refunded by staff, Requested) requested ")
     assert authorized < captured < refund  # oldest first
-    assert "<li>voided " not in page and "<li>refund completed " not in page  # only the moments that happened
+    assert "<li>voided " not in page and "completed " not in page  # only the moments that happened
 
 
 def test_capture_action_asks_for_confirmation_then_captures(order_manager, provider, order):

@@ -130,8 +130,9 @@ def test_confirmation_completes_it_once_and_the_shopper_sees_it(provider, refund
     assert Notification.objects.get(kind=Notification.Kind.REFUND_COMPLETED).order_id == placed_order.id
     assert "is back on your card" in mail.outbox[-1].body
     body = shopper_client(placed_order.customer).get(f"/api/orders/{placed_order.id}").json()
-    assert body["status"] == "REFUNDED" and body["refund"]["status"] == "COMPLETED"
-    assert body["refund"]["amount"] == 2500 and body["refund"]["completed_at"]
+    [shown] = body["refunds"]
+    assert body["status"] == "REFUNDED" and shown["status"] == "COMPLETED"
+    assert shown["amount"] == 2500 and shown["completed_at"]
 
 
 def test_an_amount_mismatch_fails_it_flagged_and_staff_retry_with_a_new_key(provider, refund):

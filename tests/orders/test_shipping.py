@@ -89,7 +89,7 @@ def test_the_shipment_records_the_address_and_the_order_its_dates(shopper, clien
     mark_order_shipped(order_id=order_id)
     body = shopper.get(f"/api/orders/{order_id}").json()
     assert body["status"] == "SHIPPED" and body["paid_at"] and body["shipped_at"] and body["cancelled_at"] is None
-    assert body["refund"] is None
+    assert body["refunds"] == []
     shipped = OutboxEvent.objects.get(event_type="OrderShipped").payload
     apply_event(consumer="email", event=consumer_event("OrderShipped", **shipped))
     assert Notification.objects.get().kind == Notification.Kind.ORDER_SHIPPED
@@ -102,7 +102,9 @@ def test_a_refunded_order_shows_its_refund(shopper, client):
     refund_paid_order(order_id=order_id)
     body = shopper.get(f"/api/orders/{order_id}").json()
     assert body["status"] == "REFUNDED"
-    assert body["refund"] == {"status": "REQUESTED", "amount": 500, "completed_at": None}
+    [refund] = body["refunds"]
+    assert refund["status"] == "REQUESTED" and refund["amount"] == 500 and refund["completed_at"] is None
+    assert refund["reason"] == "staff" and refund["lines"] == [{"sku": "A", "quantity": 1, "amount": 500}]
 
 
 def test_orders_filter_by_status(shopper, redis, client):

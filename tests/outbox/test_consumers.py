@@ -293,11 +293,18 @@ def test_the_handlers_tests_register_do_not_outlive_them(consumer_handlers):
         void_on_cancellation,
         void_what_paid_no_order,
     )
-    from shop.handlers import award_points, reverse_points, reverse_points_of_a_cancelled_paid_order
+    from inventory.handlers import shorten_shipment
+    from orders.handlers import send_lines_removed_notice, send_return_decision, send_return_received
+    from shop.handlers import (
+        award_points,
+        reverse_points_of_a_cancelled_paid_order,
+        take_back_points_of_removed_lines,
+        take_back_refunded_points,
+    )
 
     assert consumer_handlers == {
         "warehouse": {"OrderPaid": request_shipment, "OrderCancelled": cancel_shipment,
-                      "OrderCreated": alert_low_stock},  # fmt: skip
+                      "OrderCreated": alert_low_stock, "OrderLinesCancelled": shorten_shipment},  # fmt: skip
         "email": {
             "OrderPaid": send_order_confirmation,
             "OrderCancelled": send_cancellation_notice,
@@ -305,10 +312,15 @@ def test_the_handlers_tests_register_do_not_outlive_them(consumer_handlers):
             "OrderShipped": send_shipping_notice,
             "RefundCompleted": send_refund_completed,
             "PaymentCaptured": send_payment_receipt,
+            "OrderLinesCancelled": send_lines_removed_notice,
+            "ReturnApproved": send_return_decision,
+            "ReturnRejected": send_return_decision,
+            "ReturnReceived": send_return_received,
         },
         "payments": {"RefundRequested": submit_requested_refund, "OrderShipped": capture_on_shipment,
                      "OrderCancelled": void_on_cancellation, "PaymentAuthorized": void_what_paid_no_order},
-        "loyalty": {"OrderPaid": award_points, "RefundRequested": reverse_points,
+        "loyalty": {"OrderPaid": award_points, "RefundCompleted": take_back_refunded_points,
+                    "OrderLinesCancelled": take_back_points_of_removed_lines,
                     "OrderCancelled": reverse_points_of_a_cancelled_paid_order},
     }
 

@@ -1,0 +1,74 @@
+"""Staff remove lines from a paid order before it ships (a unit out of stock in
+the warehouse, a shopper who asked): the units go back on sale, the order's
+total drops by what they cost, and the money follows. A payment only
+authorized is captured later for the new total (the rest of the hold is
+released with the capture); a payment captured already refunds them."""
+
+from collections.abc import Mapping
+
+from django.db import transaction
+from django.db.models import F
+
+from inventory.services import return_reserved_stock
+from orders.exceptions import LinesNotRemovable, OrderNotFound, PaymentNotCaptured, SkuNotOnOrder
+from orders.models import Order, OrderItem, OrderStatus, Payment, Refund
+from orders.services.cancellation import reopen_gate_lines, reserved_lines
+from orders.services.refunds import price_units, request_refund
+from outbox.services import record_event
+
+
+@transaction.atomic
+def remove_order_lines(*, order_id: int, lines: Mapping[str, int], user=None) -> Order:
+    """Take `lines` ({sku: units}) off a PAID order. The order is locked first
+    (shipping waits, then finds the new lines), then its items; each line's
+    `cancelled` grows by a conditional UPDATE within what it still has. Taking
+    every unit is cancelling the order, refused here (LinesNotRemovable). A
+    payment being captured or voided right now is refused (PaymentNotCaptured):
+    the capture reads the total once claimed, so it must not move under it."""
+    order = Order.objects.select_for_update().filter(id=order_id).first()
+    if order is None:
+        raise OrderNotFound()
+    if order.status != OrderStatus.PAID:
+        raise LinesNotRemovable("Only a paid order that has not shipped can lose lines.", status=order.status)
+    items = {item.product_id: item for item in OrderItem.objects.select_for_update().filter(order=order).order_by("id")}
+    unknown = sorted(set(lines) - set(items))
+    if unknown:
+        raise SkuNotOnOrder(skus=unknown)
+    if any(count <= 0 for count in lines.values()):
+        raise LinesNotRemovable("Each line removes at least one unit.")
+    left = sum(item.shipped_units - item.refunded for item in items.values()) - sum(lines.values())
+    if left <= 0:
+        raise LinesNotRemovable(remaining_units=left + sum(lines.values()))
+    payment = Payment.objects.select_for_update().filter(order=order, outcome=Payment.Outcome.APPLIED).first()
+    if payment is not None and payment.status not in (Payment.Status.AUTHORIZED, Payment.Status.CAPTURED):
+        raise PaymentNotCaptured("The order's payment is being captured or voided: try again in a moment.")
+
+    priced = price_units((items[sku], count) for sku, count in sorted(lines.items()))
+    for each in priced:
+        removable = OrderItem.objects.filter(
+            id=each.item.id, cancelled__lte=F("quantity") - F("in_returns") - F("refunded") - each.count
+        )
+        if not removable.update(cancelled=F("cancelled") + each.count):
+            raise LinesNotRemovable(sku=each.item.product_id, removable=each.item.shipped_units - each.item.refunded)
+    amount = sum(each.amount for each in priced)
+    Order.objects.filter(id=order.id).update(total_amount=F("total_amount") - amount)
+    removed = {each.item.product_id: each.count for each in priced}
+    return_reserved_stock(lines=removed)
+    reopen_gate_lines(customer_id=order.customer_id, lines=removed)
+
+    refund = None
+    if payment is not None and payment.status == Payment.Status.CAPTURED and amount:
+        refund = request_refund(payment=payment, order=order, reason=Refund.Reason.LINES_CANCELLED, amount=amount,
+                                lines=[each.as_line() for each in priced], user=user)  # fmt: skip
+    order.refresh_from_db()
+    still = reserved_lines(order_ids=[order.id])
+    record_event(
+        aggregate_type="order",
+        aggregate_id=order.id,
+        event_type="OrderLinesCancelled",
+        data={"order_id": order.id, "customer_id": order.customer_id, "lines": [each.as_line() for each in priced],
+              "amount": amount, "currency": order.currency, "total": order.total_amount,
+              "refund_id": refund.id if refund else None,
+              "items": [{"sku": sku, "quantity": units} for sku, units in sorted(still.items())]},  # fmt: skip
+    )
+    return order
