@@ -101,7 +101,7 @@ class PaymentProviderUnavailable(DomainError):
 class PaymentNotCaptured(DomainError):
     code = ErrorCode.PAYMENT_NOT_CAPTURED
     status = 409
-    message = "The order's payment is not captured (only authorized, or being captured or voided): nothing to refund yet."
+    message = "The order's payment is not captured (only authorized, or being captured or voided): nothing to refund."
 
 
 class RefundExceedsCaptured(DomainError):

@@ -175,11 +175,14 @@ class OrderItem(models.Model):
                 name="order_item_discount_within_line",
             ),
             models.CheckConstraint(
-                condition=Q(cancelled__gte=0) & Q(in_returns__gte=0) & Q(in_returns__lte=F("quantity") - F("cancelled")),
+                condition=Q(cancelled__gte=0)
+                & Q(in_returns__gte=0)
+                & Q(in_returns__lte=F("quantity") - F("cancelled")),
                 name="order_item_returns_within_shipped",
             ),
             models.CheckConstraint(
-                condition=Q(returned__gte=0) & Q(returned__lte=F("in_returns")), name="order_item_returned_within_returns"
+                condition=Q(returned__gte=0) & Q(returned__lte=F("in_returns")),
+                name="order_item_returned_within_returns",
             ),
             models.CheckConstraint(
                 condition=Q(refunded__gte=0) & Q(refunded__lte=F("quantity") - F("cancelled")),

@@ -72,7 +72,8 @@ class OrderReturnsApi(APIView):
     def post(self, request, order_id: int):
         given = ReturnInputSerializer(data=request.data)
         given.is_valid(raise_exception=True)
-        lines = [ReturnLineRequest(sku=item["sku"], quantity=item["quantity"]) for item in given.validated_data["items"]]
+        items = given.validated_data["items"]
+        lines = [ReturnLineRequest(sku=item["sku"], quantity=item["quantity"]) for item in items]
         returned = request_return(customer_id=request.user.id, order_id=order_id, lines=lines,
                                   reason=given.validated_data["reason"])  # fmt: skip
         return Response(ReturnOutputSerializer(returned).data, status=201)
