@@ -17,7 +17,7 @@ class ReturnLineInputSerializer(serializers.Serializer):
 
 class ReturnInputSerializer(serializers.Serializer):
     class Meta:
-        ref_name = "ReturnInput"
+        ref_name = "NewReturn"
 
     items = ReturnLineInputSerializer(many=True, min_length=1, max_length=100)
     reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")

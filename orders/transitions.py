@@ -1,4 +1,4 @@
-"""The order's life as data: which status may follow which, and the one
+r"""The order's life as data: which status may follow which, and the one
 function that moves orders along it.
 
 Every status change (payment, cancellation by the shopper or staff, expiry,

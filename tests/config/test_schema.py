@@ -28,6 +28,8 @@ EXPECTED = {
     ("/api/orders", "post"): ("CheckoutRequest", {"200": "Order", "201": "Order", "202": "Order"}),
     ("/api/orders/{order_id}", "get"): (None, {"200": "Order"}),
     ("/api/orders/{order_id}/cancel", "post"): (None, {"200": "Order"}),
+    ("/api/orders/{order_id}/returns", "get"): (None, {"200": "Return"}),
+    ("/api/orders/{order_id}/returns", "post"): ("NewReturnRequest", {"201": "Return"}),
     ("/api/payments/webhook", "post"): ("ProviderNotificationRequest", {"200": "ProviderReceipt"}),
 }
 # Statuses each operation really answers besides its successes (every one tested elsewhere).
@@ -51,6 +53,8 @@ ERRORS = {
     ("/api/orders", "post"): {400, 401, 409, 413, 415, 422, 429, 503},
     ("/api/orders/{order_id}", "get"): {401, 404, 503},
     ("/api/orders/{order_id}/cancel", "post"): {401, 404, 409, 503},
+    ("/api/orders/{order_id}/returns", "get"): {401, 404, 503},
+    ("/api/orders/{order_id}/returns", "post"): {400, 401, 404, 409, 413, 415, 422, 503},
     ("/api/payments/webhook", "post"): {400, 401, 413, 415, 503},
 }
 
@@ -168,6 +172,8 @@ def test_operation_ids_are_stable(schema):
         ("/api/orders", "post"): "orders_create",
         ("/api/orders/{order_id}", "get"): "orders_retrieve",
         ("/api/orders/{order_id}/cancel", "post"): "orders_cancel_create",
+        ("/api/orders/{order_id}/returns", "get"): "orders_returns_list",
+        ("/api/orders/{order_id}/returns", "post"): "orders_returns_create",
         ("/api/payments/webhook", "post"): "payments_webhook_create",
     }
 

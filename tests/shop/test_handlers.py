@@ -28,7 +28,8 @@ def test_partial_refunds_take_back_their_share_and_the_last_one_the_rest(placed_
     apply_event(consumer="loyalty", event=order_paid_event(placed_order))  # 25 points for 25.00
     apply_event(consumer="loyalty", event=refund_completed_event(placed_order, amount=1299, refund_id=1))
     assert points(placed_order) == [-12, 25]
-    apply_event(consumer="loyalty", event=refund_completed_event(placed_order, amount=1201, refund_id=2, payment_refunded=True))
+    last = refund_completed_event(placed_order, amount=1201, refund_id=2, payment_refunded=True)
+    apply_event(consumer="loyalty", event=last)
     assert points(placed_order) == [-13, -12, 25]  # the payment refunded in full: all that was left
     assert sum(points(placed_order)) == 0
 
