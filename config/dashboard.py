@@ -13,12 +13,13 @@ from django.utils import timezone
 from core.money import format_money
 from inventory import gate
 from inventory.models import FlashSale
-from orders.models import Order, OrderItem, OrderStatus, Refund
+from orders.models import Order, OrderItem, OrderStatus, Refund, Return
 from orders.queue_writer import WRITER_GROUP
 from orders.selectors import flash_sale_status
 from orders.services.queue_admission import queue_depths, stale_queued
 from outbox.lag import consumer_positions
 from outbox.services import backlog
+from shop.models import LoyaltyEntry
 
 PAID = [OrderStatus.PAID, OrderStatus.SHIPPED, OrderStatus.REFUNDED]  # orders whose money arrived
 
@@ -35,6 +36,16 @@ class Bar:
     @property
     def label(self) -> str:
         return f"{self.minute}: {self.value} orders"
+
+
+@dataclass(frozen=True)
+class LoyaltyFigures:
+    """Today's loyalty entries of one reason: how many, and the points they gave and took back."""
+
+    label: str
+    entries: int
+    earned: int
+    taken_back: int
 
 
 @dataclass(frozen=True)
@@ -78,8 +89,9 @@ def bars(series: list[tuple], *, width: int = 840, height: int = 120, every: int
 
 def dashboard(*, now=None) -> dict:
     """Today's orders, revenue and paid rate; orders a minute over the last hour;
-    the outbox backlog and the consumers' lag; refunds waiting or failed.
-    Four queries, and Kafka for the lag."""
+    the outbox backlog and the consumers' lag; refunds waiting or failed; returns
+    awaiting a decision or their parcel; today's loyalty entries, by reason.
+    Six queries, and Kafka for the lag."""
     now = now or timezone.now()
     midnight = timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
     today = Order.objects.filter(created_at__gte=midnight).aggregate(
@@ -91,6 +103,18 @@ def dashboard(*, now=None) -> dict:
         Refund.objects.exclude(status=Refund.Status.COMPLETED).values_list("status").annotate(n=Count("id"))
         .values_list("status", "n")
     )  # fmt: skip
+    returns = dict(
+        Return.objects.filter(status__in=[Return.Status.REQUESTED, Return.Status.APPROVED]).values_list("status")
+        .annotate(n=Count("id")).values_list("status", "n")
+    )  # fmt: skip
+    loyalty = [
+        LoyaltyFigures(label=LoyaltyEntry.Reason(reason).label, entries=entries, earned=earned, taken_back=-taken)
+        for reason, entries, earned, taken in LoyaltyEntry.objects.filter(created_at__gte=midnight)
+        .values_list("reason").order_by("reason")
+        .annotate(n=Count("id"), earned=Sum("points", filter=Q(points__gt=0), default=0),
+                  taken=Sum("points", filter=Q(points__lt=0), default=0))
+        .values_list("reason", "n", "earned", "taken")
+    ]  # fmt: skip
     return {
         "today": {
             **today,
@@ -104,6 +128,12 @@ def dashboard(*, now=None) -> dict:
         "consumers": consumer_positions(extra={WRITER_GROUP: settings.KAFKA_CHECKOUT_TOPIC}, timeout=2.0),
         "refunds_waiting": refunds.get(Refund.Status.REQUESTED, 0) + refunds.get(Refund.Status.SUBMITTED, 0),
         "refunds_failed": refunds.get(Refund.Status.FAILED, 0),
+        "returns_requested": returns.get(Return.Status.REQUESTED, 0),
+        "returns_approved": returns.get(Return.Status.APPROVED, 0),
+        "loyalty_today": {
+            "entries": sum(each.entries for each in loyalty), "earned": sum(each.earned for each in loyalty),
+            "taken_back": sum(each.taken_back for each in loyalty), "by_reason": loyalty,
+        },  # fmt: skip
     }
 
 

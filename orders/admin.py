@@ -1,25 +1,231 @@
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.http import StreamingHttpResponse
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpResponseRedirect, StreamingHttpResponse
 from django.template.response import TemplateResponse
+from django.urls import path, reverse
 from django.utils import timezone
-from django.utils.html import format_html_join
+from django.utils.html import format_html, format_html_join
 
 from core.admin import ReadOnlyAdmin, ReadOnlyInline
 from core.exceptions import DomainError
-from core.money import format_money
+from core.money import format_money, minor_units_help
 from inventory.models import Shipment
 from orders.exports import csv_lines
-from orders.models import CAPTURED_STATUSES, Notification, Order, OrderItem, OrderStatus, Payment, Refund
+from orders.models import (
+    CAPTURED_STATUSES,
+    Notification,
+    Order,
+    OrderItem,
+    OrderStatus,
+    Payment,
+    Refund,
+    Return,
+    ReturnCondition,
+)
 from orders.provider import ProviderRefused, ProviderUnavailable
-from orders.services import cancel_pending_order, mark_order_shipped, refund_paid_order
+from orders.services import (
+    approve_return,
+    cancel_pending_order,
+    mark_order_shipped,
+    receive_return,
+    refund_goodwill,
+    refund_paid_order,
+    reject_return,
+    remove_order_lines,
+)
 from orders.services.payments import authorized_payment, capture_payment, void_payment
 from orders.services.refunds import retry_refund
 from outbox.models import OutboxEvent
+from shop.models import MAX_PRICE
 
 
 def _at(moment) -> str:
     return f"{timezone.localtime(moment):%Y-%m-%d %H:%M:%S}"
+
+
+def _units(lines) -> str:
+    """Lines of an event or a refund ([{"sku", "quantity", ...}]) as "2 x A, 1 x B"; a
+    received line says its condition ("1 x A restock")."""
+    return ", ".join(
+        " ".join(filter(None, [f"{line.get('quantity')} x {line.get('sku')}", line.get("condition")]))
+        for line in lines or []
+    )
+
+
+def event_summary(event: OutboxEvent, currency: str) -> str:
+    """An order's event as staff read it in the timeline: its type and what its
+    payload says in a few words ("RefundRequested €12.99 (return)"). Payloads are
+    read with .get(): events written before a field existed still show."""
+    data = event.payload
+
+    def money(key: str) -> str:
+        amount = data.get(key)
+        return "" if amount is None else format_money(amount, data.get("currency") or currency)
+
+    def returned() -> str:
+        return f"return {data['return_id']}" if data.get("return_id") else ""
+
+    match event.event_type:
+        case "OrderCreated":
+            parts = [_units(data.get("items")), money("total")]
+        case "OrderRejected":
+            parts = [_units(data.get("items")), data.get("reason")]
+        case "OrderPaid":
+            parts = [money("total"), data.get("payment_id")]
+        case "OrderShipped":
+            parts = [_units(data.get("items"))]
+        case "OrderCancelled":
+            parts = [data.get("reason"), "was paid" if data.get("was_paid") else ""]
+        case "OrderLinesCancelled":
+            total = f"total now {money('total')}" if "total" in data else ""
+            parts = [_units(data.get("lines")), money("amount"), total]
+        case "PaymentAuthorized":
+            refused = "" if data.get("applied", True) else f"not applied: {data.get('reason') or '?'}"
+            parts = [money("amount"), data.get("payment_id"), refused]
+        case "PaymentCaptured":
+            parts = [money("captured_amount") or money("amount"), data.get("payment_id")]
+        case "PaymentVoided":
+            parts = [money("amount"), data.get("payment_id")]
+        case "RefundRequested" | "RefundCompleted":
+            attempt = f"attempt {data['attempt']}" if data.get("attempt") else ""
+            parts = [f"{money('amount')} ({data.get('reason')})", _units(data.get("lines")), attempt]
+        case "ReturnRequested":
+            parts = [_units(data.get("lines")), f"“{data['reason']}”" if data.get("reason") else "", returned()]
+        case "ReturnReceived":
+            parts = [_units(data.get("lines")), f"{money('amount')} refunded" if data.get("amount") else "", returned()]
+        case "ReturnApproved" | "ReturnRejected":
+            parts = [returned()]
+        case _:
+            parts = []
+    return " ".join(filter(None, [event.event_type, ", ".join(filter(None, parts))]))
+
+
+def return_lines(returned: Return) -> str:
+    """A return's lines as "2 x A (restock), 1 x B" (its lines and their items prefetched)."""
+    return ", ".join(
+        f"{line.quantity} x {line.item.product_id}" + (f" ({line.condition})" if line.condition else "")
+        for line in returned.lines.all()
+    )
+
+
+def refusal(error: DomainError, currency: str) -> str:
+    """A service's refusal as staff read it: its message, and what is left when it says."""
+    details = error.details
+    if "refundable" in details:
+        return f"{error.message} {format_money(details['refundable'], currency)} can still be refunded."
+    if "removable" in details:
+        return f"{error.message} {details.get('sku')}: {details['removable']} unit(s) can still be removed."
+    return error.message
+
+
+def service_form_page(model_admin, request, *, form, subject: str, back: str, title: str, intro=(), submit: str):
+    """A page of one staff form whose save(user=...) calls a service and says what
+    it did: on success a message and back to `back`; a refusal (DomainError) is an
+    error message above the form again, never a 500."""
+    if request.method == "POST" and form.is_valid():
+        try:
+            done = form.save(user=request.user)
+        except DomainError as error:
+            model_admin.message_user(request, f"{subject}: {refusal(error, form.currency)}", messages.ERROR)
+        else:
+            model_admin.message_user(request, f"{subject}: {done}", messages.SUCCESS)
+            return HttpResponseRedirect(back)
+    context = {
+        **model_admin.admin_site.each_context(request), "opts": model_admin.opts, "title": title,
+        "subject": subject, "back": back, "intro": intro, "form": form, "submit": submit,
+    }  # fmt: skip
+    return TemplateResponse(request, "admin/orders/staff_form.html", context)
+
+
+# --- the forms staff act through: each calls one service -------------------------------------------------
+
+
+class GoodwillRefundForm(forms.Form):
+    amount = forms.IntegerField(min_value=1, max_value=MAX_PRICE)
+    note = forms.CharField(max_length=200, help_text="Why the money goes back (kept with the refund).")
+
+    def __init__(self, *args, order: Order, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.order, self.currency = order, order.currency
+        self.fields["amount"].help_text = f"In {minor_units_help(order.currency)}."
+
+    def save(self, *, user) -> str:
+        refund = refund_goodwill(order_id=self.order.id, amount=self.cleaned_data["amount"],
+                                 note=self.cleaned_data["note"], user=user)  # fmt: skip
+        return f"goodwill refund of {format_money(refund.amount, refund.currency)} requested."
+
+
+class RemoveLinesForm(forms.Form):
+    """Units to take off each line of a paid order (0: none); what may go is the service's to say."""
+
+    def __init__(self, *args, order: Order, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.order, self.currency = order, order.currency
+        self.items = list(order.items.order_by("id"))
+        for item in self.items:
+            price = format_money(item.unit_price, order.currency)
+            self.fields[f"units_{item.id}"] = forms.IntegerField(
+                label=f"{item.product_id}: {item.name}", min_value=0, max_value=item.quantity, initial=0,
+                required=False,  # blank: none of the line
+                help_text=f"{item.quantity} ordered at {price}; {item.cancelled} removed and {item.refunded} "
+                          "refunded already.",
+            )  # fmt: skip
+
+    def lines(self) -> dict[str, int]:
+        return {item.product_id: self.cleaned_data[f"units_{item.id}"] for item in self.items
+                if self.cleaned_data.get(f"units_{item.id}")}  # fmt: skip
+
+    def clean(self):
+        data = super().clean()
+        if not self.errors and not self.lines():
+            raise forms.ValidationError("Give the units to remove of at least one line.")
+        return data
+
+    def save(self, *, user) -> str:
+        lines, before = self.lines(), self.order.total_amount
+        last_refund = self.order.refunds.order_by("-id").values_list("id", flat=True).first() or 0
+        order = remove_order_lines(order_id=self.order.id, lines=lines, user=user)
+        removed = _units({"sku": sku, "quantity": units} for sku, units in sorted(lines.items()))
+        said = (f"removed {removed} ({format_money(before - order.total_amount, order.currency)} off), "
+                f"the total is now {format_money(order.total_amount, order.currency)}")  # fmt: skip
+        refund = order.refunds.filter(id__gt=last_refund, reason=Refund.Reason.LINES_CANCELLED).first()
+        if refund is not None:
+            said += f"; a refund of {format_money(refund.amount, refund.currency)} requested"
+        return f"{said}."
+
+
+CONDITIONS = [
+    ("", "Choose"),
+    (ReturnCondition.RESTOCK, "Restock (back on sale)"),
+    (ReturnCondition.DAMAGED, "Damaged (written off)"),
+]
+
+
+class ReceiveReturnForm(forms.Form):
+    """The parcel as staff found it: a condition for each line of the return."""
+
+    def __init__(self, *args, returned: Return, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.returned, self.currency = returned, returned.order.currency
+        self.lines = list(returned.lines.select_related("item").order_by("id"))
+        for line in self.lines:
+            self.fields[f"line_{line.id}"] = forms.ChoiceField(
+                label=f"{line.quantity} x {line.item.product_id}", choices=CONDITIONS, help_text=line.item.name
+            )
+
+    def save(self, *, user) -> str:
+        conditions = {line.item.product_id: self.cleaned_data[f"line_{line.id}"] for line in self.lines}
+        received = receive_return(return_id=self.returned.id, conditions=conditions, user=user)
+        refund = received.refund
+        money = (f"refund of {format_money(refund.amount, refund.currency)} requested" if refund
+                 else "nothing to refund (no money was taken)")  # fmt: skip
+        return f"received {return_lines(received)}; {money}."
+
+
+# --- shown as money ---------------------------------------------------------------------------------------
 
 
 class AmountShown:
@@ -31,15 +237,53 @@ class AmountShown:
         return format_money(record.amount, record.currency)
 
 
+class PaymentAmountsShown(AmountShown):
+    @admin.display(description="authorized", ordering="amount")
+    def amount_shown(self, payment):
+        return format_money(payment.amount, payment.currency)
+
+    @admin.display(description="captured")
+    def captured_shown(self, payment):
+        return format_money(payment.captured_amount, payment.currency)
+
+    @admin.display(description="refunded")
+    def refunded_shown(self, payment):
+        return format_money(payment.refunded_amount, payment.currency)
+
+
+class RefundShown(AmountShown):
+    @admin.display(description="lines")
+    def lines_shown(self, refund):
+        """The units it pays back, each with its amount: "2 x A (€19.34)"; "-" for an amount alone."""
+        return ", ".join(
+            f"{line['quantity']} x {line['sku']} ({format_money(line['amount'], refund.currency)})"
+            for line in refund.lines
+        ) or "-"
+
+
+SHOWN = {"amount": "amount_shown", "captured_amount": "captured_shown", "refunded_amount": "refunded_shown",
+         "lines": "lines_shown"}  # fmt: skip
+
+
 def fields_shown(model) -> list[str]:
-    """Every field of a payment or a refund, as its view page shows them."""
+    """Every field of a payment or a refund, as its view page shows them (money as money)."""
     names = [field.name for field in model._meta.fields if field.name != "currency"]
-    return ["amount_shown" if name == "amount" else name for name in names]
+    return [SHOWN.get(name, name) for name in names]
+
+
+def _link(model: str, pk: int, text: str) -> str:
+    return format_html('<a href="{}">{}</a>', reverse(f"admin:orders_{model}_change", args=[pk]), text)
+
+
+# --- the order page -----------------------------------------------------------------------------------------
 
 
 class OrderItemInline(ReadOnlyInline):
     model = OrderItem
-    fields = ["product", "name", "quantity", "price", "discount_off", "line_total"]
+    fields = [
+        "product", "name", "quantity", "price", "discount_off", "line_total", "cancelled", "shipped", "in_returns",
+        "returned", "refunded",
+    ]  # fmt: skip
 
     def get_queryset(self, request):
         return super().get_queryset(request).select_related("order")  # the currency, without a query per line
@@ -56,15 +300,50 @@ class OrderItemInline(ReadOnlyInline):
     def line_total(self, item):
         return format_money(item.line_total, item.order.currency)
 
+    @admin.display(description="shipped")
+    def shipped(self, item):
+        return item.shipped_units if item.order.shipped_at else "-"
 
-class PaymentInline(AmountShown, ReadOnlyInline):
+
+class PaymentInline(PaymentAmountsShown, ReadOnlyInline):
     model = Payment
-    fields = ["provider_payment_id", "amount_shown", "status", "outcome", "received_at"]
+    fields = ["provider_payment_id", "amount_shown", "captured_shown", "refunded_shown", "status", "outcome",
+              "received_at"]  # fmt: skip
 
 
-class RefundInline(AmountShown, ReadOnlyInline):
+class RefundInline(RefundShown, ReadOnlyInline):
     model = Refund
-    fields = ["payment", "amount_shown", "reason", "status", "failure_reason", "created_at", "completed_at"]
+    fields = ["payment", "amount_shown", "reason", "note", "lines_shown", "status", "failure_reason", "created_at",
+              "completed_at"]  # fmt: skip
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("payment")
+
+
+class ReturnShown:
+    @admin.display(description="lines")
+    def lines_shown(self, returned):
+        return return_lines(returned)
+
+    @admin.display(description="refund")
+    def refund_shown(self, returned):
+        refund = returned.refund
+        return format_money(refund.amount, refund.currency) if refund else "-"
+
+
+class ReturnInline(ReturnShown, ReadOnlyInline):
+    model = Return
+    fields = ["return_link", "status", "lines_shown", "reason", "created_at", "received_at", "refund_shown"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("refund").prefetch_related("lines__item")
+
+    def has_view_permission(self, request, obj=None):  # returns are part of the order (no grant of their own)
+        return request.user.has_perm("orders.view_order")
+
+    @admin.display(description="return")
+    def return_link(self, returned):
+        return _link("return", returned.id, f"Return {returned.id}")
 
 
 @admin.register(Order)
@@ -74,23 +353,92 @@ class OrderAdmin(admin.ModelAdmin):
     search_fields = ["=id", "customer__username", "customer__email", "items__product__sku"]
     list_select_related = ["customer"]
     # An order is a snapshot of what was bought, for how much, shipped where: staff
-    # change it only through the actions (services), never by editing its fields.
+    # change it only through the actions and the forms (services), never by editing its fields.
     readonly_fields = [
         "customer", "idempotency_key", "request_hash", "status", "total",
         "created_at", "expires_at", "paid_at", "shipped_at", "cancelled_at", "rejection_reason", "ship_to",
-        "shipment_status", "events", "payment_timeline",
+        "shipment_status", "payment_timeline", "events",
+    ]  # fmt: skip
+    fieldsets = [
+        (None, {"fields": readonly_fields[:-2]}),
+        ("Payments", {"fields": ["payment_timeline"]}),
+        ("Events", {"fields": ["events"]}),
     ]
-    fieldsets = [(None, {"fields": readonly_fields[:-1]}), ("Payments", {"fields": ["payment_timeline"]})]
-    inlines = [OrderItemInline, PaymentInline, RefundInline]
+    inlines = [OrderItemInline, PaymentInline, RefundInline, ReturnInline]
     actions = ["cancel_pending", "refund_paid", "mark_shipped", "capture_payments", "void_payments", "export_csv"]
     date_hierarchy = "created_at"
     show_full_result_count = False
+    change_form_template = "admin/orders/change_form_with_tools.html"
 
     def has_add_permission(self, request):
         return False
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+    def get_urls(self):
+        view = self.admin_site.admin_view
+        return [
+            path("<path:object_id>/goodwill-refund/", view(self.goodwill_refund_view), name="orders_order_goodwill"),
+            path("<path:object_id>/remove-lines/", view(self.remove_lines_view), name="orders_order_remove_lines"),
+            *super().get_urls(),
+        ]
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        tools = []
+        if obj is not None and self.has_change_permission(request, obj):
+            if obj.status in (OrderStatus.PAID, OrderStatus.SHIPPED):
+                tools.append(("Refund an amount (goodwill)", reverse("admin:orders_order_goodwill", args=[obj.pk])))
+            if obj.status == OrderStatus.PAID:
+                tools.append(("Remove lines", reverse("admin:orders_order_remove_lines", args=[obj.pk])))
+        context["staff_tools"] = tools
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def _order_to_change(self, request, object_id) -> Order:
+        order = self.get_object(request, unquote(object_id))
+        if order is None:
+            raise Http404("No such order")
+        if not self.has_change_permission(request, order):
+            raise PermissionDenied
+        return order
+
+    def goodwill_refund_view(self, request, object_id):
+        order = self._order_to_change(request, object_id)
+        payment = Payment.objects.filter(order=order, outcome=Payment.Outcome.APPLIED).first()
+        if payment is not None and payment.status in CAPTURED_STATUSES:
+            left = format_money(payment.captured_amount - payment.refunded_amount, payment.currency)
+            held = (f"Payment {payment.provider_payment_id}: {format_money(payment.captured_amount, payment.currency)} "
+                    f"captured, {format_money(payment.refunded_amount, payment.currency)} refunded or being refunded: "
+                    f"up to {left} can be given back.")  # fmt: skip
+        else:
+            held = "Its payment is not captured: there is nothing to give back yet."
+        form = GoodwillRefundForm(request.POST if request.method == "POST" else None, order=order)
+        return service_form_page(
+            self, request, form=form, subject=f"Order {order.id}", back=self._change_url(order),
+            title=f"Refund an amount of order {order.id} (goodwill)", submit="Refund",
+            intro=[f"Total {format_money(order.total_amount, order.currency)}, {order.get_status_display()}.", held,
+                   "The money goes back without a return: no unit of the order changes."],
+        )  # fmt: skip
+
+    def remove_lines_view(self, request, object_id):
+        order = self._order_to_change(request, object_id)
+        if order.status != OrderStatus.PAID:
+            self.message_user(request, f"Order {order.id}: only a paid order that has not shipped can lose lines; "
+                              f"it is {order.get_status_display()}.", messages.WARNING)  # fmt: skip
+            return HttpResponseRedirect(self._change_url(order))
+        form = RemoveLinesForm(request.POST if request.method == "POST" else None, order=order)
+        return service_form_page(
+            self, request, form=form, subject=f"Order {order.id}", back=self._change_url(order),
+            title=f"Remove lines of order {order.id}", submit="Remove",
+            intro=[f"Total {format_money(order.total_amount, order.currency)}. The units removed go back on sale "
+                   "and the total drops by what they cost: a payment only authorized is captured for the new "
+                   "total, a captured one refunds them. Removing every unit is cancelling the order: use the "
+                   "actions instead."],
+        )  # fmt: skip
+
+    @staticmethod
+    def _change_url(order: Order) -> str:
+        return reverse("admin:orders_order_change", args=[order.pk])
 
     @admin.display(description="total", ordering="total_amount")
     def total(self, order):
@@ -111,18 +459,20 @@ class OrderAdmin(admin.ModelAdmin):
         shipment = Shipment.objects.filter(order_id=order.pk).first()
         return f"{shipment.status} (requested {shipment.requested_at:%Y-%m-%d %H:%M})" if shipment else "-"
 
-    @admin.display(description="outbox events")
+    @admin.display(description="timeline")
     def events(self, order):
+        """The order's outbox events, oldest first: when, what (in a few words), and
+        whether the relay published it yet."""
         events = OutboxEvent.objects.filter(aggregate_type="order", aggregate_id=str(order.id)).order_by("id")
         return format_html_join(
             "\n",
-            "<div>{} &middot; {} &middot; {}</div>",
+            '<div class="order-event">{} &middot; {} &middot; {}</div>',
             (
-                (e.event_type, e.created_at.strftime("%Y-%m-%d %H:%M:%S"),
-                 f"published {e.published_at:%H:%M:%S}" if e.published_at else f"waiting ({e.attempts} attempts)")
+                (_at(e.created_at), event_summary(e, order.currency),
+                 f"published {_at(e.published_at)}" if e.published_at else f"waiting ({e.attempts} attempts)")
                 for e in events
             ),
-        ) or "-"
+        ) or "-"  # fmt: skip
 
     @admin.display(description="timeline")
     def payment_timeline(self, order):
@@ -262,8 +612,9 @@ class OrderAdmin(admin.ModelAdmin):
         )
 
 
+
 @admin.register(Payment)
-class PaymentAdmin(AmountShown, ReadOnlyAdmin):
+class PaymentAdmin(PaymentAmountsShown, ReadOnlyAdmin):
     list_display = ["provider_payment_id", "order_id", "amount_shown", "status", "outcome", "received_at"]
     list_filter = ["status", "outcome"]
     search_fields = ["provider_payment_id", "=order__id"]
@@ -271,7 +622,7 @@ class PaymentAdmin(AmountShown, ReadOnlyAdmin):
 
 
 @admin.register(Refund)
-class RefundAdmin(AmountShown, ReadOnlyAdmin):
+class RefundAdmin(RefundShown, ReadOnlyAdmin):
     list_display = [
         "id", "order_id", "payment", "amount_shown", "reason", "status", "failure_reason", "attempt",
         "created_at", "completed_at",
@@ -295,3 +646,104 @@ class NotificationAdmin(ReadOnlyAdmin):
     list_display = ["order_id", "kind", "to", "subject", "sent_at"]
     list_filter = ["kind"]
     search_fields = ["=order__id", "to"]
+
+
+@admin.register(Return)
+class ReturnAdmin(ReturnShown, admin.ModelAdmin):
+    """Returns are part of their order: whoever may view orders sees them, whoever
+    may change orders decides and receives them (services, through the actions and
+    the receive page); no field is ever edited."""
+
+    list_display = ["id", "order_link", "status", "lines_shown", "created_at", "refund_shown"]
+    list_filter = ["status"]
+    search_fields = ["=id", "=order__id"]
+    list_select_related = ["refund"]
+    fields = readonly_fields = [
+        "order_link", "status", "reason", "lines_shown", "created_at", "decided_at", "decided_by", "received_at",
+        "refund_link",
+    ]  # fmt: skip
+    actions = ["approve", "reject"]
+    change_form_template = "admin/orders/change_form_with_tools.html"
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).prefetch_related("lines__item")
+
+    def has_view_permission(self, request, obj=None):
+        return request.user.has_perm("orders.view_order") or request.user.has_perm("orders.change_order")
+
+    def has_change_permission(self, request, obj=None):
+        # The actions and the receive page need it; a return's own page stays read-only.
+        return obj is None and request.user.has_perm("orders.change_order")
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def get_urls(self):
+        receive = self.admin_site.admin_view(self.receive_view)
+        return [path("<path:object_id>/receive/", receive, name="orders_return_receive"), *super().get_urls()]
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        receivable = obj is not None and obj.status in (Return.Status.REQUESTED, Return.Status.APPROVED)
+        context["staff_tools"] = (
+            [("Receive", reverse("admin:orders_return_receive", args=[obj.pk]))]
+            if receivable and self.has_change_permission(request) else []
+        )  # fmt: skip
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def receive_view(self, request, object_id):
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        returned = self.get_queryset(request).select_related("order").filter(pk=unquote(object_id)).first()
+        if returned is None:
+            raise Http404("No such return")
+        back = reverse("admin:orders_return_change", args=[returned.pk])
+        if returned.status not in (Return.Status.REQUESTED, Return.Status.APPROVED):
+            self.message_user(request, f"Return {returned.id}: only a requested or approved return can be "
+                              f"received; it is {returned.get_status_display()}.", messages.WARNING)  # fmt: skip
+            return HttpResponseRedirect(back)
+        form = ReceiveReturnForm(request.POST if request.method == "POST" else None, returned=returned)
+        return service_form_page(
+            self, request, form=form, subject=f"Return {returned.id}", back=back,
+            title=f"Receive return {returned.id} of order {returned.order_id}", submit="Receive",
+            intro=[f"{returned.get_status_display()}: {return_lines(returned)}"
+                   + (f" (“{returned.reason}”)." if returned.reason else "."),
+                   "Each line back on sale (restock) or written off (damaged), both through the stock ledger; "
+                   "the units received are refunded at the price paid."],
+        )  # fmt: skip
+
+    @admin.display(description="order", ordering="order_id")
+    def order_link(self, returned):
+        return _link("order", returned.order_id, f"Order {returned.order_id}")
+
+    @admin.display(description="refund")
+    def refund_link(self, returned):
+        refund = returned.refund
+        if refund is None:
+            return "-"
+        money = format_money(refund.amount, refund.currency)
+        return _link("refund", refund.id, f"{money} ({refund.get_status_display()})")
+
+    def _decide(self, request, queryset, service, done: str):
+        for returned in queryset:
+            if returned.status != Return.Status.REQUESTED:
+                self.message_user(request, f"Return {returned.id}: skipped, it is {returned.status}.", messages.WARNING)
+                continue
+            try:
+                service(return_id=returned.id, user=request.user)
+            except DomainError as error:
+                self.message_user(request, f"Return {returned.id}: {error.message}", messages.ERROR)
+            else:
+                done_here = f"Return {returned.id} (order {returned.order_id}): {done}."
+                self.message_user(request, done_here, messages.SUCCESS)
+
+    @admin.action(description="Approve selected requested returns", permissions=["change"])
+    def approve(self, request, queryset):
+        self._decide(request, queryset, approve_return, "approved, the shopper may send the parcel")
+
+    @admin.action(description="Reject selected requested returns (their units may be returned again)",
+                  permissions=["change"])  # fmt: skip
+    def reject(self, request, queryset):
+        self._decide(request, queryset, reject_return, "rejected")

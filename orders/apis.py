@@ -86,7 +86,10 @@ class OrderOutputSerializer(serializers.Serializer):
     items = ItemSerializer(many=True)
     subtotal = serializers.SerializerMethodField(help_text="The lines at catalog prices, before discounts")
     discounts = DiscountSerializer(many=True, help_text="The promotions that took something off, as checkout priced")
-    total = serializers.IntegerField(source="total_amount", help_text="What is to be paid: subtotal - discounts")
+    total = serializers.IntegerField(
+        source="total_amount",
+        help_text="What is to be paid: subtotal - discounts, less the price of lines staff removed before shipping",
+    )
     currency = serializers.CharField()
     shipping_address = AddressSerializer(allow_null=True, help_text="As it was at checkout")
     created_at = serializers.DateTimeField(allow_null=True)

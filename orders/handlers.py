@@ -59,8 +59,8 @@ def send_cancellation_notice(event: Event) -> None:
 @register("email", "RefundRequested")
 def send_refund_notice(event: Event) -> None:
     data = event.data
-    if data.get("attempt", 1) > 1:
-        return  # staff retried a failed refund: the shopper was told the first time
+    if data.get("attempt", 1) > 1 or data.get("reason") == "return":
+        return  # a retry of a failed refund (told the first time), or a return's (told with ReturnReceived)
     _notify(
         order_id=data.get("order_id"),
         kind=Notification.Kind.REFUND_REQUESTED,

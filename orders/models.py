@@ -2,6 +2,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 
+from core.money import format_money
 from shop.models import ADDRESS_FIELDS
 
 
@@ -403,7 +404,7 @@ class Refund(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"refund {self.pk} of {self.amount} {self.currency} ({self.reason}, {self.status})"
+        return f"refund {self.pk} of {format_money(self.amount, self.currency)} ({self.reason}, {self.status})"
 
     @property
     def idempotency_key(self) -> str:

@@ -57,9 +57,12 @@ def remove_order_lines(*, order_id: int, lines: Mapping[str, int], user=None) ->
     reopen_gate_lines(customer_id=order.customer_id, lines=removed)
 
     refund = None
-    if payment is not None and payment.status == Payment.Status.CAPTURED and amount:
-        refund = request_refund(payment=payment, order=order, reason=Refund.Reason.LINES_CANCELLED, amount=amount,
-                                lines=[each.as_line() for each in priced], user=user)  # fmt: skip
+    if payment is not None and payment.status == Payment.Status.CAPTURED:
+        # Capped at what is left of the capture, as a return's refund is (a goodwill refund may have taken some).
+        left = min(amount, payment.captured_amount - payment.refunded_amount)
+        if left > 0:
+            refund = request_refund(payment=payment, order=order, reason=Refund.Reason.LINES_CANCELLED, amount=left,
+                                    lines=[each.as_line() for each in priced], user=user)  # fmt: skip
     order.refresh_from_db()
     still = reserved_lines(order_ids=[order.id])
     record_event(

@@ -46,8 +46,8 @@ def refund_paid_order(*, order_id: int, user=None) -> Refund | None:
         raise OrderNotRefundable(
             "Its payment is only authorized: cancel the order, which releases the money.", order_id=order_id
         )
-    if not move_orders([order_id], OrderStatus.REFUNDED):
-        raise OrderNotRefundable(order_id=order_id)
+    if order.status != OrderStatus.PAID or not move_orders([order_id], OrderStatus.REFUNDED):
+        raise OrderNotRefundable(order_id=order_id)  # a shipped order is refunded by returns, or an amount
     items = _locked_items(order_id)
     units = [(item, item.shipped_units - item.refunded) for item in items]
     refund = refund_units(order=order, payment=payment, units=units, reason=Refund.Reason.STAFF, user=user)

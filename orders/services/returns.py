@@ -15,7 +15,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, prefetch_related_objects
 from django.utils import timezone
 
 from inventory.services import take_back_returned
@@ -82,8 +82,8 @@ def request_return(*, customer_id: int, order_id: int, lines: list[ReturnLineReq
 
 
 def _shown(returned: Return) -> None:
-    """Its lines and refund as the API shows them, without reading them back."""
-    returned._prefetched_objects_cache = {"lines": list(returned.lines.select_related("item"))}
+    """Its lines as the API shows them (one query)."""
+    prefetch_related_objects([returned], "lines__item")
 
 
 def customer_returns(*, customer_id: int, order_id: int) -> list[Return]:
@@ -101,7 +101,7 @@ def approve_return(*, return_id: int, user=None) -> Return:
 def reject_return(*, return_id: int, user=None) -> Return:
     """Rejected: its units may be returned again (within the window)."""
     returned = _decide(return_id, Return.Status.REJECTED, user=user)
-    for line in returned.lines.all():
+    for line in sorted(returned.lines.all(), key=lambda line: line.item_id):  # item order, as every writer
         OrderItem.objects.filter(id=line.item_id).update(in_returns=F("in_returns") - line.quantity)
     return returned
 

@@ -21,7 +21,10 @@ def mark_order_shipped(*, order_id: int) -> Order:
     order = Order.objects.get(id=order_id)
     items = [{"sku": sku, "quantity": quantity} for sku, quantity in sorted(shipping.items())]
     Shipment.objects.update_or_create(
-        order_id=order.id, defaults={"status": Shipment.Status.SHIPPED, "shipped_at": now}, create_defaults={
+        # What leaves is what the order still has (lines staff removed are not in it,
+        # even when the warehouse consumer has not heard of the removal yet).
+        order_id=order.id, defaults={"status": Shipment.Status.SHIPPED, "shipped_at": now, "items": items},
+        create_defaults={
             "status": Shipment.Status.SHIPPED, "shipped_at": now, "items": items,
             "shipping_address": order.shipping_address,
         },

@@ -1,6 +1,9 @@
 """End to end in a real browser: a shopper pays on the payment provider's page, an order
 manager ships the order in the admin and its payment is captured; a second order, paid
-and then cancelled, has its payment voided and refunds nothing.
+and then cancelled, has its payment voided and refunds nothing. A shipped order's unit
+sent back: the shopper asks through the API, staff receive it on the return's receive
+page, and the order's page and the dashboard show the refund and the points as money
+and figures.
 
 The provider is the development simulator (config/dev_provider.py), mounted on the live
 server as `make run` mounts it: the shop calls it over HTTP and its pay page sends the
@@ -22,12 +25,16 @@ from django.contrib.auth.models import Group, Permission
 from django.db import connections
 from django.urls import include, path
 
-from orders.handlers import capture_on_shipment, void_on_cancellation
-from orders.models import Order, OrderStatus, Payment, Refund
+from inventory.models import Stock, StockMovement
+from orders.handlers import capture_on_shipment, submit_requested_refund, void_on_cancellation
+from orders.models import Order, OrderStatus, Payment, Refund, Return
+from orders.services import mark_order_shipped
 from outbox.models import OutboxEvent
+from shop.handlers import award_points, take_back_refunded_points
+from shop.models import LoyaltyEntry
 from tests.e2e.test_admin_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, CSP, require_browser, watch_csp
 from tests.factories import SHIPPING_ADDRESS, UserFactory, product_with_stock
-from tests.helpers import consumer_event
+from tests.helpers import consumer_event, wait_until
 
 # The simulator's routes before the shop's, as config/urls.py adds them with DEBUG on.
 urlpatterns = [path("dev/payment-provider/", include("config.dev_provider_urls")), path("", include("config.urls"))]
@@ -36,6 +43,8 @@ PASSWORD = "correct-horse-battery"
 SKU = "E2E-TEAPOT"
 PAY_PAGE = ARTIFACTS / "pay-page.png"
 ADMIN_SHIPPED = ARTIFACTS / "admin-order-shipped.png"
+ORDER_PAGE = ARTIFACTS / "order-page.png"
+DASHBOARD = ARTIFACTS / "dashboard.png"
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -140,16 +149,23 @@ def pay_in_browser(pay_url: str, *, screenshot=None) -> None:
         expect(page.locator("li")).to_have_text("authorized: the shop answered HTTP 200")
 
 
+def log_in(page, base_url: str, staff) -> None:
+    """Through the admin's real login form."""
+    from playwright.sync_api import expect
+
+    assert "script-src 'self'" in page.goto(f"{base_url}/admin/login/").headers[CSP]
+    page.fill("#id_username", staff.username)
+    page.fill("#id_password", PASSWORD)
+    page.click("#login-form [type=submit]")
+    expect(page.locator("#user-tools")).to_contain_text(staff.username)
+
+
 def ship_in_admin(base_url: str, staff, order_id: int) -> None:
     """Log in through the real form, select the order on the change list and run "mark shipped"."""
     from playwright.sync_api import expect
 
     with browser_page("admin-order-shipped-FAILED.png") as page:
-        assert "script-src 'self'" in page.goto(f"{base_url}/admin/login/").headers[CSP]
-        page.fill("#id_username", staff.username)
-        page.fill("#id_password", PASSWORD)
-        page.click("#login-form [type=submit]")
-        expect(page.locator("#user-tools")).to_contain_text(staff.username)
+        log_in(page, base_url, staff)
 
         page.goto(f"{base_url}/admin/orders/order/")
         checkbox = page.locator(f"input.action-select[value='{order_id}']")
@@ -162,6 +178,64 @@ def ship_in_admin(base_url: str, staff, order_id: int) -> None:
         expect(page.locator("ul.messagelist")).to_contain_text(f"Order {order_id}: shipped.")
         expect(row.locator("td.field-status")).to_have_text("Shipped")
         page.screenshot(path=str(ADMIN_SHIPPED), full_page=True)
+
+
+def receive_in_admin(base_url: str, staff, return_id: int) -> None:
+    """Open the return from the list of those awaiting a decision, then its receive page:
+    the one line back on sale (restock), and the refund it makes said as money."""
+    from playwright.sync_api import expect
+
+    with browser_page("return-received-FAILED.png") as page:
+        log_in(page, base_url, staff)
+        page.goto(f"{base_url}/admin/orders/return/?status__exact=REQUESTED")
+        row = page.locator("#result_list tbody tr").filter(has=page.locator("th.field-id a", has_text=str(return_id)))
+        expect(row.locator("td.field-lines_shown")).to_have_text(f"1 x {SKU}")
+        row.locator("th.field-id a").click()
+        page.wait_for_url(f"**/admin/orders/return/{return_id}/change/**")  # the list's filter kept in the query
+        expect(page.locator("div.field-reason div.readonly")).to_have_text("too small")
+
+        page.locator("ul.object-tools").get_by_role("link", name="Receive", exact=True).click()
+        page.wait_for_url(f"**/admin/orders/return/{return_id}/receive/")
+        page.select_option("select[name^=line_]", "restock")
+        page.get_by_role("button", name="Receive", exact=True).click()
+        page.wait_for_url(f"**/admin/orders/return/{return_id}/change/")
+        expect(page.locator("ul.messagelist")).to_contain_text(
+            f"Return {return_id}: received 1 x {SKU} (restock); refund of €12.50 requested."
+        )
+        expect(page.locator("div.field-status div.readonly")).to_have_text("Received")
+        expect(page.locator("ul.object-tools")).not_to_contain_text("Receive")  # once
+
+
+def look_at_order_and_dashboard(base_url: str, staff, order_id: int) -> None:
+    """The order's page (its lines' counts, payment, refund and return as money, its events
+    in order) and the dashboard, each screenshot whole."""
+    from playwright.sync_api import expect
+
+    with browser_page("order-page-FAILED.png") as page:
+        log_in(page, base_url, staff)
+        page.goto(f"{base_url}/admin/orders/order/{order_id}/change/")
+        items = page.locator("#items-group tbody tr.has_original")
+        for field, text in (("quantity", "2"), ("price", "€12.50"), ("line_total", "€25.00"), ("shipped", "2"),
+                            ("returned", "1"), ("refunded", "1"), ("cancelled", "0")):  # fmt: skip
+            expect(items.locator(f"td.field-{field}")).to_have_text(text)
+        payment = page.locator("#payments-group tbody tr.has_original")
+        expect(payment.locator("td.field-captured_shown")).to_have_text("€25.00")
+        expect(payment.locator("td.field-refunded_shown")).to_have_text("€12.50")
+        refund = page.locator("#refunds-group tbody tr.has_original")
+        expect(refund.locator("td.field-amount_shown")).to_have_text("€12.50")
+        expect(refund.locator("td.field-status")).to_have_text("Completed")
+        expect(page.locator("#returns-group td.field-lines_shown")).to_have_text(f"1 x {SKU} (restock)")
+        events = page.locator(".order-event")
+        expect(events.first).to_contain_text("OrderCreated 2 x E2E-TEAPOT, €25.00")
+        expect(events.filter(has_text="ReturnReceived")).to_contain_text(f"ReturnReceived 1 x {SKU} restock, €12.50")
+        expect(events.last).to_contain_text("RefundCompleted €12.50 (return)")
+        page.screenshot(path=str(ORDER_PAGE), full_page=True)
+
+        page.goto(f"{base_url}/admin/dashboard/")
+        expect(page.locator("#returns-requested")).to_have_text("0")
+        expect(page.locator("#loyalty-earned-today")).to_have_text("25")
+        expect(page.locator("#loyalty-taken-back-today")).to_have_text("12")
+        page.screenshot(path=str(DASHBOARD), full_page=True)
 
 
 # --- in the database -------------------------------------------------------------------------
@@ -188,8 +262,8 @@ def order_managers_group() -> Group:
     return group
 
 
-def run_payments_handler(handler, event_type: str, order_id: int) -> None:
-    """What the `payments` consumer does with the order's `event_type` event from the outbox."""
+def run_handler(handler, event_type: str, order_id: int) -> None:
+    """What a consumer (payments, loyalty) does with the order's `event_type` event from the outbox."""
     event = OutboxEvent.objects.get(event_type=event_type, aggregate_type="order", aggregate_id=str(order_id))
     handler(consumer_event(event_type, **event.payload))
 
@@ -215,7 +289,7 @@ def test_shopper_pays_in_the_browser_then_shipping_captures_and_cancelling_voids
     # Shipped in the admin: the payments consumer captures it.
     ship_in_admin(live_server.url, manager, shipped_id)
     assert Order.objects.get(id=shipped_id).status == OrderStatus.SHIPPED
-    run_payments_handler(capture_on_shipment, "OrderShipped", shipped_id)
+    run_handler(capture_on_shipment, "OrderShipped", shipped_id)
     assert payment_of(shipped_id).status == Payment.Status.CAPTURED
 
     # Paid, then cancelled before shipping: the payment is voided, nothing is refunded.
@@ -224,8 +298,45 @@ def test_shopper_pays_in_the_browser_then_shipping_captures_and_cancelling_voids
     assert payment_of(cancelled_id).status == Payment.Status.AUTHORIZED
     status, order = api.call("POST", f"/api/orders/{cancelled_id}/cancel")
     assert status == 200 and order["status"] == "CANCELLED", order
-    run_payments_handler(void_on_cancellation, "OrderCancelled", cancelled_id)
+    run_handler(void_on_cancellation, "OrderCancelled", cancelled_id)
     assert payment_of(cancelled_id).status == Payment.Status.VOIDED
     assert not Refund.objects.filter(order_id=cancelled_id).exists()
 
     assert PAY_PAGE.stat().st_size > 0 and ADMIN_SHIPPED.stat().st_size > 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_staff_receive_a_returned_unit_in_the_browser_and_see_the_refund_as_money(live_server, redis, provider):
+    product_with_stock(sku=SKU, name="Teapot", price=1250, available=10)
+    manager = UserFactory(username="order-manager-e2e", is_staff=True, password=PASSWORD)
+    manager.groups.add(order_managers_group())
+    api = Api(live_server.url)
+    register_shopper(api)
+
+    # Paid on the provider's page, shipped, its money captured; its points earned.
+    order_id, pay_url = check_out_and_start_payment(api, key="e2e-return-1")
+    pay_in_browser(pay_url)
+    mark_order_shipped(order_id=order_id)
+    run_handler(capture_on_shipment, "OrderShipped", order_id)
+    run_handler(award_points, "OrderPaid", order_id)
+    assert payment_of(order_id).captured_amount == 2500
+
+    # One unit sent back: the shopper asks, staff receive it in the admin.
+    body = {"items": [{"sku": SKU, "quantity": 1}], "reason": "too small"}
+    status, returned = api.call("POST", f"/api/orders/{order_id}/returns", body)
+    assert status == 201 and returned["status"] == "REQUESTED", returned
+    receive_in_admin(live_server.url, manager, returned["id"])
+    assert Return.objects.get(id=returned["id"]).status == Return.Status.RECEIVED
+    assert Stock.objects.get(product_id=SKU).available == 9  # 2 shipped, 1 back on sale
+    assert StockMovement.objects.filter(product_id=SKU, reason=StockMovement.Reason.RETURNED, delta=1).exists()
+
+    # The payments consumer submits the refund; the simulator confirms it through the webhook.
+    refund = Refund.objects.get(order_id=order_id)
+    assert (refund.amount, refund.reason, refund.created_by) == (1250, Refund.Reason.RETURN, manager)
+    run_handler(submit_requested_refund, "RefundRequested", order_id)
+    assert wait_until(lambda: Refund.objects.get(id=refund.id).status == Refund.Status.COMPLETED, 10)
+    run_handler(take_back_refunded_points, "RefundCompleted", order_id)
+    assert sorted(LoyaltyEntry.objects.filter(order_id=order_id).values_list("points", flat=True)) == [-12, 25]
+
+    look_at_order_and_dashboard(live_server.url, manager, order_id)
+    assert ORDER_PAGE.stat().st_size > 0 and DASHBOARD.stat().st_size > 0

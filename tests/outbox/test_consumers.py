@@ -280,21 +280,22 @@ def test_a_consumer_waiting_for_the_database_stops_promptly_and_keeps_the_messag
 def test_the_handlers_tests_register_do_not_outlive_them(consumer_handlers):
     """tests/conftest.py restores the registry after every test: the test-* consumers
     registered by the tests above are gone, and the apps' own handlers are all there."""
-    from inventory.handlers import alert_low_stock, cancel_shipment, request_shipment
+    from inventory.handlers import alert_low_stock, cancel_shipment, request_shipment, shorten_shipment
     from orders.handlers import (
         capture_on_shipment,
         send_cancellation_notice,
+        send_lines_removed_notice,
         send_order_confirmation,
         send_payment_receipt,
         send_refund_completed,
         send_refund_notice,
+        send_return_decision,
+        send_return_received,
         send_shipping_notice,
         submit_requested_refund,
         void_on_cancellation,
         void_what_paid_no_order,
     )
-    from inventory.handlers import shorten_shipment
-    from orders.handlers import send_lines_removed_notice, send_return_decision, send_return_received
     from shop.handlers import (
         award_points,
         reverse_points_of_a_cancelled_paid_order,

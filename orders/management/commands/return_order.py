@@ -70,5 +70,5 @@ class Command(BaseCommand):
         conditions = {sku: "damaged" if sku in damaged else "restock" for sku in skus if sku}
         received = receive_return(return_id=return_id, conditions=conditions)
         refund = received.refund
-        money = format_money(refund.amount, refund.currency) if refund else "nothing (no money was taken)"
+        money = format_money(refund.amount, refund.currency) if refund else "nothing (no money left to give back)"
         self.stdout.write(f"return {return_id}: RECEIVED, {money} refunded")
