@@ -206,3 +206,21 @@ def test_a_received_return_is_refunded_through_the_simulator_and_its_points_take
         apply_event(consumer="loyalty", event=as_consumed)
     assert sorted(LoyaltyEntry.objects.filter(order_id=order.id).values_list("points", flat=True)) == [-12, 25]
     assert Payment.objects.get(order=order).status == Payment.Status.CAPTURED  # half of it still taken
+
+
+def test_a_shipped_order_is_not_refunded_as_an_unshipped_one(captured):
+    from orders.exceptions import OrderNotRefundable
+    from orders.services import refund_paid_order
+
+    with pytest.raises(OrderNotRefundable):
+        refund_paid_order(order_id=captured.id)  # its units left: returns, or an amount
+    assert Order.objects.get(id=captured.id).status == OrderStatus.SHIPPED and not Refund.objects.exists()
+
+
+def test_removed_lines_after_a_goodwill_refund_refund_only_what_is_left(paid):
+    Payment.objects.filter(order=paid).update(status="captured", captured_at=paid.created_at, captured_amount=3000)
+    refund_goodwill(order_id=paid.id, amount=2800, note="nearly all")
+    remove_order_lines(order_id=paid.id, lines={"B": 1})
+    assert list(Refund.objects.order_by("id").values_list("amount", "reason")) == [
+        (2800, "goodwill"), (200, "lines_cancelled")]
+    assert Payment.objects.get(order=paid).refunded_amount == 3000

@@ -47,3 +47,11 @@ def test_removed_lines_take_back_points_only_when_no_refund_will(placed_order):
 def test_refund_without_points_takes_back_nothing(placed_order):
     apply_event(consumer="loyalty", event=refund_completed_event(placed_order))
     assert not LoyaltyEntry.objects.exists()
+
+
+def test_a_refund_of_money_that_paid_no_order_takes_no_points(placed_order):
+    apply_event(consumer="loyalty", event=order_paid_event(placed_order))
+    late = refund_completed_event(placed_order)  # a second payment, refunded in full
+    late.data["reason"] = "order_not_pending"
+    apply_event(consumer="loyalty", event=late)
+    assert points(placed_order) == [25]
