@@ -1,4 +1,4 @@
-"""orders/admin.py: the order admin's actions, detail page and search."""
+"""orders/admin/: the order admin's actions, detail page and search."""
 
 import pytest
 from django.test import Client

@@ -1,4 +1,4 @@
-"""orders/admin.py: an order's payment timeline, and staff capturing or voiding
+"""orders/admin/: an order's payment timeline, and staff capturing or voiding
 its payment (a confirmation page first) against a fake provider on a real socket."""
 
 import pytest

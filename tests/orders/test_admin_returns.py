@@ -1,4 +1,4 @@
-"""orders/admin.py and the dashboard, issue 30: an order's lines with their counts,
+"""orders/admin/ and the dashboard, issue 30: an order's lines with their counts,
 its payments, refunds and returns as money, its events as a timeline; staff giving
 money back (goodwill) and removing lines through forms; returns approved, rejected
 and received in the admin, with the stock ledger and the refund they make."""
