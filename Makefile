@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 export PY
 
-.PHONY: run test stop services migrate seed lint install clean bench-tools
+.PHONY: run test stop services migrate seed lint install clean bench-tools cluster cluster-stop
 
 # Development only: DEBUG on, with the development secrets. Everything else
 # (the Docker image, a process started by hand) runs with DEBUG off and needs
@@ -48,6 +48,13 @@ lint: install
 # The benchmarks' load generator (bench/README.md): wrk, from the distribution's packages.
 bench-tools:
 	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
+
+# Several nodes on this machine: HAProxy, two nodes, Redis with Sentinel (docs/operations.md, "Scaling out").
+cluster: install
+	@PY=$(PY) scripts/cluster.sh start
+
+cluster-stop:
+	@PY=$(PY) scripts/cluster.sh stop
 
 stop:
 	@PY=$(PY) scripts/services.sh stop

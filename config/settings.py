@@ -7,6 +7,7 @@ developer machine as it is; production differs only by environment values.
 import os
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -218,38 +219,51 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = (
     env("TEST_REDIS_URL", "redis://127.0.0.1:6379/15") if TESTING else env("REDIS_URL", "redis://127.0.0.1:6379/0")
 )
-CACHES = {
-    "default": {
-        "BACKEND": "django_redis.cache.RedisCache",
-        "LOCATION": REDIS_URL,
-        "OPTIONS": {
-            "CLIENT_CLASS": "django_redis.client.DefaultClient",
-            "SOCKET_CONNECT_TIMEOUT": 1,
-            "SOCKET_TIMEOUT": 1,
-            "CONNECTION_POOL_KWARGS": {"max_connections": env_int("REDIS_MAX_CONNECTIONS", 256)},
-        },
-    }
-}
+# Several nodes: Redis behind Sentinel. With REDIS_SENTINELS ("host:port,host:port,...") every
+# Redis client (carts, the gate, rate limits, caches, Celery's broker) asks the Sentinels for the
+# primary of REDIS_SENTINEL_MASTER, and after a failover dials the new one without a restart; the
+# URLs then give only the database number. Reads go to the primary too: a replica may lag.
+REDIS_SENTINELS = [
+    (host, int(port)) for host, _, port in (item.rpartition(":") for item in env_list("REDIS_SENTINELS", ""))
+]
+REDIS_SENTINEL_MASTER = env("REDIS_SENTINEL_MASTER", "shop")
 
+
+def redis_cache(url: str, *, timeout: float) -> dict:
+    """A django-redis cache on `url` (through the Sentinels when there are some)."""
+    options = {
+        "CLIENT_CLASS": "django_redis.client.DefaultClient",
+        "SOCKET_CONNECT_TIMEOUT": timeout,
+        "SOCKET_TIMEOUT": timeout,
+        "CONNECTION_POOL_KWARGS": {"max_connections": env_int("REDIS_MAX_CONNECTIONS", 256)},
+    }
+    if REDIS_SENTINELS:
+        url = f"redis://{REDIS_SENTINEL_MASTER}{urlsplit(url).path or '/0'}"
+        options.update(
+            CONNECTION_FACTORY="django_redis.pool.SentinelConnectionFactory",
+            SENTINELS=REDIS_SENTINELS,
+            SENTINEL_KWARGS={"socket_timeout": timeout, "socket_connect_timeout": timeout},
+        )
+    return {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url, "OPTIONS": options}
+
+
+CACHES = {"default": redis_cache(REDIS_URL, timeout=1)}
 # The flash-sale gate may live on its own Redis; by default it shares the cart's.
 GATE_REDIS_URL = env("GATE_REDIS_URL", REDIS_URL)
-CACHES["gate"] = {
-    "BACKEND": "django_redis.cache.RedisCache",
-    "LOCATION": GATE_REDIS_URL,
-    "OPTIONS": {
-        "CLIENT_CLASS": "django_redis.client.DefaultClient",
-        "SOCKET_CONNECT_TIMEOUT": 0.5,
-        "SOCKET_TIMEOUT": 0.5,
-        "CONNECTION_POOL_KWARGS": {"max_connections": env_int("REDIS_MAX_CONNECTIONS", 256)},
-    },
-}
+CACHES["gate"] = redis_cache(GATE_REDIS_URL, timeout=0.5)
 
 # --- Celery -----------------------------------------------------------------
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", "redis://127.0.0.1:6379/14" if TESTING else "redis://127.0.0.1:6379/1")
+if REDIS_SENTINELS:
+    _broker_db = urlsplit(CELERY_BROKER_URL).path or "/1"
+    CELERY_BROKER_URL = ";".join(f"sentinel://{host}:{port}{_broker_db}" for host, port in REDIS_SENTINELS)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"master_name": REDIS_SENTINEL_MASTER}
 CELERY_TASK_ALWAYS_EAGER = TESTING
 CELERY_TASK_IGNORE_RESULT = True
 ORDER_EXPIRY_INTERVAL_SECONDS = env_int("ORDER_EXPIRY_INTERVAL_SECONDS", 30)
 ORDER_EXPIRY_BATCH_SIZE = env_int("ORDER_EXPIRY_BATCH_SIZE", 500)
+# Every node may run a beat (make cluster does): each job is safe to run twice at
+# once (docs/operations.md, "Scaling out"), so no beat has to be the only one.
 CELERY_BEAT_SCHEDULE = {
     "expire-unpaid-orders": {
         "task": "orders.tasks.expire_unpaid_orders_task",
@@ -262,7 +276,7 @@ CELERY_BEAT_SCHEDULE = {
     },
     "purge-published-outbox-events": {
         "task": "outbox.tasks.purge_published_events_task",
-        "schedule": 3600.0,
+        "schedule": float(env_int("OUTBOX_PURGE_INTERVAL_SECONDS", 3600)),
     },
 }
 

@@ -1,0 +1,51 @@
+"""Every node may run Celery beat (scripts/cluster.sh runs one per node): each
+scheduled job is safe to run twice at once, shown here with real threads on
+their own connections. The relay's own proof is in tests/outbox/test_relay.py
+(two relays publish each event once: the leader lock)."""
+
+from datetime import timedelta
+
+import pytest
+from django.conf import settings
+from django.utils import timezone
+
+from inventory.models import Stock
+from orders.models import Order, OrderStatus
+from orders.services import expire_unpaid_orders
+from outbox.models import OutboxEvent
+from outbox.services import purge_published_events, record_event
+from tests.factories import UserFactory, product_with_stock
+from tests.helpers import expire_now, place_pending_order, run_in_threads
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def test_the_schedule_holds_only_jobs_shown_safe_twice():
+    # A new job joins this list with a test below (or a lock) showing two beats cannot double its effect.
+    assert {job["task"] for job in settings.CELERY_BEAT_SCHEDULE.values()} == {
+        "orders.tasks.expire_unpaid_orders_task",  # below
+        "outbox.tasks.publish_outbox_task",  # the relay's leader lock
+        "outbox.tasks.purge_published_events_task",  # below
+    }
+
+
+def test_two_expiry_runs_at_once_cancel_each_order_once(redis):
+    product_with_stock(sku="A", price=100, available=500)
+    orders = [place_pending_order(redis, user, {"A": 2}) for user in UserFactory.create_batch(120)]
+    expire_now(*orders)
+    counts = run_in_threads([lambda: expire_unpaid_orders(batch_size=10)] * 2)
+    assert sum(counts) == 120  # none twice (SKIP LOCKED, then the conditional move)
+    assert Order.objects.filter(status=OrderStatus.CANCELLED).count() == 120
+    assert OutboxEvent.objects.filter(event_type="OrderCancelled").count() == 120
+    assert Stock.objects.filter(product_id="A").values_list("available", "reserved").get() == (500, 0)
+
+
+def test_two_purges_at_once_delete_each_event_once():
+    from django.db import transaction
+
+    with transaction.atomic():
+        for n in range(300):
+            record_event(aggregate_type="order", aggregate_id=n, event_type="Test", data={})
+    OutboxEvent.objects.update(published_at=timezone.now() - timedelta(days=30))
+    counts = run_in_threads([lambda: purge_published_events(batch_size=25)] * 2)
+    assert sum(counts) == 300 and not OutboxEvent.objects.exists()
