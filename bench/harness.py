@@ -313,6 +313,7 @@ def delete_orders(customer_ids: list[int]) -> None:
                        [[str(i) for i in ids]])  # fmt: skip
         for model in (Refund, Payment, Notification, OrderItem):
             cursor.execute(f"DELETE FROM {model._meta.db_table} WHERE order_id = ANY(%s)", [ids])
+        cursor.execute("DELETE FROM order_queued_aliases WHERE order_id = ANY(%s)", [ids])
         cursor.execute("DELETE FROM orders WHERE id = ANY(%s)", [ids])
         cursor.execute("UPDATE order_pending_counts SET pending = 0 WHERE customer_id = ANY(%s)", [customer_ids])
     redis, customers = get_redis_connection("default"), set(customer_ids)

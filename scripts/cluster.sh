@@ -75,7 +75,7 @@ haproxy_up() {
   answers "$LB_PORT" && return 0
   cat >"$DIR/haproxy.cfg" <<EOF
 global
-    maxconn 20000
+    maxconn 8000
 defaults
     mode http
     timeout connect 1s
@@ -130,9 +130,10 @@ case "${1:-start}" in
     redis_node $PRIMARY
     redis_node $REPLICA $PRIMARY
     for port in "${SENTINELS[@]}"; do sentinel "$port"; done
-    "$PY" manage.py migrate --noinput >/dev/null
-    "$PY" manage.py seed_demo >/dev/null
-    "$PY" manage.py kafka_topics >/dev/null
+    # As make run prepares them (the demo's logins exist only where DEBUG is on).
+    DEBUG=1 "$PY" manage.py migrate --noinput >/dev/null
+    DEBUG=1 "$PY" manage.py seed_demo >/dev/null
+    DEBUG=1 "$PY" manage.py kafka_topics >/dev/null
     for n in "${NODES[@]}"; do start_node "$n"; done
     haproxy_up
     wait_for 90 curl -sf "http://127.0.0.1:$LB_PORT/readyz" || fail "no node became ready (see $DIR/node*.log)"
