@@ -203,6 +203,12 @@ def redis_cpu(redis) -> float:
     return info["used_cpu_user"] + info["used_cpu_sys"]
 
 
+def sync_gate() -> None:
+    """The runbook's step after a fault: the gate set from the database (no sale is running)."""
+    subprocess.run([str(h.VENV_BIN / "python"), "manage.py", "flash_sale_sync", SKU], check=True, cwd=h.ROOT,
+                   stdout=subprocess.DEVNULL)  # fmt: skip
+
+
 def stock_row() -> tuple[int, int]:
     return Stock.objects.filter(product_id=SKU).values_list("available", "reserved").get()
 
@@ -270,20 +276,31 @@ def drill_node(args, results: dict) -> list[tuple]:
         if not waiting and applied == created:
             break
         time.sleep(1)
-    results["node"] = {**timings, "seconds": round(seconds, 1), "failed_first": len(sale.failed),
-                       "retries_ended": dict(sale.retried), "orders": orders, "events_waiting": waiting,
-                       "order_created": created, "warehouse_applied": applied}  # fmt: skip
+    available, reserved = stock_row()
+    gate_before = gate.counters(skus=[SKU])[SKU]["remaining"]
+    sync_gate()
+    gate_after = gate.counters(skus=[SKU])[SKU]["remaining"]
+    results["node"] = {**timings, "seconds": round(seconds, 1), "statuses": dict(sale.statuses),
+                       "failed_first": len(sale.failed), "retries_ended": dict(sale.retried), "orders": orders,
+                       "events_waiting": waiting, "order_created": created, "warehouse_applied": applied,
+                       "gate_before_sync": gate_before, "gate_after_sync": gate_after,
+                       "available": available}  # fmt: skip
     print(f"node 1 killed after {timings['killed_after']} checkouts: HAProxy marked it down in "
           f"{timings['marked_down_s']} s; {len(sale.failed)} checkouts failed first (no answer or 5xx), their "
           f"retries with the same key ended {dict(sale.retried)}; {orders} orders for {args.shoppers} shoppers; "
-          f"events unpublished {waiting}; OrderCreated {created}, applied by the warehouse {applied}")
+          f"events unpublished {waiting}; OrderCreated {created}, applied by the warehouse {applied}; statuses "
+          f"{dict(sorted(sale.statuses.items()))}; gate {gate_before} before flash_sale_sync, {gate_after} after, "
+          f"{available} available")
     cluster("start-node", "1")
     return [("node: HAProxy stopped sending to the dead node within its checks (fall 2 x inter 1 s, + 1 s)",
              timings["marked_down_s"] <= 3.0),
             ("node: every retried checkout got its order, created once",
              set(sale.retried) <= {200, 201} and len(per_key) == len(sale.failed)
              and all(n == 1 for n in per_key.values())),
-            (f"node: one order per shopper ({orders} = {args.shoppers})", orders == args.shoppers),
+            (f"node: no oversell ({orders} orders + {available} available = {args.shoppers} units)",
+             orders + available == args.shoppers and reserved == orders),
+            ("node: gate and database equal after flash_sale_sync (units the dead node's requests had "
+             "admitted come back)", gate_after == available),
             ("node: every event published; each OrderCreated applied by the warehouse once",
              waiting == 0 and applied == created)]  # fmt: skip
 
@@ -332,9 +349,7 @@ def drill_redis(args, results: dict) -> list[tuple]:
     sale.run(during=kill_primary)
     orders = sale.settle(10)
     available, reserved = stock_row()
-    subprocess.run([str(h.VENV_BIN / "python"), "manage.py", "flash_sale_sync", SKU], check=True, cwd=h.ROOT,
-                   env={**os.environ, "REDIS_SENTINELS": os.environ["REDIS_SENTINELS"]},
-                   stdout=subprocess.DEVNULL)  # fmt: skip
+    sync_gate()
     remaining = gate.counters(skus=[SKU])[SKU]["remaining"]
     kept = sum(1 for k in keepers if get_redis_connection("default").hget(cart_key(k.user_id), demo_sku))
     # The old primary back, as a replica of the new one (the Sentinels reconfigure it).
@@ -343,11 +358,12 @@ def drill_redis(args, results: dict) -> list[tuple]:
                     "--appendonly", "no", "--dir", str(RUN), "--pidfile", str(RUN / f"redis-{old}.pid"),
                     "--logfile", str(RUN / f"redis-{old}.log")], check=True)  # fmt: skip
     results["redis"] = {**{k: v for k, v in timings.items() if k != "carts_written"}, "orders": orders,
+                        "statuses": dict(sale.statuses), "retries_ended": dict(sale.retried),
                         "carts_kept": kept, "stock": [available, reserved], "gate_after_sync": remaining}  # fmt: skip
     print(f"Redis primary :{old} killed: the shop served again after {timings['serving_again_s']} s "
           f"(new primary :{timings['new_primary']}); {timings['failed_meanwhile']} checkouts refused meanwhile; "
           f"{orders} orders; gate after flash_sale_sync {remaining} = available {available}; "
-          f"carts kept {kept}/{len(keepers)}")
+          f"carts kept {kept}/{len(keepers)}; statuses {dict(sorted(sale.statuses.items()))}")
     return [("redis: a replica promoted, the shop serving again without a restart",
              timings["new_primary"] != old),
             (f"redis: no oversell ({orders} <= {args.units}, available + reserved = {args.units})",

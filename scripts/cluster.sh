@@ -107,10 +107,26 @@ start_node() {  # start_node N: honcho with the Procfile, in a process group of 
   answers "$port" && return 0
   mkdir -p "$DIR/node$n/metrics"
   rm -f "$DIR/node$n/metrics"/*
-  WEB_BIND=127.0.0.1:$port BEAT_SCHEDULE=$DIR/node$n/celerybeat-schedule \
+  # SHOP_NODE marks every process of the node (honcho gives each its own session).
+  SHOP_NODE=$n WEB_BIND=127.0.0.1:$port BEAT_SCHEDULE=$DIR/node$n/celerybeat-schedule \
     PROMETHEUS_MULTIPROC_DIR=$PWD/$DIR/node$n/metrics \
     setsid .venv/bin/honcho start -f Procfile >"$DIR/node$n.log" 2>&1 </dev/null &
   echo $! >"$DIR/node$n.pid"
+}
+
+node_pids() {  # every process of node N, by the SHOP_NODE=N in its environment
+  grep -lzx "SHOP_NODE=$1" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3 || true
+}
+
+stop_node() {  # stop_node N [KILL]: gracefully (honcho stops its processes), then whatever is left, killed
+  local n=$1 pids
+  if [ "${2:-}" != KILL ]; then
+    stop_pidfile "$DIR/node$n.pid"
+    for _ in $(seq 1 50); do [ -z "$(node_pids "$n")" ] && break; sleep 0.2; done
+  fi
+  pids=$(node_pids "$n")
+  [ -n "$pids" ] && kill -KILL $pids 2>/dev/null || true
+  rm -f "$DIR/node$n.pid"
 }
 
 stop_pidfile() {  # stop_pidfile FILE [SIGNAL]: the process group the file names
@@ -147,7 +163,7 @@ $(for n in "${NODES[@]}"; do echo "    Node $n         http://127.0.0.1:$(node_p
 EOF
     ;;
   stop)
-    for n in "${NODES[@]}"; do stop_pidfile "$DIR/node$n.pid"; done
+    for n in "${NODES[@]}"; do stop_node "$n"; done
     stop_pidfile "$DIR/haproxy.pid"
     for port in "${SENTINELS[@]}" $REPLICA $PRIMARY; do
       [ -f "$DIR/redis-$port.pid" ] && kill "$(cat "$DIR/redis-$port.pid")" 2>/dev/null || true
@@ -155,7 +171,7 @@ EOF
     done
     say "stopped"
     ;;
-  kill-node) stop_pidfile "$DIR/node$2.pid" KILL ;;
+  kill-node) stop_node "$2" KILL ;;
   start-node) start_node "$2" ;;
   *) fail "usage: scripts/cluster.sh start|stop|kill-node N|start-node N" ;;
 esac
