@@ -229,7 +229,7 @@ REDIS_SENTINELS = [
 REDIS_SENTINEL_MASTER = env("REDIS_SENTINEL_MASTER", "shop")
 
 
-def redis_cache(url: str, *, timeout: float) -> dict:
+def redis_cache(url: str, *, timeout: float, sentinels: list = REDIS_SENTINELS) -> dict:
     """A django-redis cache on `url` (through the Sentinels when there are some)."""
     options = {
         "CLIENT_CLASS": "django_redis.client.DefaultClient",
@@ -237,11 +237,11 @@ def redis_cache(url: str, *, timeout: float) -> dict:
         "SOCKET_TIMEOUT": timeout,
         "CONNECTION_POOL_KWARGS": {"max_connections": env_int("REDIS_MAX_CONNECTIONS", 256)},
     }
-    if REDIS_SENTINELS:
+    if sentinels:
         url = f"redis://{REDIS_SENTINEL_MASTER}{urlsplit(url).path or '/0'}"
         options.update(
             CONNECTION_FACTORY="django_redis.pool.SentinelConnectionFactory",
-            SENTINELS=REDIS_SENTINELS,
+            SENTINELS=sentinels,
             SENTINEL_KWARGS={"socket_timeout": timeout, "socket_connect_timeout": timeout},
         )
     return {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url, "OPTIONS": options}
