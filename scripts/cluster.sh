@@ -27,6 +27,7 @@ export DEBUG=${DEBUG:-1}
 say() { printf '[cluster] %s\n' "$*"; }
 fail() { printf '[cluster] ERROR: %s\n' "$*" >&2; exit 1; }
 answers() { "$PY" -c 'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=1).close()' "$1" 2>/dev/null; }
+closed() { ! answers "$1"; }
 wait_for() {  # wait_for SECONDS COMMAND...
   local seconds=$1; shift
   for _ in $(seq 1 $((seconds * 5))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
@@ -165,9 +166,14 @@ EOF
   stop)
     for n in "${NODES[@]}"; do stop_node "$n"; done
     stop_pidfile "$DIR/haproxy.pid"
+    # Sentinels first (they would fail the primary over as it goes), and each port closed
+    # before the next start: a Sentinel left over with an older view of who is primary would
+    # split the writes between two servers.
     for port in "${SENTINELS[@]}" $REPLICA $PRIMARY; do
-      [ -f "$DIR/redis-$port.pid" ] && kill "$(cat "$DIR/redis-$port.pid")" 2>/dev/null || true
-      [ -f "$DIR/sentinel-$port.pid" ] && kill "$(cat "$DIR/sentinel-$port.pid")" 2>/dev/null || true
+      pkill -f "redis-server 127.0.0.1:$port( |$)" 2>/dev/null || true
+      wait_for 5 closed "$port" || pkill -9 -f "redis-server 127.0.0.1:$port( |$)" 2>/dev/null || true
+      wait_for 2 closed "$port" || fail "something still answers on :$port"
+      rm -f "$DIR/redis-$port.pid" "$DIR/sentinel-$port.pid"
     done
     say "stopped"
     ;;
