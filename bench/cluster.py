@@ -128,6 +128,7 @@ class Sale:
         seed_flash_sale(sku=SKU, stock=units, price=1000, name="Cluster sale", mode=mode)
         h.fill_carts([(i, {SKU: 1}) for i in self.ids])
         self.units, self.clients, self.mode = units, clients, mode
+        self.started = int(time.time() * 1000)
         self.statuses: Counter = Counter()
         self.failed: list[h.Shopper] = []  # no answer, or a 5xx: retried with the same key
         self.retried: Counter = Counter()  # the answers the retries ended with
@@ -135,8 +136,11 @@ class Sale:
         self.lock = threading.Lock()
 
     def checkout(self, shopper, base: str = LB) -> int:
+        # A key of this sale's own: an earlier run's replay marker under the same key would make this
+        # checkout a retry of that one (admitted without the gate, as a retry is).
+        key = f"c{self.started}-{shopper.user_id}"
         request = urllib.request.Request(f"{base}/api/orders", data=b"", method="POST", headers={
-            "Authorization": f"Token {shopper.token}", "Idempotency-Key": f"cluster-{shopper.user_id}"})  # fmt: skip
+            "Authorization": f"Token {shopper.token}", "Idempotency-Key": key})  # fmt: skip
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
                 response.read()
@@ -335,8 +339,10 @@ def drill_node(args, results: dict) -> list[tuple]:
              orders + available == args.shoppers and reserved == orders),
             ("node: gate and database equal after flash_sale_sync (units the dead node's requests had "
              "admitted come back)", gate_after == available),
-            ("node: every event in Kafka once (messages = events written); each OrderCreated applied by the "
-             "warehouse once", waiting == 0 and published == distinct == written and applied == created)]  # fmt: skip
+            ("node: every event in Kafka, each OrderCreated applied by the warehouse once",
+             waiting == 0 and distinct == written and applied == created),
+            ("node: no event twice in Kafka (a relay killed between Kafka's ack and its mark: the next leader "
+             "publishes those again)", published == distinct)]  # fmt: skip
 
 
 def drill_redis(args, results: dict) -> list[tuple]:
