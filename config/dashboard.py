@@ -121,7 +121,6 @@ def dashboard(*, now=None) -> dict:
             "paid_rate": today["paid"] / today["orders"] if today["orders"] else None,
             "revenue_shown": format_money(today["revenue"], settings.SHOP_CURRENCY),
         },
-        "currency": settings.SHOP_CURRENCY,
         "chart": bars(per_minute(Order.objects.all(), minutes=60, now=now)),
         "outbox_waiting": outbox.waiting,
         "outbox_oldest_age": outbox.oldest_age_seconds,

@@ -31,11 +31,11 @@ from django_redis import get_redis_connection
 from rest_framework import serializers
 
 from core.fields import StrictIntegerField
+from core.money import format_money
 from orders.signatures import sign
 
 logger = logging.getLogger(__name__)
 KEPT_SECONDS = 24 * 3600
-CURRENCY_SYMBOLS = {"EUR": "€"}
 
 # What a view does once, only for the first call with its key (None: nothing).
 Act = Callable[[], None] | None
@@ -237,8 +237,4 @@ def _payment_events(session_id: str, session: dict, outcome: str) -> list[dict]:
 
 
 def _page(session: dict) -> dict:
-    symbol = CURRENCY_SYMBOLS.get(session["currency"], f"{session['currency']} ")
-    # Minor units, in whole numbers (a float would round large amounts): every
-    # currency the shop sells in has two decimals.
-    units, cents = divmod(session["amount"], 100)
-    return {"session": session, "amount": f"{symbol}{units:,}.{cents:02d}"}
+    return {"session": session, "amount": format_money(session["amount"], session["currency"])}

@@ -110,8 +110,11 @@ class RefundAdmin(RefundShown, ReadOnlyAdmin):
 
     @admin.action(description="Retry selected failed refunds (a new attempt at the provider)", permissions=["change"])
     def retry(self, request, queryset):
-        retried = sum(retry_refund(refund_id=refund.id) for refund in queryset.filter(status=Refund.Status.FAILED))
-        self.message_user(request, f"{retried} refund(s) requested again; {queryset.count() - retried} not failed")
+        failed = list(queryset.filter(status=Refund.Status.FAILED).values_list("id", flat=True))
+        retried = sum(retry_refund(refund_id=refund_id) for refund_id in failed)
+        refused = f", {len(failed) - retried} refused (other refunds took the money)" if len(failed) > retried else ""
+        self.message_user(request, f"{retried} refund(s) requested again{refused}; "
+                                   f"{queryset.count() - len(failed)} not failed")  # fmt: skip
 
 
 @admin.register(Notification)

@@ -13,7 +13,7 @@ from inventory.services import return_reserved_stock
 from orders.exceptions import LinesNotRemovable, OrderNotFound, PaymentNotCaptured, SkuNotOnOrder
 from orders.models import Order, OrderItem, OrderStatus, Payment, Refund
 from orders.services.cancellation import reopen_gate_lines, reserved_lines
-from orders.services.refunds import price_units, request_refund
+from orders.services.refunds import locked_items, price_units, request_refund
 from outbox.services import record_event
 
 
@@ -30,7 +30,7 @@ def remove_order_lines(*, order_id: int, lines: Mapping[str, int], user=None) ->
         raise OrderNotFound()
     if order.status != OrderStatus.PAID:
         raise LinesNotRemovable("Only a paid order that has not shipped can lose lines.", status=order.status)
-    items = {item.product_id: item for item in OrderItem.objects.select_for_update().filter(order=order).order_by("id")}
+    items = {item.product_id: item for item in locked_items(order_id=order.id)}
     unknown = sorted(set(lines) - set(items))
     if unknown:
         raise SkuNotOnOrder(skus=unknown)

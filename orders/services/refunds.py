@@ -48,7 +48,7 @@ def refund_paid_order(*, order_id: int, user=None) -> Refund | None:
         )
     if order.status != OrderStatus.PAID or not move_orders([order_id], OrderStatus.REFUNDED):
         raise OrderNotRefundable(order_id=order_id)  # a shipped order is refunded by returns, or an amount
-    items = _locked_items(order_id)
+    items = locked_items(order_id=order_id)
     units = [(item, item.shipped_units - item.refunded) for item in items]
     refund = refund_units(order=order, payment=payment, units=units, reason=Refund.Reason.STAFF, user=user)
     return_reserved_stock(lines=reserved_lines(order_ids=[order.id]))
@@ -71,15 +71,19 @@ def refund_goodwill(*, order_id: int, amount: int, note: str, user=None) -> Refu
                           note=note, user=user)  # fmt: skip
 
 
-def captured_payment(*, order_id: int) -> Payment:
-    """The payment that paid the order, if its money was taken; else PaymentNotCaptured."""
+def captured_payment(*, order_id: int, free_ok: bool = False) -> Payment | None:
+    """The payment that paid the order, if its money was taken; else PaymentNotCaptured.
+    With `free_ok`, None for an order that cost nothing (no money to give back)."""
     payment = Payment.objects.filter(order_id=order_id, outcome=Payment.Outcome.APPLIED).first()
+    if free_ok and (payment is None or payment.amount == 0):
+        return None
     if payment is None or payment.status not in (Payment.Status.CAPTURED, Payment.Status.REFUNDED):
         raise PaymentNotCaptured(order_id=order_id)
     return payment
 
 
-def _locked_items(order_id: int) -> list[OrderItem]:
+def locked_items(*, order_id: int) -> list[OrderItem]:
+    """The order's lines, locked in id order (the order every writer of them takes)."""
     return list(OrderItem.objects.select_for_update().filter(order_id=order_id).order_by("id"))
 
 
@@ -211,7 +215,8 @@ def handle_refund_webhook(
     already completed or failed changes nothing. An amount or currency other than
     the refund's fails it, flagged for staff; so does a failure. The payment is
     REFUNDED once its completed refunds are all it captured."""
-    refund = Refund.objects.select_for_update().select_related("payment").filter(id=refund_id).first()
+    locked = Refund.objects.select_for_update(of=("self", "payment"))  # as before; the order only read
+    refund = locked.select_related("payment", "order").filter(id=refund_id).first()
     if refund is None or refund.payment.provider_payment_id != payment_id:
         logger.warning("refund confirmation for an unknown refund %s (payment %s)", refund_id, payment_id)
         return RefundConfirmation(None, "unknown_refund")

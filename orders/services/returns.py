@@ -30,8 +30,8 @@ from orders.exceptions import (
     SkuNotOnOrder,
     TooManyUnits,
 )
-from orders.models import Order, OrderItem, OrderStatus, Payment, Refund, Return, ReturnCondition, ReturnLine
-from orders.services.refunds import captured_payment, refund_units
+from orders.models import Order, OrderItem, OrderStatus, Refund, Return, ReturnCondition, ReturnLine
+from orders.services.refunds import captured_payment, locked_items, refund_units
 from orders.transitions import move_return
 from outbox.services import record_event
 
@@ -138,12 +138,12 @@ def receive_return(*, return_id: int, conditions: Mapping[str, str], user=None) 
     skus = {line.item.product_id for line in lines}
     if set(conditions) != skus or not set(conditions.values()) <= set(ReturnCondition.values):
         raise ValueError(f"a condition (restock or damaged) for each of {sorted(skus)}")
-    payment = captured_payment(order_id=order_id) if _costs_money(order) else None
+    payment = captured_payment(order_id=order_id, free_ok=True)
     now = timezone.now()
     if not move_return(return_id, Return.Status.RECEIVED, received_at=now, decided_at=now, decided_by=user):
         raise ReturnNotReceivable(status=Return.objects.get(id=return_id).status)
 
-    items = {item.id: item for item in OrderItem.objects.select_for_update().filter(order=order).order_by("id")}
+    items = {item.id: item for item in locked_items(order_id=order_id)}
     for line in lines:
         line.condition = conditions[line.item.product_id]
         OrderItem.objects.filter(id=line.item_id).update(returned=F("returned") + line.quantity)
@@ -169,7 +169,3 @@ def receive_return(*, return_id: int, conditions: Mapping[str, str], user=None) 
     )  # fmt: skip
     return Return.objects.select_related("refund").prefetch_related("lines__item").get(id=return_id)
 
-
-def _costs_money(order: Order) -> bool:
-    """Whether the order had money taken that a refund could give back (a free order had none)."""
-    return Payment.objects.filter(order=order, outcome=Payment.Outcome.APPLIED, amount__gt=0).exists()

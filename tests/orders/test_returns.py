@@ -125,7 +125,9 @@ def test_received_units_are_restocked_or_written_off_through_the_ledger_and_refu
     assert after == {"A": before["A"] + 2, "B": before["B"]}  # the damaged unit is not on sale
     assert sorted(StockMovement.objects.filter(reason__in=["returned", "damaged"]).values_list(
         "product_id", "reason", "delta")) == [("A", "returned", 2), ("B", "damaged", -1), ("B", "returned", 1)]
-    assert all(row["difference"] == 0 for row in stock_audit())
+    audit = {row["sku"]: row for row in stock_audit(skus=["A", "B"])}
+    assert set(audit) == {"A", "B"} and all(row["difference"] == 0 for row in audit.values())
+    assert audit["A"]["available"] == after["A"] and audit["A"]["shipped"] == 3  # shipped keeps what left
 
     refund = received.refund  # 2 of A: 2000 - 100 x 2 // 3 = 1934; B: 599
     assert (refund.amount, refund.reason, refund.status) == (1934 + 599, Refund.Reason.RETURN, Refund.Status.REQUESTED)
