@@ -76,3 +76,23 @@ class ProcessedEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.consumer}: {self.event_type} {self.event_id}"
+
+
+class RelayRun(models.Model):
+    """A relay run that may have produced events it has not marked published:
+    written before the run's first produce, deleted once every event it
+    produced is marked. The next leader that finds one (the run's process was
+    killed, or Kafka did not acknowledge everything) reads what the topic got
+    since `started_at` and marks those events instead of publishing them
+    again (outbox/relay/recovery.py)."""
+
+    topic = models.CharField(max_length=249)  # Kafka's longest topic name
+    # The relay's own clock: the messages' CreateTime comes from the same host.
+    started_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "outbox_relay_runs"
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"relay run on {self.topic} since {self.started_at:%Y-%m-%d %H:%M:%S}"

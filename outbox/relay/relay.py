@@ -10,6 +10,12 @@ acknowledged stays unpublished, with `attempts` and `last_error`; the relay
 backs off, and after a failure its producer is thrown away and recreated, so
 a broker that restarted empty (or a stalled idempotent producer) does not
 block it.
+
+A run is recorded (`RelayRun`) before it produces and deleted once all it
+produced is marked. A leader that finds one left over (a relay killed between
+Kafka's acknowledgement and the mark, a batch not acknowledged) first marks
+the events Kafka already has (`recovery`), so that each event reaches Kafka
+once.
 """
 
 import logging
@@ -21,11 +27,12 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaException, Producer
 from django.conf import settings
 from django.db import connection, transaction
+from django.utils import timezone
 
 from core.backoff import backoff_seconds
 from core.kafka import client_config
 from outbox.metrics import RELAY_FAILURES, RELAY_PUBLISHED
-from outbox.relay import sql, threads
+from outbox.relay import recovery, sql, threads
 from outbox.topics import ensure_topics
 
 logger = logging.getLogger("outbox.relay")  # the one name of the relay's log lines
@@ -136,6 +143,12 @@ class OutboxRelay:
         if not sql.try_lock():
             return BatchResult(0, 0, leader=False)
         try:
+            unchecked = self._recover()
+            if unchecked is not None:
+                return self._recovery_failed(unchecked)
+            run = sql.start_run(self.topic, timezone.now())
+            if run is None:
+                return BatchResult(0, 0)  # nothing waiting
             with transaction.atomic():
                 sql.repeatable_read()
                 marker = threads.Marker()
@@ -145,7 +158,9 @@ class OutboxRelay:
                 finally:
                     marker.close()
             if errors:  # after the snapshot: staff may have touched these rows meanwhile
-                sql.record_failures(errors)
+                sql.record_failures(errors)  # the run stays unfinished: Kafka may have some
+            else:
+                sql.finish_run(run)
         except BaseException:
             # Whatever the producer still holds would be delivered and never
             # marked: drop it, and back off.
@@ -165,6 +180,37 @@ class OutboxRelay:
         else:
             self.failures_in_a_row = 0
         return BatchResult(published, len(errors))
+
+    def _recover(self) -> str | None:
+        """Marks what an unfinished run got into Kafka; before this run's
+        snapshot, which must see those marks. Returns why not, when Kafka
+        could not be read (nothing is published then)."""
+        for run in sql.unfinished_runs():
+            try:
+                in_kafka = recovery.event_ids_in_topic(
+                    run.topic, since=run.started_at, timeout=settings.OUTBOX_FLUSH_TIMEOUT_SECONDS
+                )
+            except KafkaException as exc:
+                return f"not published: Kafka could not be read for what an unfinished run sent ({exc})"
+            with transaction.atomic():
+                marked = sql.mark_published_by_event_id(sorted(in_kafka))
+                sql.finish_run(run.id)
+            logger.log(
+                logging.WARNING if marked else logging.INFO,
+                "relay: a run on %s since %s did not finish; %d of its events were in Kafka already "
+                "and are marked published, not sent again", run.topic, run.started_at, marked,
+            )  # fmt: skip
+        return None
+
+    def _recovery_failed(self, reason: str) -> BatchResult:
+        errors = dict.fromkeys(sql.waiting_ids(self.batch_size), reason)
+        if errors:
+            sql.record_failures(errors)
+            RELAY_FAILURES.inc(len(errors))
+        self._discard_producer()
+        self._failed()
+        logger.warning("relay: %s; retrying with backoff", reason)
+        return BatchResult(0, len(errors))
 
     def _run(self, max_batches: int, marker: threads.Marker) -> tuple[int, dict[int, str]]:
         in_flight: deque[InFlight] = deque()

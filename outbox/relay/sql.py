@@ -1,12 +1,14 @@
-"""The relay's SQL: the leader lock, the read of unpublished events, and the
-marks (published, or failed)."""
+"""The relay's SQL: the leader lock, the runs not finished, the read of
+unpublished events, and the marks (published, or failed)."""
 
 import logging
+from dataclasses import dataclass
+from datetime import datetime
 
 import psycopg
 from django.db import connection
 
-from outbox.models import OutboxEvent, UnpublishedEvent
+from outbox.models import OutboxEvent, RelayRun, UnpublishedEvent
 
 logger = logging.getLogger("outbox.relay")  # the one name of the relay's log lines
 
@@ -60,6 +62,41 @@ def repeatable_read() -> None:
         cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
 
 
+@dataclass(frozen=True)
+class UnfinishedRun:
+    id: int
+    topic: str
+    started_at: datetime
+
+
+def unfinished_runs() -> list[UnfinishedRun]:
+    return [UnfinishedRun(*row) for row in RelayRun.objects.values_list("id", "topic", "started_at")]
+
+
+def start_run(topic: str, started_at: datetime) -> int | None:
+    """The run's row, committed before it produces anything; None (and no
+    row) when no event is waiting."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            INSERT INTO {RelayRun._meta.db_table} (topic, started_at)
+            SELECT %s, %s WHERE EXISTS (SELECT FROM {UnpublishedEvent._meta.db_table})
+            RETURNING id
+            """,
+            [topic, started_at],
+        )
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
+def finish_run(run_id: int) -> None:
+    RelayRun.objects.filter(id=run_id).delete()
+
+
+def waiting_ids(limit: int) -> list[int]:
+    return list(UnpublishedEvent.objects.values_list("event_id", flat=True)[:limit])
+
+
 def read_pending(limit: int, *, after: int = 0, raw: psycopg.Connection | None = None) -> list[PendingEvent]:
     """The next `limit` unpublished events after id `after`, as Kafka messages.
     `raw`: the psycopg connection (and its transaction) to read on, when it is
@@ -98,6 +135,23 @@ def mark_published(ids: list[int]) -> None:
             """,
             [ids],
         )
+
+
+def mark_published_by_event_id(event_ids: list[str]) -> int:
+    """Marks those of these events (by `event_id`) still waiting; returns how many."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH done AS (
+                DELETE FROM {UnpublishedEvent._meta.db_table} AS p USING {OutboxEvent._meta.db_table} AS e
+                WHERE p.id = e.id AND e.event_id = ANY(%s::uuid[]) RETURNING p.id
+            )
+            UPDATE {OutboxEvent._meta.db_table} AS e SET published_at = statement_timestamp()
+            FROM done WHERE e.id = done.id
+            """,
+            [event_ids],
+        )
+        return cursor.rowcount
 
 
 def record_failures(errors: dict[int, str]) -> None:

@@ -3,7 +3,7 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from core.kafka import client_config
 from outbox.consumers import EventConsumer
@@ -35,6 +35,28 @@ def read_topic(topic: str, *, expected: int, timeout: float = 20.0, bootstrap: s
             message = consumer.poll(0.2)
             if message is not None and not message.error():
                 messages.append(message)
+        return messages
+    finally:
+        consumer.close()
+
+
+def read_topic_to_end(topic: str, *, timeout: float = 20.0) -> list:
+    """Every message of the topic, read until each partition's end: what it
+    holds, duplicates included (`read_topic` stops at the count expected)."""
+    consumer = Consumer(
+        client_config(**{"group.id": "test-reader", "enable.auto.commit": False, "enable.partition.eof": True})
+    )
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        messages, reading, deadline = [], set(partitions), time.monotonic() + timeout
+        while reading:
+            assert time.monotonic() < deadline, f"partitions {sorted(reading)} of {topic} not read to the end"
+            for message in consumer.consume(1000, timeout=0.2):
+                if message.error() is None:
+                    messages.append(message)
+                elif message.error().code() == KafkaError._PARTITION_EOF:
+                    reading.discard(message.partition())
         return messages
     finally:
         consumer.close()

@@ -5,10 +5,10 @@ from datetime import datetime
 import pytest
 from django.db import connection, transaction
 
-from outbox.models import OutboxEvent, UnpublishedEvent
+from outbox.models import OutboxEvent, RelayRun, UnpublishedEvent
 from outbox.relay import OutboxRelay, mark_published
 from outbox.services import purge_published_events, record_event
-from tests.outbox.conftest import read_topic
+from tests.outbox.conftest import read_topic, read_topic_to_end
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.kafka]
 
@@ -270,3 +270,102 @@ def test_failures_are_recorded_when_staff_touched_the_events_during_the_run(monk
     assert (result.published, result.failed) == (0, 1)
     event.refresh_from_db()
     assert event.attempts == 1 and "broker down" in event.last_error
+
+
+def event_ids(messages) -> list[str]:
+    return [dict(message.headers())["event_id"].decode() for message in messages]
+
+
+def test_a_run_killed_after_kafka_acknowledged_is_marked_by_the_next_leader_not_sent_again(kafka_topic):
+    events = write_events(6, orders=3)
+    crashing = OutboxRelay(batch_size=2)
+
+    def killed(acked):
+        raise SystemExit("killed after Kafka acknowledged, before marking")
+
+    crashing.before_mark = killed
+    with pytest.raises(SystemExit):
+        crashing.drain()
+    assert OutboxEvent.objects.filter(published_at__isnull=True).count() == 6  # not one mark committed
+    assert RelayRun.objects.count() == 1  # the run is left unfinished
+    in_kafka = set(event_ids(read_topic_to_end(kafka_topic)))
+    assert in_kafka, "the crash came before anything reached Kafka: nothing to recover"
+
+    assert OutboxRelay(batch_size=2).drain() == 6 - len(in_kafka)  # only what Kafka did not have
+    assert not OutboxEvent.objects.filter(published_at__isnull=True).exists()
+    assert not RelayRun.objects.exists()
+    published = event_ids(read_topic_to_end(kafka_topic))
+    assert sorted(published) == sorted(str(event.event_id) for event in events)  # each once
+
+
+def test_a_batch_kafka_did_not_acknowledge_leaves_the_run_unfinished_until_checked(settings, kafka_topic):
+    write_events(2)
+    settings.KAFKA_BOOTSTRAP_SERVERS = "127.0.0.1:1"
+    settings.OUTBOX_FLUSH_TIMEOUT_SECONDS = 1
+    relay = OutboxRelay()
+    assert relay.publish_batch().failed == 2
+    assert RelayRun.objects.count() == 1  # a timed-out message may still have been written
+    relay.retry_at = 0
+    result = relay.publish_batch()  # Kafka still unreachable: the run cannot be checked, nothing is sent
+    assert (result.published, result.failed) == (0, 2)
+    assert OutboxEvent.objects.filter(attempts=2, last_error__contains="unfinished run").count() == 2
+    assert RelayRun.objects.count() == 1
+
+    settings.KAFKA_BOOTSTRAP_SERVERS = "127.0.0.1:9092"
+    settings.OUTBOX_FLUSH_TIMEOUT_SECONDS = 10
+    relay.retry_at = 0
+    assert relay.drain() == 2
+    assert not RelayRun.objects.exists()
+    assert len(read_topic_to_end(kafka_topic)) == 2
+
+
+def test_an_idle_relay_writes_nothing(kafka_topic):
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        result = OutboxRelay().publish_batch()
+    assert (result.published, result.failed, result.leader) == (0, 0, True)
+    assert not RelayRun.objects.exists()
+    statements = [query["sql"].split()[0] for query in queries]
+    assert "INSERT" in statements  # the run's row is offered, and not written: nothing waits
+    assert not {"UPDATE", "DELETE", "BEGIN", "SAVEPOINT"} & set(statements)
+
+
+@pytest.mark.slow
+def test_a_relay_process_sigkilled_between_acknowledgement_and_mark_sends_nothing_twice(kafka_topic, tmp_path):
+    """A real process, killed with SIGKILL at the worst moment (a fault hook
+    kills it once Kafka acknowledged its second batch), then a new leader."""
+    import os
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    events = write_events(300, orders=10)
+    db = connection.settings_dict
+    script = (
+        "import os, signal, django; django.setup()\n"
+        "from outbox.relay import OutboxRelay\n"
+        "relay = OutboxRelay(batch_size=50)\n"
+        "acks = []\n"
+        "def kill(ids):\n"
+        "    acks.append(ids)\n"
+        "    if len(acks) == 2: os.kill(os.getpid(), signal.SIGKILL)\n"
+        "relay.before_mark = kill\n"
+        "relay.drain()\n"
+    )
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "KAFKA_ORDERS_TOPIC": kafka_topic,
+    }
+    killed = subprocess.run([sys.executable, "-c", script], env=env, cwd=settings.BASE_DIR, timeout=60)
+    assert killed.returncode == -9
+    assert RelayRun.objects.count() == 1
+    # The first batch's mark runs on the marker's connection: committed, or not yet, at the kill.
+    assert OutboxEvent.objects.filter(published_at__isnull=False).count() in (0, 50)
+
+    assert OutboxRelay(batch_size=50).drain() <= 200  # both acknowledged batches found in Kafka
+    published = event_ids(read_topic_to_end(kafka_topic))
+    assert len(published) == 300
+    assert sorted(published) == sorted(str(event.event_id) for event in events)
