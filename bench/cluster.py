@@ -5,10 +5,10 @@
 
   sale   a flash sale of --units through HAProxy, shoppers over both nodes: direct, then queue mode
          (a writer per node): exactly --units orders, 0 x 5xx
-  node   node 1 killed (kill -9, every process) mid-sale: how long until HAProxy stops sending to it, what
-         failed meanwhile; each failed checkout retried with its key through HAProxy, so on node 2 (its order
-         created once);
-         every event published once and every consumer effect applied once, node 2 taking the partitions
+  node   node 1 killed (kill -9, every process; its relay first, while it leads a run) mid-sale: how long
+         until HAProxy stops sending to it, what failed meanwhile; each failed checkout retried with its key
+         through HAProxy, so on node 2 (its order created once); every event in Kafka once and every consumer
+         effect applied once, node 2 taking the partitions
   redis  the Redis primary killed mid-sale: how long until the shop serves again (a replica promoted, no
          restart), what was refused meanwhile; no oversell; gate and database equal after flash_sale_sync;
          carts written a second before the kill kept
@@ -19,6 +19,7 @@ The bench (re)starts the cluster with the bench shoppers' limits lifted and stop
 import json
 import os
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -27,10 +28,11 @@ import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from django_redis import get_redis_connection
 
@@ -268,6 +270,38 @@ def in_kafka(event_ids: set[str]) -> tuple[int, int]:
         consumer.close()
 
 
+def node_process(node: int, command: str) -> int | None:
+    """The pid of node `node`'s process running `command` (scripts/cluster.sh marks each with SHOP_NODE)."""
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            argv = (environ.parent / "cmdline").read_bytes().split(b"\0")
+            if argv[1:3] == [b"manage.py", command.encode()] and f"SHOP_NODE={node}".encode() in (
+                environ.read_bytes().split(b"\0")
+            ):
+                return int(environ.parent.name)
+        except OSError:  # gone, or not ours
+            continue
+    return None
+
+
+def relay_leader(*, wait_for: str, seconds: float) -> str:
+    """The process holding the relay's leader lock (its application_name) once it is `wait_for`'s and its run
+    has a RelayRun row (it has events to produce), or whoever holds it after `seconds`."""
+    from outbox.relay.sql import RELAY_LOCK_KEY
+
+    deadline, holder, running = time.monotonic() + seconds, "", False
+    with connection.cursor() as cursor:
+        while time.monotonic() < deadline and not (holder.endswith(wait_for) and running):
+            cursor.execute(
+                "SELECT a.application_name, EXISTS (SELECT FROM outbox_relay_runs) FROM pg_locks l "
+                "JOIN pg_stat_activity a USING (pid) "
+                "WHERE l.locktype = 'advisory' AND l.classid = %s AND l.objid = %s AND l.granted",
+                [RELAY_LOCK_KEY >> 32, RELAY_LOCK_KEY & 0xFFFFFFFF],
+            )
+            holder, running = cursor.fetchone() or ("", False)
+    return holder
+
+
 def relay_recoveries() -> list[int]:
     """Per run a relay found unfinished in the nodes' logs: how many of its events Kafka had already."""
     found = []
@@ -289,6 +323,12 @@ def drill_node(args, results: dict) -> list[tuple]:
     def kill_midway(sale: Sale) -> None:
         while sale.done < len(sale.people) // 3:
             time.sleep(0.02)
+        # At the worst moment for the events: node 1's relay first, while it leads a run that has produced,
+        # then the rest of the node (kill-node takes tens of ms to find them: the run would end meanwhile).
+        relay = node_process(1, "relay_outbox")
+        timings["relay_leader_at_kill"] = relay_leader(wait_for="node 1", seconds=5)
+        if relay and timings["relay_leader_at_kill"].endswith("node 1"):
+            os.kill(relay, signal.SIGKILL)
         killed = time.monotonic()
         timings["gate_at_kill"] = gate.counters(skus=[SKU])[SKU]["remaining"]
         timings["orders_at_kill"] = sale.orders()
@@ -324,7 +364,8 @@ def drill_node(args, results: dict) -> list[tuple]:
                        "unfinished_relay_runs_marked": recovered,
                        "gate_before_sync": gate_before, "gate_after_sync": gate_after,
                        "available": available}  # fmt: skip
-    print(f"node 1 killed after {timings['killed_after']} checkouts: HAProxy marked it down in "
+    print(f"node 1 killed after {timings['killed_after']} checkouts (relay leader then: "
+          f"{timings['relay_leader_at_kill'] or 'none'}): HAProxy marked it down in "
           f"{timings['marked_down_s']} s; {len(sale.failed)} checkouts failed first (no answer or 5xx), their "
           f"retries with the same key ended {dict(sale.retried)}; {orders} orders for {args.shoppers} shoppers; "
           f"events unpublished {waiting}, written {written}, in Kafka {published} messages of {distinct} of them "

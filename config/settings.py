@@ -5,6 +5,7 @@ developer machine as it is; production differs only by environment values.
 """
 
 import os
+import sys
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -210,7 +211,24 @@ DATABASES = {
         DATABASE_URL, conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60), conn_health_checks=True
     )
 }
-DATABASES["default"]["OPTIONS"] = {"connect_timeout": 5}
+
+
+def application_name(argv: list[str], node: str) -> str:
+    """What pg_stat_activity shows for this process's connections, e.g.
+    "shop relay_outbox node 2": which process of which node holds the relay's
+    lock or runs a slow query."""
+    program = os.path.basename(argv[0]) if argv else "python"
+    if program == "manage.py" and len(argv) > 1:
+        program = argv[1]
+    elif program == "celery":
+        program = next((f"celery {arg}" for arg in argv if arg in ("worker", "beat")), program)
+    return f"shop {program}{f' node {node}' if node else ''}"[:63]  # PostgreSQL keeps 63 bytes
+
+
+DATABASES["default"]["OPTIONS"] = {
+    "connect_timeout": 5,
+    "application_name": application_name(sys.argv, env("SHOP_NODE", "")),
+}
 DATABASES["default"]["TEST"] = {"NAME": env("TEST_DATABASE_NAME", "test_shop")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -148,6 +148,7 @@ class OutboxRelay:
                 return self._recovery_failed(unchecked)
             run = sql.start_run(self.topic, timezone.now())
             if run is None:
+                self.failures_in_a_row = 0
                 return BatchResult(0, 0)  # nothing waiting
             with transaction.atomic():
                 sql.repeatable_read()
@@ -193,7 +194,7 @@ class OutboxRelay:
             except KafkaException as exc:
                 return f"not published: Kafka could not be read for what an unfinished run sent ({exc})"
             with transaction.atomic():
-                marked = sql.mark_published_by_event_id(sorted(in_kafka))
+                marked = sql.mark_published_by_event_id(in_kafka)
                 sql.finish_run(run.id)
             logger.log(
                 logging.WARNING if marked else logging.INFO,

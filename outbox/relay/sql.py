@@ -76,17 +76,9 @@ def unfinished_runs() -> list[UnfinishedRun]:
 def start_run(topic: str, started_at: datetime) -> int | None:
     """The run's row, committed before it produces anything; None (and no
     row) when no event is waiting."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            INSERT INTO {RelayRun._meta.db_table} (topic, started_at)
-            SELECT %s, %s WHERE EXISTS (SELECT FROM {UnpublishedEvent._meta.db_table})
-            RETURNING id
-            """,
-            [topic, started_at],
-        )
-        row = cursor.fetchone()
-    return row[0] if row else None
+    if not UnpublishedEvent.objects.exists():
+        return None
+    return RelayRun.objects.create(topic=topic, started_at=started_at).id
 
 
 def finish_run(run_id: int) -> None:
@@ -137,21 +129,13 @@ def mark_published(ids: list[int]) -> None:
         )
 
 
-def mark_published_by_event_id(event_ids: list[str]) -> int:
+def mark_published_by_event_id(event_ids: set[str]) -> int:
     """Marks those of these events (by `event_id`) still waiting; returns how many."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            WITH done AS (
-                DELETE FROM {UnpublishedEvent._meta.db_table} AS p USING {OutboxEvent._meta.db_table} AS e
-                WHERE p.id = e.id AND e.event_id = ANY(%s::uuid[]) RETURNING p.id
-            )
-            UPDATE {OutboxEvent._meta.db_table} AS e SET published_at = statement_timestamp()
-            FROM done WHERE e.id = done.id
-            """,
-            [event_ids],
-        )
-        return cursor.rowcount
+    queued = UnpublishedEvent.objects.filter(event__event_id__any=sorted(event_ids))
+    waiting = list(queued.values_list("event_id", flat=True))
+    if waiting:
+        mark_published(waiting)
+    return len(waiting)
 
 
 def record_failures(errors: dict[int, str]) -> None:

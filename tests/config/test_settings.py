@@ -7,9 +7,16 @@ import sys
 import pytest
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.db import connection
 
 import config.settings as config_module
-from config.settings import COMMITTED_SECRETS, DEV_PAYMENT_WEBHOOK_SECRET, DEV_SECRET_KEY, refuse_development_secrets
+from config.settings import (
+    COMMITTED_SECRETS,
+    DEV_PAYMENT_WEBHOOK_SECRET,
+    DEV_SECRET_KEY,
+    application_name,
+    refuse_development_secrets,
+)
 
 
 def test_settings_defaults_work_locally():
@@ -21,6 +28,17 @@ def test_settings_defaults_work_locally():
     assert settings.CART_MAX_LINES == 100
     assert settings.SHOP_CURRENCY == "EUR"
     assert config_module.EMAIL_BACKEND == "django.core.mail.backends.console.EmailBackend"  # tests swap in locmem
+
+
+@pytest.mark.django_db
+def test_each_process_names_its_database_connections():
+    assert application_name(["manage.py", "relay_outbox"], "2") == "shop relay_outbox node 2"
+    assert application_name(["/venv/bin/celery", "-A", "config", "beat", "-s", "x"], "1") == "shop celery beat node 1"
+    assert application_name(["/venv/bin/gunicorn", "config.wsgi"], "") == "shop gunicorn"
+    assert len(application_name(["manage.py", "x" * 100], "12")) == 63
+    with connection.cursor() as cursor:  # the setting reaches PostgreSQL
+        cursor.execute("SELECT application_name FROM pg_stat_activity WHERE pid = pg_backend_pid()")
+        assert cursor.fetchone()[0] == settings.DATABASES["default"]["OPTIONS"]["application_name"]
 
 
 def test_settings_tests_use_their_own_redis_databases():
