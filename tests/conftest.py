@@ -1,3 +1,4 @@
+import threading
 import uuid
 
 import pytest
@@ -20,6 +21,37 @@ def redis():
     yield conn
     conn.flushdb()
     hot_cache.clear()
+
+
+@pytest.fixture(autouse=True)
+def one_middleware_chain():
+    """The test clients share one middleware chain, as one WSGI handler serves
+    every thread in production. Each client loading its own cost ~50 ms
+    (WhiteNoise lists the static files), and 200 clients racing to load theirs
+    was half of a concurrency test's time. Any setting changed drops it: the next
+    request loads the middleware again, reading the settings as they are then."""
+    from django.core.signals import setting_changed
+    from django.test.client import ClientHandler
+
+    loaded, lock, real = {}, threading.Lock(), ClientHandler.load_middleware
+    parts = ("_view_middleware", "_template_response_middleware", "_exception_middleware", "_middleware_chain")
+
+    def load_middleware(self, is_async=False):
+        with lock:
+            if is_async not in loaded:
+                real(self, is_async)
+                loaded[is_async] = [getattr(self, part) for part in parts]
+            for part, value in zip(parts, loaded[is_async], strict=True):
+                setattr(self, part, value)
+
+    def forget(**kwargs):
+        loaded.clear()
+
+    ClientHandler.load_middleware = load_middleware
+    setting_changed.connect(forget, weak=False)
+    yield
+    setting_changed.disconnect(forget)
+    ClientHandler.load_middleware = real
 
 
 @pytest.fixture(autouse=True)

@@ -196,12 +196,12 @@ def run_in_threads(targets: Sequence[Callable[[], Any]]) -> list:
 
 
 def wait_until(condition: Callable[[], bool], timeout: float) -> bool:
-    """Whether `condition` held within `timeout` seconds (polled every quarter second)."""
+    """Whether `condition` held within `timeout` seconds (polled every 50 ms)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():
             return True
-        time.sleep(0.25)
+        time.sleep(0.05)
     return condition()
 
 

@@ -31,9 +31,9 @@ def start_relay(*, bootstrap: str, topic: str, log) -> subprocess.Popen:
         "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
         "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
         "KAFKA_ORDERS_TOPIC": topic,
-        "OUTBOX_FLUSH_TIMEOUT_SECONDS": "3",
+        "OUTBOX_FLUSH_TIMEOUT_SECONDS": "1.5",
         "OUTBOX_MAX_BACKOFF_SECONDS": "2",
-        "KAFKA_MESSAGE_TIMEOUT_MS": "5000",
+        "KAFKA_MESSAGE_TIMEOUT_MS": "2000",
     }
     return subprocess.Popen(
         [sys.executable, "manage.py", "relay_outbox"], env=env, cwd=settings.BASE_DIR, stdout=log,
