@@ -44,6 +44,9 @@ def event_ids_in_topic(topic: str, *, since: datetime, timeout: float) -> set[st
         starts = consumer.offsets_for_times(
             [TopicPartition(topic, partition, since_ms) for partition in metadata.partitions], timeout=timeout
         )
+        for start in starts:
+            if start.error is not None:
+                raise KafkaException(start.error)
         to_read = [start for start in starts if start.offset >= 0]  # -1: nothing that recent
         return _read_to_the_end(consumer, to_read, timeout=timeout)
     finally:
