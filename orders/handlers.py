@@ -59,8 +59,8 @@ def send_cancellation_notice(event: Event) -> None:
 @register("email", "RefundRequested")
 def send_refund_notice(event: Event) -> None:
     data = event.data
-    if data.get("attempt", 1) > 1 or data.get("reason") == "return":
-        return  # a retry of a failed refund (told the first time), or a return's (told with ReturnReceived)
+    if data.get("attempt", 1) > 1 or data.get("reason") in ("return", "lines_cancelled"):
+        return  # a retry (told the first time); a return's or removed lines' (told with their own e-mail)
     _notify(
         order_id=data.get("order_id"),
         kind=Notification.Kind.REFUND_REQUESTED,
@@ -154,13 +154,18 @@ def send_lines_removed_notice(event: Event) -> None:
     data = event.data
     lines = "\n".join(f"  {line['quantity']} x {line['sku']} ({_money(line['amount'], data['currency'])})"
                       for line in data["lines"])  # fmt: skip
-    money = "is refunded to you" if data.get("refund_id") else "will not be charged"
+    if data.get("refund_id"):  # what the refund gives back: capped at what earlier refunds left of the capture
+        money = f"{_money(data['refund_amount'], data['currency'])} is refunded to you"
+    elif data.get("captured"):
+        money = "Earlier refunds already gave back what was paid, so nothing more is refunded"
+    else:
+        money = f"{_money(data['amount'], data['currency'])} will not be charged"
     _notify(
         order_id=data["order_id"],
         kind=Notification.Kind.LINES_CANCELLED,
         subject=f"Order {data['order_id']} changed",
-        body=f"We removed from your order:\n{lines}\n\n{_money(data['amount'], data['currency'])} {money}; "
-        f"the order now costs {_money(data['total'], data['currency'])}.\n",
+        body=f"We removed from your order:\n{lines}\n\n{money}; the order now costs "
+        f"{_money(data['total'], data['currency'])}.\n",
     )
 
 

@@ -76,7 +76,7 @@ class ReceiveReturnForm(forms.Form):
     def __init__(self, *args, returned: Return, **kwargs):
         super().__init__(*args, **kwargs)
         self.returned, self.currency = returned, returned.order.currency
-        self.lines = list(returned.lines.select_related("item").order_by("id"))
+        self.lines = list(returned.lines.all())  # prefetched with their items, in id order (the admin's queryset)
         for line in self.lines:
             self.fields[f"line_{line.id}"] = forms.ChoiceField(
                 label=f"{line.quantity} x {line.item.product_id}", choices=CONDITIONS, help_text=line.item.name
@@ -87,5 +87,5 @@ class ReceiveReturnForm(forms.Form):
         received = receive_return(return_id=self.returned.id, conditions=conditions, user=user)
         refund = received.refund
         money = (f"refund of {format_money(refund.amount, refund.currency)} requested" if refund
-                 else "nothing to refund (no money was taken)")  # fmt: skip
+                 else "nothing to refund (no money was taken, or earlier refunds gave it all back)")  # fmt: skip
         return f"received {return_lines(received)}; {money}."

@@ -12,6 +12,7 @@ from orders.admin.common import ReturnShown, _link, return_lines, service_form_p
 from orders.admin.forms import ReceiveReturnForm
 from orders.models import Return
 from orders.services import approve_return, reject_return
+from orders.services.returns import LINES_WITH_ITEMS
 
 
 @admin.register(Return)
@@ -32,7 +33,7 @@ class ReturnAdmin(ReturnShown, admin.ModelAdmin):
     change_form_template = "admin/orders/change_form_with_tools.html"
 
     def get_queryset(self, request):
-        return super().get_queryset(request).prefetch_related("lines__item")
+        return super().get_queryset(request).prefetch_related(LINES_WITH_ITEMS)
 
     def has_view_permission(self, request, obj=None):
         return request.user.has_perm("orders.view_order") or request.user.has_perm("orders.change_order")

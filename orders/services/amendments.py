@@ -13,7 +13,7 @@ from inventory.services import return_reserved_stock
 from orders.exceptions import LinesNotRemovable, OrderNotFound, PaymentNotCaptured, SkuNotOnOrder
 from orders.models import Order, OrderItem, OrderStatus, Payment, Refund
 from orders.services.cancellation import reopen_gate_lines, reserved_lines
-from orders.services.refunds import locked_items, price_units, request_refund
+from orders.services.refunds import locked_items, price_units, refund_priced_units
 from outbox.services import record_event
 
 
@@ -58,11 +58,8 @@ def remove_order_lines(*, order_id: int, lines: Mapping[str, int], user=None) ->
 
     refund = None
     if payment is not None and payment.status == Payment.Status.CAPTURED:
-        # Capped at what is left of the capture, as a return's refund is (a goodwill refund may have taken some).
-        left = min(amount, payment.captured_amount - payment.refunded_amount)
-        if left > 0:
-            refund = request_refund(payment=payment, order=order, reason=Refund.Reason.LINES_CANCELLED, amount=left,
-                                    lines=[each.as_line() for each in priced], user=user)  # fmt: skip
+        refund = refund_priced_units(payment=payment, order=order, reason=Refund.Reason.LINES_CANCELLED,
+                                     priced=priced, user=user)  # fmt: skip
     order.refresh_from_db()
     still = reserved_lines(order_ids=[order.id])
     record_event(
@@ -71,7 +68,8 @@ def remove_order_lines(*, order_id: int, lines: Mapping[str, int], user=None) ->
         event_type="OrderLinesCancelled",
         data={"order_id": order.id, "customer_id": order.customer_id, "lines": [each.as_line() for each in priced],
               "amount": amount, "currency": order.currency, "total": order.total_amount,
-              "refund_id": refund.id if refund else None,
+              "refund_id": refund.id if refund else None, "refund_amount": refund.amount if refund else 0,
+              "captured": payment is not None and payment.status == Payment.Status.CAPTURED,
               "items": [{"sku": sku, "quantity": units} for sku, units in sorted(still.items())]},  # fmt: skip
     )
     return order

@@ -123,6 +123,15 @@ def refund_units(
             raise OrderNotRefundable("Those units are refunded already.", order_id=order.id)
     if payment is None:
         return None
+    return refund_priced_units(payment=payment, order=order, reason=reason, priced=priced, user=user)
+
+
+def refund_priced_units(
+    *, payment: Payment, order: Order, reason: str, priced: list[PricedUnits], user=None
+) -> Refund | None:
+    """One refund of the units' price, capped at what is left of the capture
+    (a goodwill refund may have given part of it back already); None when
+    nothing is left."""
     left = Payment.objects.select_for_update().values_list(F("captured_amount") - F("refunded_amount"), flat=True)
     amount = min(sum(each.amount for each in priced), left.get(id=payment.id))
     if amount <= 0:
@@ -228,7 +237,7 @@ def handle_refund_webhook(
     elif status == "succeeded":
         now = timezone.now()
         move_refund(refund.id, Refund.Status.COMPLETED, completed_at=now)
-        payment = Payment.objects.select_for_update().get(id=refund.payment_id)  # completions of one payment in turn
+        payment = refund.payment  # locked with the refund: completions of one payment in turn
         completed = payment.refunds.filter(status=Refund.Status.COMPLETED).aggregate(total=Sum("amount"))["total"]
         all_back = completed == payment.captured_amount
         if all_back:

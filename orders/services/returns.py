@@ -15,7 +15,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, prefetch_related_objects
+from django.db.models import F, Prefetch, prefetch_related_objects
 from django.utils import timezone
 
 from inventory.services import take_back_returned
@@ -81,15 +81,19 @@ def request_return(*, customer_id: int, order_id: int, lines: list[ReturnLineReq
     return returned
 
 
+# A return's lines with their items, in one query.
+LINES_WITH_ITEMS = Prefetch("lines", queryset=ReturnLine.objects.select_related("item"))
+
+
 def _shown(returned: Return) -> None:
     """Its lines as the API shows them (one query)."""
-    prefetch_related_objects([returned], "lines__item")
+    prefetch_related_objects([returned], LINES_WITH_ITEMS)
 
 
 def customer_returns(*, customer_id: int, order_id: int) -> list[Return]:
     if not Order.objects.filter(id=order_id, customer_id=customer_id).exists():
         raise OrderNotFound()
-    return list(Return.objects.filter(order_id=order_id).prefetch_related("lines__item").select_related("refund"))
+    return list(Return.objects.filter(order_id=order_id).prefetch_related(LINES_WITH_ITEMS).select_related("refund"))
 
 
 @transaction.atomic

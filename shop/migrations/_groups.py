@@ -22,3 +22,21 @@ def granter(groups: dict[str, dict[str, list[str]]]):
                     )
 
     return grant
+
+
+def revoker(groups: dict[str, dict[str, list[str]]]):
+    def revoke(apps, schema_editor):
+        Group = apps.get_model("auth", "Group")
+        Permission = apps.get_model("auth", "Permission")
+        for name, grants in groups.items():
+            group = Group.objects.filter(name=name).first()
+            if group is None:
+                continue
+            for label, actions in grants.items():
+                app_label, model = label.split(".")
+                codenames = [f"{action}_{model}" for action in actions]
+                group.permissions.remove(
+                    *Permission.objects.filter(content_type__app_label=app_label, codename__in=codenames)
+                )
+
+    return revoke

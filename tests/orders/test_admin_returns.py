@@ -27,6 +27,7 @@ from tests.factories import UserFactory, product_with_stock
 from tests.helpers import place_pending_order, staff_client
 from tests.orders.test_admin_payments import said
 from tests.orders.test_payment_lifecycle import authorize
+from tests.orders.test_returns import ship
 
 pytestmark = pytest.mark.django_db
 
@@ -46,10 +47,7 @@ def captured(order) -> Payment:
 
 def shipped(order) -> Payment:
     """Paid (authorized), shipped, and its money captured on shipment."""
-    payment = authorize(order, f"pay_{order.id}")
-    mark_order_shipped(order_id=order.id)
-    assert capture_payment(payment=payment)
-    return payment
+    return ship(order, payment_id=f"pay_{order.id}")
 
 
 def return_of(order, **units) -> Return:

@@ -4,6 +4,7 @@ lines removed before shipping (orders/services/amendments.py); a return's
 refund paid out through the development provider, its points taken back once."""
 
 import pytest
+from django.core import mail
 from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import include, path
@@ -224,7 +225,27 @@ def test_a_shipped_order_is_not_refunded_as_an_unshipped_one(captured):
 def test_removed_lines_after_a_goodwill_refund_refund_only_what_is_left(paid):
     Payment.objects.filter(order=paid).update(status="captured", captured_at=paid.created_at, captured_amount=3000)
     refund_goodwill(order_id=paid.id, amount=2800, note="nearly all")
+    before = OutboxEvent.objects.latest("id").id
     remove_order_lines(order_id=paid.id, lines={"B": 1})
     assert list(Refund.objects.order_by("id").values_list("amount", "reason")) == [
         (2800, "goodwill"), (200, "lines_cancelled")]
     assert Payment.objects.get(order=paid).refunded_amount == 3000
+
+    mail.outbox.clear()  # the shopper hears of the removal once, with what really goes back (not the lines' 5.00)
+    removal = OutboxEvent.objects.filter(id__gt=before).order_by("id")
+    assert [event.event_type for event in removal] == ["RefundRequested", "OrderLinesCancelled"]
+    for event in removal:
+        apply_event(consumer="email", event=consumer_event(event.event_type, **event.payload))
+    [told] = mail.outbox
+    assert "€2.00 is refunded to you" in told.body and "1 x B (€5.00)" in told.body
+
+
+def test_removed_lines_when_earlier_refunds_took_the_whole_capture_say_nothing_more_is_refunded(paid):
+    Payment.objects.filter(order=paid).update(status="captured", captured_at=paid.created_at, captured_amount=3000)
+    refund_goodwill(order_id=paid.id, amount=3000, note="all of it")
+    remove_order_lines(order_id=paid.id, lines={"B": 1})
+    assert list(Refund.objects.values_list("reason", flat=True)) == ["goodwill"]
+    [removed] = events("OrderLinesCancelled")
+    assert (removed["refund_id"], removed["refund_amount"], removed["captured"]) == (None, 0, True)
+    apply_event(consumer="email", event=consumer_event("OrderLinesCancelled", **removed))
+    assert "nothing more is refunded" in mail.outbox[-1].body and "will not be charged" not in mail.outbox[-1].body

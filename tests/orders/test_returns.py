@@ -84,6 +84,25 @@ def test_the_shopper_asks_to_return_units_and_sees_the_return(shipped):
     assert requested.payload["lines"] == [{"sku": "A", "quantity": 2}]
 
 
+def test_a_return_shows_its_lines_in_one_query_and_the_list_costs_the_same_for_any_number(shipped):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from orders.services.returns import _shown, customer_returns
+
+    client, order = shipped
+    first = ask(client, order, [{"sku": "A", "quantity": 1}]).json()["id"]
+    ask(client, order, [{"sku": "A", "quantity": 1}, {"sku": "B", "quantity": 1}])
+    returned = Return.objects.get(id=first)
+    with CaptureQueriesContext(connection) as shown:
+        _shown(returned)
+    assert len(shown) == 1 and [line.item.product_id for line in returned.lines.all()] == ["A"]
+    with CaptureQueriesContext(connection) as listed:
+        returns = customer_returns(customer_id=client.user.id, order_id=order.id)
+    assert len(listed) == 3  # the order is theirs; the returns with their refunds; every line with its item
+    assert sorted(line.item.product_id for r in returns for line in r.lines.all()) == ["A", "A", "B"]
+
+
 def test_what_cannot_be_returned_is_refused_with_its_code_and_nothing_written(shipped, redis):
     client, order = shipped
     assert error(ask(client, order, [{"sku": "Z", "quantity": 1}])) == "sku_not_on_order"
