@@ -39,6 +39,7 @@ from django_redis import get_redis_connection
 from bench import LIFTED
 from bench import harness as h
 from cart.storage import cart_key
+from core.kafka import client_config, read_to_end
 from inventory import gate
 from inventory.models import Stock
 from inventory.services.flash_sales import seed_flash_sale
@@ -247,26 +248,18 @@ def consumed(order_ids: list[str]) -> tuple[int, int, int]:
 
 def in_kafka(event_ids: set[str]) -> tuple[int, int]:
     """(messages of these events in the run's orders topic, distinct events among them), read from its
-    beginning (a broker's offsets need not count messages: Tansu's do not)."""
+    beginning to each partition's end (a broker's offsets need not count messages: Tansu's do not)."""
     topic = settings.KAFKA_ORDERS_TOPIC
-    consumer = Consumer({"bootstrap.servers": settings.KAFKA_BOOTSTRAP_SERVERS, "group.id": "bench-cluster-probe",
-                         "enable.auto.commit": False})  # fmt: skip
+    consumer = Consumer(client_config(**{"group.id": "bench-cluster-probe", "enable.auto.commit": False,
+                                         "enable.partition.eof": True}))  # fmt: skip
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-        seen: Counter = Counter()
-        quiet_since = time.monotonic()
-        while time.monotonic() - quiet_since < 5:
-            message = consumer.poll(0.5)
-            if message is None or message.error():
-                continue
-            quiet_since = time.monotonic()
-            event_id = json.loads(message.value())["event_id"]
-            if event_id in event_ids:
-                seen[event_id] += 1
-        return sum(seen.values()), len(seen)
+        messages = read_to_end(consumer, [TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions], timeout=10)
     finally:
         consumer.close()
+    seen = Counter(json.loads(message.value())["event_id"] for message in messages)
+    seen = Counter({event_id: n for event_id, n in seen.items() if event_id in event_ids})
+    return sum(seen.values()), len(seen)
 
 
 def node_process(node: int, command: str) -> int | None:
@@ -325,8 +318,8 @@ def drill_node(args, results: dict) -> list[tuple]:
         # At the worst moment for the events: node 1's relay first, while it leads a run that has produced,
         # then the rest of the node (kill-node takes tens of ms to find them: the run would end meanwhile).
         relay = node_process(1, "relay_outbox")
-        timings["relay_leader_at_kill"] = relay_leader(wait_for="node 1", seconds=5)
-        if relay and timings["relay_leader_at_kill"].endswith("node 1"):
+        timings["relay_leader_at_kill"] = relay_leader(wait_for="relay_outbox node 1", seconds=5)
+        if relay and timings["relay_leader_at_kill"].endswith("relay_outbox node 1"):
             os.kill(relay, signal.SIGKILL)
         killed = time.monotonic()
         timings["gate_at_kill"] = gate.counters(skus=[SKU])[SKU]["remaining"]

@@ -225,10 +225,10 @@ def application_name(argv: list[str], node: str) -> str:
     return f"shop {program}{f' node {node}' if node else ''}"[:63]  # PostgreSQL keeps 63 bytes
 
 
-DATABASES["default"]["OPTIONS"] = {
-    "connect_timeout": 5,
-    "application_name": application_name(sys.argv, env("SHOP_NODE", "")),
-}
+# Added to what DATABASE_URL's query string sets (sslmode, options, …).
+DATABASES["default"].setdefault("OPTIONS", {}).update(
+    {"connect_timeout": 5, "application_name": application_name(sys.argv, env("SHOP_NODE", ""))}
+)
 DATABASES["default"]["TEST"] = {"NAME": env("TEST_DATABASE_NAME", "test_shop")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

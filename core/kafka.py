@@ -8,7 +8,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, ClusterMetadata
 from django.conf import settings
 
@@ -217,3 +217,32 @@ def ping_kafka(*, timeout: float) -> ClusterMetadata:
     if not metadata.brokers:
         raise KafkaException("no broker in metadata")
     return metadata
+
+
+def read_to_end(consumer: Consumer, starts: list[TopicPartition], *, timeout: float) -> list[Message]:
+    """Every message from `starts` to the end of its partition, duplicates
+    included, by a consumer made with `enable.partition.eof`: the end a fetch
+    reaches, not a listed high watermark (a broker's need not count messages:
+    the dev broker's do not). KafkaException when nothing arrives for `timeout`
+    seconds before every partition ended."""
+    messages: list[Message] = []
+    if not starts:
+        return messages
+    consumer.assign(starts)
+    reading = {start.partition for start in starts}
+    deadline = time.monotonic() + timeout
+    while reading:
+        batch = consumer.consume(1000, timeout=0.5)
+        if batch:
+            deadline = time.monotonic() + timeout
+        elif time.monotonic() > deadline:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"partitions {sorted(reading)} not read to the end"))
+        for message in batch:
+            error = message.error()
+            if error is None:
+                messages.append(message)
+            elif error.code() == KafkaError._PARTITION_EOF:
+                reading.discard(message.partition())
+            else:
+                raise KafkaException(error)
+    return messages

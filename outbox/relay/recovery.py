@@ -7,12 +7,11 @@ The relay is the only producer of its topic and the next leader reads before
 it produces, so what a partition got since the unfinished run started is that
 run's output (and the end of the run before it)."""
 
-import time
 from datetime import datetime
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from core.kafka import client_config
+from core.kafka import client_config, read_to_end
 
 # Messages carry the producer's CreateTime from the relay's own host, the clock
 # that wrote `started_at`; the margin covers a topic set to LogAppendTime (the
@@ -48,32 +47,7 @@ def event_ids_in_topic(topic: str, *, since: datetime, timeout: float) -> set[st
             if start.error is not None:
                 raise KafkaException(start.error)
         to_read = [start for start in starts if start.offset >= 0]  # -1: nothing that recent
-        return _read_to_the_end(consumer, to_read, timeout=timeout)
+        messages = read_to_end(consumer, to_read, timeout=timeout)
     finally:
         consumer.close()
-
-
-def _read_to_the_end(consumer: Consumer, partitions: list[TopicPartition], *, timeout: float) -> set[str]:
-    found: set[str] = set()
-    if not partitions:
-        return found
-    consumer.assign(partitions)
-    reading = {start.partition for start in partitions}
-    deadline = time.monotonic() + timeout
-    while reading:
-        messages = consumer.consume(1000, timeout=0.5)
-        if messages:
-            deadline = time.monotonic() + timeout
-        elif time.monotonic() > deadline:
-            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "reading the topic's end timed out"))
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                if error.code() != KafkaError._PARTITION_EOF:
-                    raise KafkaException(error)
-                reading.discard(message.partition())
-                continue
-            event_id = dict(message.headers() or ()).get("event_id")
-            if event_id:
-                found.add(event_id.decode())
-    return found
+    return {event_id.decode() for message in messages if (event_id := dict(message.headers() or ()).get("event_id"))}

@@ -158,10 +158,10 @@ class OutboxRelay:
                     marker.wait()
                 finally:
                     marker.close()
+                if not errors:  # else the run stays unfinished: Kafka may have some of them
+                    sql.finish_run(run)  # commits with the last marks
             if errors:  # after the snapshot: staff may have touched these rows meanwhile
-                sql.record_failures(errors)  # the run stays unfinished: Kafka may have some
-            else:
-                sql.finish_run(run)
+                sql.record_failures(errors)
         except BaseException:
             # Whatever the producer still holds would be delivered and never
             # marked: drop it, and back off.

@@ -131,6 +131,17 @@ def test_a_process_not_started_by_make_run_has_debug_off_and_needs_secrets():
     assert result.stdout.strip().splitlines()[-1] == "False"
 
 
+def test_database_url_options_are_kept_beside_ours():
+    result = _start_django(
+        "shell", "-c", "from django.conf import settings; print(settings.DATABASES['default']['OPTIONS'])",
+        DEBUG="1", DATABASE_URL="postgres://postgres@127.0.0.1:5432/shop?sslmode=disable", SHOP_NODE="3",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    options = result.stdout.strip().splitlines()[-1]
+    assert "'sslmode': 'disable'" in options and "'connect_timeout': 5" in options
+    assert "'application_name': 'shop shell node 3'" in options
+
+
 def test_a_test_runner_in_the_environment_weakens_nothing():
     """PYTEST_VERSION (what pytest sets, and any process it starts inherits) is not
     a reason to relax anything: only the settings module the suite names is."""

@@ -3,9 +3,9 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
-from core.kafka import client_config
+from core.kafka import client_config, read_to_end
 from outbox.consumers import EventConsumer
 from outbox.topics import dead_letter_topic, ensure_topics
 
@@ -48,16 +48,9 @@ def read_topic_to_end(topic: str, *, timeout: float = 20.0) -> list:
     )
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-        messages, reading, deadline = [], set(partitions), time.monotonic() + timeout
-        while reading:
-            assert time.monotonic() < deadline, f"partitions {sorted(reading)} of {topic} not read to the end"
-            for message in consumer.consume(1000, timeout=0.2):
-                if message.error() is None:
-                    messages.append(message)
-                elif message.error().code() == KafkaError._PARTITION_EOF:
-                    reading.discard(message.partition())
-        return messages
+        return read_to_end(consumer, [TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions], timeout=timeout)
+    except KafkaException as exc:
+        raise AssertionError(f"{topic} not read to the end: {exc}") from exc
     finally:
         consumer.close()
 

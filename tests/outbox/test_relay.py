@@ -326,7 +326,24 @@ def test_an_idle_relay_writes_nothing(kafka_topic):
         result = OutboxRelay().publish_batch()
     assert (result.published, result.failed, result.leader) == (0, 0, True)
     assert not RelayRun.objects.exists()
-    assert {query["sql"].split()[0] for query in queries} == {"SELECT"}  # the lock, runs left, anything waiting
+    # The lock, the runs left unfinished, the run's row offered (not written: nothing waits), the unlock.
+    assert [query["sql"].split()[0] for query in queries] == ["SELECT", "SELECT", "INSERT", "SELECT"]
+
+
+def test_a_run_with_work_records_itself_in_three_statements(kafka_topic):
+    from django.test.utils import CaptureQueriesContext
+
+    write_events(3)
+    with CaptureQueriesContext(connection) as queries:
+        assert OutboxRelay().publish_batch().published == 3
+    statements = [" ".join(query["sql"].split()[:3]) for query in queries]
+    # Before runs were recorded: lock, BEGIN, SET TRANSACTION, the mark, COMMIT, unlock (the read goes through
+    # psycopg's own cursor, not counted here). Now three more: the runs left, the run's row, its delete, which
+    # goes in the run's own transaction.
+    assert len(statements) == 9, statements
+    assert statements[1].startswith('SELECT "outbox_relay_runs"') and statements[2].startswith("INSERT INTO")
+    assert statements[6].startswith("DELETE FROM outbox_relay_runs") and statements[7] == "COMMIT"
+    assert not RelayRun.objects.exists()
 
 
 @pytest.mark.slow
