@@ -247,8 +247,10 @@ REDIS_SENTINELS = [
 REDIS_SENTINEL_MASTER = env("REDIS_SENTINEL_MASTER", "shop")
 
 
-def redis_cache(url: str, *, timeout: float, sentinels: list = REDIS_SENTINELS) -> dict:
-    """A django-redis cache on `url` (through the Sentinels when there are some)."""
+def redis_cache(
+    url: str, *, timeout: float, sentinels: list = REDIS_SENTINELS, master: str = REDIS_SENTINEL_MASTER
+) -> dict:
+    """A django-redis cache on `url` (through the Sentinels, to `master`, when there are some)."""
     options = {
         "CLIENT_CLASS": "django_redis.client.DefaultClient",
         "SOCKET_CONNECT_TIMEOUT": timeout,
@@ -256,7 +258,7 @@ def redis_cache(url: str, *, timeout: float, sentinels: list = REDIS_SENTINELS) 
         "CONNECTION_POOL_KWARGS": {"max_connections": env_int("REDIS_MAX_CONNECTIONS", 256)},
     }
     if sentinels:
-        url = f"redis://{REDIS_SENTINEL_MASTER}{urlsplit(url).path or '/0'}"
+        url = f"redis://{master}{urlsplit(url).path or '/0'}"
         options.update(
             CONNECTION_FACTORY="django_redis.pool.SentinelConnectionFactory",
             SENTINELS=sentinels,
@@ -266,9 +268,11 @@ def redis_cache(url: str, *, timeout: float, sentinels: list = REDIS_SENTINELS) 
 
 
 CACHES = {"default": redis_cache(REDIS_URL, timeout=1)}
-# The flash-sale gate may live on its own Redis; by default it shares the cart's.
+# The flash-sale gate may live on its own Redis; by default it shares the cart's. Through
+# Sentinel, its own Redis is another master the Sentinels watch (GATE_REDIS_URL's host is not read).
 GATE_REDIS_URL = env("GATE_REDIS_URL", REDIS_URL)
-CACHES["gate"] = redis_cache(GATE_REDIS_URL, timeout=0.5)
+GATE_REDIS_SENTINEL_MASTER = env("GATE_REDIS_SENTINEL_MASTER", REDIS_SENTINEL_MASTER)
+CACHES["gate"] = redis_cache(GATE_REDIS_URL, timeout=0.5, master=GATE_REDIS_SENTINEL_MASTER)
 
 # --- Celery -----------------------------------------------------------------
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", "redis://127.0.0.1:6379/14" if TESTING else "redis://127.0.0.1:6379/1")

@@ -29,7 +29,8 @@ def one_middleware_chain():
     every thread in production. Each client loading its own cost ~50 ms
     (WhiteNoise lists the static files), and 200 clients racing to load theirs
     was half of a concurrency test's time. Any setting changed drops it: the next
-    request loads the middleware again, reading the settings as they are then."""
+    client to load its middleware (a new client, as with stock Django) reads the
+    settings as they are then."""
     from django.core.signals import setting_changed
     from django.test.client import ClientHandler
 

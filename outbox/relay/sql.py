@@ -2,7 +2,6 @@
 unpublished events, and the marks (published, or failed)."""
 
 import logging
-from dataclasses import dataclass
 from datetime import datetime
 
 import psycopg
@@ -62,15 +61,8 @@ def repeatable_read() -> None:
         cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
 
 
-@dataclass(frozen=True)
-class UnfinishedRun:
-    id: int
-    topic: str
-    started_at: datetime
-
-
-def unfinished_runs() -> list[UnfinishedRun]:
-    return [UnfinishedRun(*row) for row in RelayRun.objects.values_list("id", "topic", "started_at")]
+def unfinished_runs() -> list[RelayRun]:
+    return list(RelayRun.objects.all())
 
 
 def start_run(topic: str, started_at: datetime) -> int | None:

@@ -13,14 +13,9 @@ from django.core.cache import caches
 from django_redis import get_redis_connection
 
 from config.settings import redis_cache
+from tests.helpers import free_port, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not shutil.which("redis-server"), reason="no redis-server")]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def answers(port: int) -> bool:
@@ -49,23 +44,20 @@ def sentinel_redis(tmp_path):
                                      "--replicaof", "127.0.0.1", str(primary)], stdout=subprocess.DEVNULL),
     }
     try:
-        deadline = time.monotonic() + 10
-        while not (answers(primary) and answers(replica)) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        assert wait_until(lambda: answers(primary) and answers(replica), 10), "Redis did not start"
         direct = redis_py.Redis(port=primary)
         synced = lambda: direct.info("replication").get("slave0", {}).get("state") == "online"  # noqa: E731
-        while not synced() and time.monotonic() < deadline:
-            time.sleep(0.05)  # the replica has done its first sync
+        assert wait_until(synced, 10), "the replica did not do its first sync"
         # The Sentinel last: its first look at the primary finds the replica.
         processes["sentinel"] = subprocess.Popen(["redis-server", str(conf), "--sentinel"], stdout=subprocess.DEVNULL)
-        while not answers(sentinel) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        assert wait_until(lambda: answers(sentinel), 10), "the Sentinel did not start"
         watcher = redis_py.Redis(port=sentinel)
-        while time.monotonic() < deadline:  # the Sentinel knows the primary and its replica
+
+        def knows_both() -> bool:
             state = watcher.sentinel_master("t")
-            if state.get("is_master") and not state.get("is_sdown") and state.get("num-slaves", 0) >= 1:
-                break
-            time.sleep(0.05)
+            return bool(state.get("is_master") and not state.get("is_sdown") and state.get("num-slaves", 0) >= 1)
+
+        assert wait_until(knows_both, 10), "the Sentinel does not know the primary and its replica"
         yield {"processes": processes, "sentinels": [("127.0.0.1", sentinel)], "primary": primary}
     finally:
         for process in processes.values():
@@ -74,10 +66,9 @@ def sentinel_redis(tmp_path):
 
 
 def test_the_cache_follows_a_failover_without_a_restart(sentinel_redis, settings):
-    settings.REDIS_SENTINEL_MASTER = "t"
-    settings.CACHES = {**settings.CACHES, "through_sentinel": redis_cache(
-        "redis://ignored:1/3", timeout=3, sentinels=sentinel_redis["sentinels"])}  # fmt: skip
-    settings.CACHES["through_sentinel"]["LOCATION"] = "redis://t/3"
+    through_sentinel = redis_cache("redis://ignored:1/3", timeout=3, sentinels=sentinel_redis["sentinels"], master="t")
+    assert through_sentinel["LOCATION"] == "redis://t/3"  # the host is the master's name, the DB kept
+    settings.CACHES = {**settings.CACHES, "through_sentinel": through_sentinel}
     redis = get_redis_connection("through_sentinel")
     assert redis.connection_pool.get_master_address()[1] == sentinel_redis["primary"]
     redis.set("cart:1", "kept")

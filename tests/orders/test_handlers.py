@@ -57,3 +57,16 @@ def test_the_receipt_says_what_was_captured(placed_order):
                               captured_amount=1250, currency="EUR")  # fmt: skip
     apply_event(consumer="email", event=captured)
     assert "We have taken €12.50" in mail.outbox[0].body
+
+
+@pytest.mark.parametrize("reason", ["return", "lines_cancelled"])
+def test_a_refund_told_by_its_own_notice_sends_no_refund_notice(placed_order, reason):
+    """A return's refund is told with ReturnReceived, removed lines' with OrderLinesCancelled."""
+    refund = refund_requested_event(placed_order)
+    refund.data["reason"] = reason
+    apply_event(consumer="email", event=refund)
+    assert not Notification.objects.exists() and mail.outbox == []
+    goodwill = refund_requested_event(placed_order)
+    goodwill.data.update(reason="goodwill", refund_id=2)
+    apply_event(consumer="email", event=goodwill)
+    assert [m.subject for m in mail.outbox] == [f"Refund for order {placed_order.id}"]

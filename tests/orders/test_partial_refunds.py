@@ -141,6 +141,13 @@ def test_removed_lines_go_back_on_sale_and_the_capture_takes_the_new_total(paid,
     assert not Refund.objects.exists()
 
 
+def test_the_shipment_leaves_without_removed_lines_when_the_warehouse_has_not_heard_of_the_removal(paid):
+    assert [line["sku"] for line in Shipment.objects.get(order_id=paid.id).items] == ["A", "B"]
+    remove_order_lines(order_id=paid.id, lines={"B": 1})  # OrderLinesCancelled not consumed yet
+    mark_order_shipped(order_id=paid.id)
+    assert Shipment.objects.get(order_id=paid.id).items == [{"sku": "A", "quantity": 2}]
+
+
 def test_removing_lines_of_a_captured_payment_refunds_them(paid):
     Payment.objects.filter(order=paid).update(status="captured", captured_at=paid.created_at, captured_amount=3000)
     remove_order_lines(order_id=paid.id, lines={"B": 1})

@@ -347,7 +347,7 @@ def test_a_run_with_work_records_itself_in_three_statements(kafka_topic):
 
 
 @pytest.mark.slow
-def test_a_relay_process_sigkilled_between_acknowledgement_and_mark_sends_nothing_twice(kafka_topic, tmp_path):
+def test_a_relay_process_sigkilled_between_acknowledgement_and_mark_sends_nothing_twice(kafka_topic):
     """A real process, killed with SIGKILL at the worst moment (a fault hook
     kills it once Kafka acknowledged its second batch), then a new leader."""
     import os

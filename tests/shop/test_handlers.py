@@ -54,4 +54,7 @@ def test_a_refund_of_money_that_paid_no_order_takes_no_points(placed_order):
     late = refund_completed_event(placed_order)  # a second payment, refunded in full
     late.data["reason"] = "order_not_pending"
     apply_event(consumer="loyalty", event=late)
+    wrong = refund_completed_event(placed_order, refund_id=2)  # a payment of another amount, refunded
+    wrong.data["reason"] = "amount_mismatch"
+    apply_event(consumer="loyalty", event=wrong)
     assert points(placed_order) == [25]
