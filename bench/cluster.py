@@ -16,6 +16,7 @@
 
 The bench (re)starts the cluster with the bench shoppers' limits lifted and stops it at the end."""
 
+import http.client
 import json
 import os
 import re
@@ -138,7 +139,7 @@ class Sale:
                 return response.status
         except urllib.error.HTTPError as error:
             return error.code
-        except OSError:
+        except (OSError, http.client.HTTPException):  # no answer, or one cut off by the kill: none
             return 0
 
     def run(self, during=None) -> float:
