@@ -1,0 +1,158 @@
+"""The order aggregate: an order, its lines and the states it moves through."""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+
+from shop.models import ADDRESS_FIELDS
+
+
+class OrderStatus(models.TextChoices):
+    PENDING_PAYMENT = "PENDING_PAYMENT", "Pending payment"
+    PAID = "PAID", "Paid"
+    SHIPPED = "SHIPPED", "Shipped"
+    CANCELLED = "CANCELLED", "Cancelled"
+    REFUNDED = "REFUNDED", "Refunded"
+    # A queue-mode checkout the database could not take (the gate drifted, the
+    # product went inactive): written so that the shopper sees why.
+    REJECTED = "REJECTED", "Rejected"
+
+
+class OrderQuerySet(models.QuerySet):
+    def pending_expired(self, now):
+        return self.filter(status=OrderStatus.PENDING_PAYMENT, expires_at__lte=now)
+
+
+class Order(models.Model):
+    # No index of its own: order_customer_newest and the key's unique index both lead with it,
+    # and each index is written on every order (bench/queue.py part 1).
+    customer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="orders", db_index=False
+    )
+    idempotency_key = models.CharField(max_length=64)
+    # sha256 of the priced cart the key was first used with: a different cart
+    # under the same key is refused rather than silently answered with this order.
+    request_hash = models.CharField(max_length=64)
+    status = models.CharField(max_length=20, choices=OrderStatus.choices, default=OrderStatus.PENDING_PAYMENT)
+    total_amount = models.BigIntegerField()
+    currency = models.CharField(max_length=3)
+    expires_at = models.DateTimeField()
+    created_at = models.DateTimeField()
+    paid_at = models.DateTimeField(null=True, blank=True)
+    shipped_at = models.DateTimeField(null=True, blank=True)
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+    # Where it goes, as it was at checkout (editing the saved address later changes
+    # no order). Null only on orders placed before addresses existed.
+    shipping_address = models.JSONField(null=True, blank=True)
+    # The client address checkout saw, and whether the order holds units in
+    # UnpaidHold (direct checkouts do; queued ones are bounded by the sale's gate).
+    hold_address = models.CharField(max_length=64, blank=True, default="", db_default="")
+    holds_units = models.BooleanField(default=False, db_default=False)
+    rejection_reason = models.CharField(max_length=40, blank=True, default="", db_default="")  # REJECTED: why
+    # The promotions that took something off, as checkout priced the order:
+    # [{"promotion_id", "name", "code" (a voucher's; null), "amount"}]; total_amount is after them.
+    discounts = models.JSONField(default=list, db_default=[], blank=True)
+
+    objects = OrderQuerySet.as_manager()
+
+    class Meta:
+        db_table = "orders"
+        ordering = ["-id"]
+        permissions = [("export_order", "Can export orders as CSV")]
+        constraints = [
+            models.UniqueConstraint(fields=["customer", "idempotency_key"], name="order_idempotency_key_unique"),
+            models.CheckConstraint(condition=Q(status__in=OrderStatus.values), name="order_status_valid"),
+            models.CheckConstraint(condition=Q(total_amount__gte=0), name="order_total_not_negative"),
+            models.CheckConstraint(condition=~Q(idempotency_key=""), name="order_idempotency_key_not_empty"),
+            models.CheckConstraint(
+                condition=Q(status=OrderStatus.REJECTED) | Q(rejection_reason=""),
+                name="order_rejection_reason_only_rejected",
+            ),
+            models.CheckConstraint(
+                condition=Q(shipping_address__isnull=True) | Q(shipping_address__has_keys=list(ADDRESS_FIELDS)),
+                name="order_shipping_address_complete",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["expires_at"],
+                condition=Q(status=OrderStatus.PENDING_PAYMENT),
+                name="order_pending_expires_at",
+            ),
+            models.Index(fields=["customer", "-id"], name="order_customer_newest"),
+        ]
+
+    def __str__(self) -> str:
+        return f"order {self.pk} ({self.status})"
+
+
+class OrderItem(models.Model):
+    # Indexed by order_item_sku_unique (order, sku) and order_item_sku: without the indexes Django
+    # adds to foreign keys, one on the order already covered and a LIKE index on the SKU no query
+    # uses (the admin's search is case-insensitive), each written on every line.
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="items", db_index=False)
+    product = models.ForeignKey(
+        "shop.Product", on_delete=models.PROTECT, db_column="sku", related_name="+", db_index=False
+    )
+    name = models.CharField(max_length=200)
+    quantity = models.IntegerField()
+    unit_price = models.BigIntegerField()  # the catalog price when the order was placed
+    discount = models.BigIntegerField(default=0, db_default=0)  # minor units off the whole line (promotions)
+    # What became of the units since, each count grown by a conditional UPDATE under
+    # these CHECKs (orders/services/returns.py, orders/services/amendments.py):
+    cancelled = models.IntegerField(default=0, db_default=0)  # removed by staff before shipping
+    in_returns = models.IntegerField(default=0, db_default=0)  # claimed by returns not rejected
+    returned = models.IntegerField(default=0, db_default=0)  # of those, received back
+    refunded = models.IntegerField(default=0, db_default=0)  # whose price went back to the shopper
+
+    class Meta:
+        db_table = "order_items"
+        ordering = ["product_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["order", "product"], name="order_item_sku_unique"),
+            models.CheckConstraint(condition=Q(quantity__gt=0), name="order_item_quantity_positive"),
+            models.CheckConstraint(condition=Q(unit_price__gte=0), name="order_item_price_not_negative"),
+            models.CheckConstraint(
+                condition=Q(discount__gte=0) & Q(discount__lte=F("quantity") * F("unit_price")),
+                name="order_item_discount_within_line",
+            ),
+            models.CheckConstraint(
+                condition=Q(cancelled__gte=0)
+                & Q(in_returns__gte=0)
+                & Q(in_returns__lte=F("quantity") - F("cancelled")),
+                name="order_item_returns_within_shipped",
+            ),
+            models.CheckConstraint(
+                condition=Q(returned__gte=0) & Q(returned__lte=F("in_returns")),
+                name="order_item_returned_within_returns",
+            ),
+            models.CheckConstraint(
+                condition=Q(refunded__gte=0) & Q(refunded__lte=F("quantity") - F("cancelled")),
+                name="order_item_refunded_within_line",
+            ),
+        ]
+        indexes = [models.Index(fields=["product"], name="order_item_sku")]  # a product's lines (PROTECT)
+
+    def __str__(self) -> str:
+        return f"{self.quantity} x {self.product_id}"
+
+    @property
+    def line_total(self) -> int:
+        """What the line costs after its discount."""
+        return self.quantity * self.unit_price - self.discount
+
+    @property
+    def shipped_units(self) -> int:
+        return self.quantity - self.cancelled
+
+    def price_of_units(self, *, first: int, count: int) -> int:
+        """What units [first, first + count) of the line cost after its discount,
+        in minor units. The discount is spread over the units with integer
+        division, the share of the first m units rounded down: a part of the
+        line gives back at most a minor unit more than its exact share, and the
+        units that complete the line make up for it, so every unit of the line
+        together costs exactly `line_total`."""
+        return self._paid_for(first + count) - self._paid_for(first)
+
+    def _paid_for(self, units: int) -> int:
+        return units * self.unit_price - self.discount * units // self.quantity
