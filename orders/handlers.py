@@ -12,11 +12,14 @@ redelivered event, or a retry after a crash, the same refund to the provider."""
 from django.conf import settings
 from django.core.mail import send_mail
 
+from core.formatting import format_units
 from core.money import format_money
 from orders.models import Notification, Order, Payment
-from orders.services.payments import authorized_payment, capture_payment, void_payment
+from orders.money import applied_payment, held_payment
+from orders.services.payments import capture_payment, void_payment
 from orders.services.refunds import submit_refund
 from outbox.consumers import Event, register
+from shop.handlers import NOT_THE_ORDERS_MONEY
 
 
 def _money(amount: int, currency: str) -> str:
@@ -34,7 +37,7 @@ def _notify(*, order_id: int | None, kind: str, subject: str, body: str) -> None
 @register("email", "OrderPaid")
 def send_order_confirmation(event: Event) -> None:
     data = event.data
-    lines = "\n".join(f"  {i['quantity']} x {i['name']} ({i['sku']})" for i in data["items"])
+    lines = "\n".join("  " + format_units(i["quantity"], i["sku"], i["name"]) for i in data["items"])
     _notify(
         order_id=data["order_id"],
         kind=Notification.Kind.ORDER_CONFIRMED,
@@ -56,11 +59,25 @@ def send_cancellation_notice(event: Event) -> None:
     )
 
 
+# Refunds the shopper hears of in another e-mail: a return's, removed lines' (and the
+# capture beyond them that the provider took, given back at once: its receipt told it).
+TOLD_ELSEWHERE = {"return", "lines_cancelled", "excess_capture"}
+
+
 @register("email", "RefundRequested")
 def send_refund_notice(event: Event) -> None:
     data = event.data
-    if data.get("attempt", 1) > 1 or data.get("reason") in ("return", "lines_cancelled"):
+    if data.get("attempt", 1) > 1 or data.get("reason") in TOLD_ELSEWHERE:
         return  # a retry (told the first time); a return's or removed lines' (told with their own e-mail)
+    if data.get("reason") in NOT_THE_ORDERS_MONEY:  # a second payment, a late one: not a refund of the order
+        _notify(
+            order_id=data.get("order_id"),
+            kind=Notification.Kind.REFUND_REQUESTED,
+            subject=f"Your payment {data['payment_id']} is refunded",
+            body=f"A payment of {_money(data['amount'], data['currency'])} did not pay order "
+            f"{data.get('order_id')} (it was paid already, or no longer awaited payment): it is going back to you.\n",
+        )
+        return
     _notify(
         order_id=data.get("order_id"),
         kind=Notification.Kind.REFUND_REQUESTED,
@@ -74,7 +91,7 @@ def send_shipping_notice(event: Event) -> None:
     data = event.data
     address = data.get("shipping_address") or {}
     to = ", ".join(filter(None, [address.get("name"), address.get("city"), address.get("country")]))
-    lines = "\n".join(f"  {i['quantity']} x {i['sku']}" for i in data["items"])
+    lines = "\n".join("  " + format_units(i["quantity"], i["sku"]) for i in data["items"])
     _notify(
         order_id=data["order_id"],
         kind=Notification.Kind.ORDER_SHIPPED,
@@ -86,10 +103,12 @@ def send_shipping_notice(event: Event) -> None:
 @register("email", "RefundCompleted")
 def send_refund_completed(event: Event) -> None:
     data = event.data
+    not_the_order = data.get("reason") in NOT_THE_ORDERS_MONEY
     _notify(
         order_id=data.get("order_id"),
         kind=Notification.Kind.REFUND_COMPLETED,
-        subject=f"Refund for order {data.get('order_id')} completed",
+        subject=f"Your payment {data['payment_id']} is refunded" if not_the_order
+        else f"Refund for order {data.get('order_id')} completed",
         body=f"{_money(data['amount'], data['currency'])} is back on your card.\n",
     )
 
@@ -105,7 +124,7 @@ def capture_on_shipment(event: Event) -> None:
     (nothing to do for a payment captured at once)."""
     if settings.PAYMENT_CAPTURE == "immediate":
         return  # the provider captures as it authorizes
-    payment = authorized_payment(order_id=event.data["order_id"])
+    payment = held_payment(order_id=event.data["order_id"])
     if payment is not None:
         capture_payment(payment=payment)
 
@@ -114,7 +133,7 @@ def capture_on_shipment(event: Event) -> None:
 def void_on_cancellation(event: Event) -> None:
     """A paid order cancelled before shipping: its payment, claimed for a void
     by the cancellation, is released at the provider."""
-    payment = authorized_payment(order_id=event.data["order_id"])
+    payment = held_payment(order_id=event.data["order_id"])
     if payment is not None:
         void_payment(payment=payment)
 
@@ -136,9 +155,8 @@ def void_what_paid_no_order(event: Event) -> None:
 @register("email", "PaymentCaptured")
 def send_payment_receipt(event: Event) -> None:
     data = event.data
-    if not data.get("order_id") or not Payment.objects.filter(
-        provider_payment_id=data["payment_id"], outcome=Payment.Outcome.APPLIED
-    ).exists():
+    paid_by = applied_payment(order_id=data["order_id"]) if data.get("order_id") else None
+    if paid_by is None or paid_by.provider_payment_id != data["payment_id"]:
         return  # no order's money (it is refunded)
     _notify(
         order_id=data["order_id"],
@@ -152,7 +170,7 @@ def send_payment_receipt(event: Event) -> None:
 @register("email", "OrderLinesCancelled")
 def send_lines_removed_notice(event: Event) -> None:
     data = event.data
-    lines = "\n".join(f"  {line['quantity']} x {line['sku']} ({_money(line['amount'], data['currency'])})"
+    lines = "\n".join("  " + format_units(line["quantity"], line["sku"], _money(line["amount"], data["currency"]))
                       for line in data["lines"])  # fmt: skip
     if data.get("refund_id"):  # what the refund gives back: capped at what earlier refunds left of the capture
         money = f"{_money(data['refund_amount'], data['currency'])} is refunded to you"
@@ -185,7 +203,7 @@ def send_return_decision(event: Event) -> None:
 @register("email", "ReturnReceived")
 def send_return_received(event: Event) -> None:
     data = event.data
-    lines = "\n".join(f"  {line['quantity']} x {line['sku']}" for line in data["lines"])
+    lines = "\n".join("  " + format_units(line["quantity"], line["sku"]) for line in data["lines"])
     money = (f"{_money(data['amount'], data['currency'])} is on its way back to you."
              if data.get("refund_id") else "There was no money to give back.")  # fmt: skip
     _notify(

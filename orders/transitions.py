@@ -62,11 +62,15 @@ def may_move(current: OrderStatus | str, target: OrderStatus) -> bool:
     return (OrderStatus(current), target) in TRANSITIONS
 
 
-def move_orders(order_ids: Iterable[int], target: OrderStatus, *, at: datetime | None = None) -> int:
-    """Move those of the orders whose status allows it to `target`; returns how
-    many moved. For one order, 0 means it was somewhere `target` cannot follow."""
+def move_orders(
+    order_ids: Iterable[int], target: OrderStatus, *, at: datetime | None = None, only_from: Iterable[str] = ()
+) -> int:
+    """Move those of the orders whose status allows it (and is one of `only_from`,
+    when given) to `target`; returns how many moved. For one order, 0 means it
+    was somewhere `target` cannot follow."""
     stamp = {STAMPS[target]: at or timezone.now()} if target in STAMPS else {}
-    return Order.objects.filter(id__in=list(order_ids), status__in=sources(target)).update(status=target, **stamp)
+    allowed = [status for status in sources(target) if not only_from or status in only_from]
+    return Order.objects.filter(id__in=list(order_ids), status__in=allowed).update(status=target, **stamp)
 
 
 # A refund's life: the provider takes the call (SUBMITTED), then confirms

@@ -27,12 +27,15 @@ def award_points(event: Event) -> None:
 
 # Refunds of a payment that paid no order (late, wrong amount, unknown order): it earned nothing.
 NOT_THE_ORDERS_MONEY = {"order_not_pending", "amount_mismatch", "unknown_order"}
+# What the provider captured beyond the order after lines were removed: their points went
+# with OrderLinesCancelled.
+NO_POINTS_BACK = NOT_THE_ORDERS_MONEY | {"excess_capture"}
 
 
 @register("loyalty", "RefundCompleted")
 def take_back_refunded_points(event: Event) -> None:
     data = event.data
-    if data.get("reason") in NOT_THE_ORDERS_MONEY:
+    if data.get("reason") in NO_POINTS_BACK:
         return
     every = data.get("payment_refunded", False)
     _take_back(event, LoyaltyEntry.Reason.ORDER_REFUNDED, source=f"refund-{data['refund_id']}",

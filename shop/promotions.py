@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from core.db import execute_kept
 from core.hotcache import bump_generation_on_commit
+from core.locks import for_update
 from shop.exceptions import VoucherExpired, VoucherNotApplicable, VoucherNotStarted, VoucherUnknown, VoucherUsedUp
 from shop.models import (
     VOUCHER_CODE_PATTERN,
@@ -248,7 +249,7 @@ def give_back_vouchers(*, order_ids: list[int]) -> int:
     none of the orders used a voucher."""
     # Locked: a concurrent caller waits here, then finds the rows deleted (exactly once).
     redemptions = list(
-        VoucherRedemption.objects.select_for_update().filter(order_id__in=order_ids)
+        for_update(VoucherRedemption.objects.filter(order_id__in=order_ids))
         .values_list("pk", "voucher_id", "customer_id", "customer_counted")
     )  # fmt: skip
     if not redemptions:
@@ -279,7 +280,7 @@ class VoucherBatch:
         self._left: dict[int, int | None] = {}  # voucher id -> uses left (None: no limit)
         self._caps: dict[int, int | None] = {}  # voucher id -> per-customer limit
         for voucher_id, limit, uses, cap in (
-            Promotion.objects.select_for_update().filter(pk__in=voucher_ids, code__isnull=False).order_by("pk")
+            for_update(Promotion.objects.filter(pk__in=voucher_ids, code__isnull=False))
             .values_list("pk", "usage_limit", "uses", "per_customer_limit")
         ):  # fmt: skip
             self._left[voucher_id] = None if limit is None else limit - uses

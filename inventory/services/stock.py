@@ -6,6 +6,7 @@ from django.db.models import F, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce
 
 from core.db import CompiledUpdate
+from core.locks import for_update
 from inventory.exceptions import OutOfStock, StockLimitExceeded, WriteOffBelowZero
 from inventory.models import MAX_UNITS, Stock, StockMovement
 
@@ -126,7 +127,7 @@ def lock_stock(skus: Iterable[str]) -> dict[str, int]:
     """Lock the SKUs' stock rows, always in SKU order: every writer that holds
     several rows takes them in the same order, so none can deadlock another.
     Returns each locked SKU's available units."""
-    rows = Stock.objects.select_for_update().filter(product_id__in=list(skus)).order_by("product_id")
+    rows = for_update(Stock.objects.filter(product_id__in=list(skus)))  # the key is the SKU
     return dict(rows.values_list("product_id", "available"))
 
 

@@ -9,6 +9,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from core.exceptions import DomainError
+from core.formatting import format_units
 from core.money import format_money
 from orders.models import Return
 
@@ -21,7 +22,7 @@ def _units(lines) -> str:
     """Lines of an event or a refund ([{"sku", "quantity", ...}]) as "2 x A, 1 x B"; a
     received line says its condition ("1 x A restock")."""
     return ", ".join(
-        " ".join(filter(None, [f"{line.get('quantity')} x {line.get('sku')}", line.get("condition")]))
+        " ".join(filter(None, [format_units(line.get("quantity"), line.get("sku")), line.get("condition")]))
         for line in lines or []
     )
 
@@ -29,7 +30,7 @@ def _units(lines) -> str:
 def return_lines(returned: Return) -> str:
     """A return's lines as "2 x A (restock), 1 x B" (its lines and their items prefetched)."""
     return ", ".join(
-        f"{line.quantity} x {line.item.product_id}" + (f" ({line.condition})" if line.condition else "")
+        format_units(line.quantity, line.item.product_id, line.condition)
         for line in returned.lines.all()
     )
 
@@ -94,7 +95,7 @@ class RefundShown(AmountShown):
     def lines_shown(self, refund):
         """The units it pays back, each with its amount: "2 x A (€19.34)"; "-" for an amount alone."""
         return ", ".join(
-            f"{line['quantity']} x {line['sku']} ({format_money(line['amount'], refund.currency)})"
+            format_units(line["quantity"], line["sku"], format_money(line["amount"], refund.currency))
             for line in refund.lines
         ) or "-"
 

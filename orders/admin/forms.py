@@ -2,6 +2,7 @@
 
 from django import forms
 
+from core.formatting import format_units
 from core.money import format_money, minor_units_help
 from orders.admin.common import _units, return_lines
 from orders.models import Order, Refund, Return, ReturnCondition
@@ -79,7 +80,7 @@ class ReceiveReturnForm(forms.Form):
         self.lines = list(returned.lines.all())  # prefetched with their items, in id order (the admin's queryset)
         for line in self.lines:
             self.fields[f"line_{line.id}"] = forms.ChoiceField(
-                label=f"{line.quantity} x {line.item.product_id}", choices=CONDITIONS, help_text=line.item.name
+                label=format_units(line.quantity, line.item.product_id), choices=CONDITIONS, help_text=line.item.name
             )
 
     def save(self, *, user) -> str:

@@ -11,6 +11,7 @@ from django.utils.html import format_html_join
 from core.admin import ReadOnlyInline
 from core.money import format_money
 from inventory.models import Shipment
+from orders import money
 from orders.admin.common import (
     PaymentAmountsShown,
     PerOrderAction,
@@ -23,7 +24,7 @@ from orders.admin.forms import GoodwillRefundForm, RemoveLinesForm
 from orders.admin.payments import PaymentActions
 from orders.admin.timeline import OrderTimeline
 from orders.exports import csv_lines
-from orders.models import CAPTURED_STATUSES, Order, OrderItem, OrderStatus, Payment, Refund, Return
+from orders.models import Order, OrderItem, OrderStatus, Payment, Refund, Return
 from orders.services import cancel_pending_order, mark_order_shipped, refund_paid_order
 
 
@@ -142,8 +143,8 @@ class OrderAdmin(PerOrderAction, PaymentActions, OrderTimeline, admin.ModelAdmin
 
     def goodwill_refund_view(self, request, object_id):
         order = self._order_to_change(request, object_id)
-        payment = Payment.objects.filter(order=order, outcome=Payment.Outcome.APPLIED).first()
-        if payment is not None and payment.status in CAPTURED_STATUSES:
+        payment = money.applied_payment(order_id=order.id)
+        if money.is_taken(payment):
             left = format_money(payment.captured_amount - payment.refunded_amount, payment.currency)
             held = (f"Payment {payment.provider_payment_id}: {format_money(payment.captured_amount, payment.currency)} "
                     f"captured, {format_money(payment.refunded_amount, payment.currency)} refunded or being refunded: "

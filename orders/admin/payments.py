@@ -6,11 +6,13 @@ from django.template.response import TemplateResponse
 
 from core.admin import ReadOnlyAdmin
 from core.money import format_money
+from orders import money
 from orders.admin.common import PaymentAmountsShown, RefundShown, fields_shown
-from orders.models import CAPTURED_STATUSES, Notification, OrderStatus, Payment, Refund
+from orders.models import Notification, OrderStatus, Payment, Refund
+from orders.money import applied_payment, held_payment
 from orders.provider import ProviderRefused, ProviderUnavailable
 from orders.services import cancel_pending_order
-from orders.services.payments import authorized_payment, capture_payment, void_payment
+from orders.services.payments import capture_payment, void_payment
 from orders.services.refunds import retry_refund
 
 
@@ -22,7 +24,7 @@ class PaymentActions:
         the money each holds, and a Confirm button posting back with post=yes."""
         rows = []
         for order in queryset:
-            payment = authorized_payment(order_id=order.id)
+            payment = held_payment(order_id=order.id)
             held = f"{payment.provider_payment_id} ({payment.get_status_display()})" if payment else "no money held"
             rows.append((order.id, order.status, format_money(order.total_amount, order.currency), held))
         context = {
@@ -39,7 +41,7 @@ class PaymentActions:
             if order.status not in (OrderStatus.PAID, OrderStatus.SHIPPED):
                 self.message_user(request, f"Order {order.id}: skipped, it is {order.status}.", messages.WARNING)
                 continue
-            payment = authorized_payment(order_id=order.id)
+            payment = held_payment(order_id=order.id)
             try:
                 captured = payment is not None and capture_payment(payment=payment)
             except ProviderUnavailable:
@@ -66,12 +68,12 @@ class PaymentActions:
                 continue
             # Cancels only if its payment is still just authorized, claiming it for the void.
             if not cancel_pending_order(order_id=order.id, reason="cancelled_by_staff"):
-                taken = [Payment.Status.CAPTURING, *CAPTURED_STATUSES]
-                captured = Payment.objects.filter(order_id=order.id, status__in=taken).exists()
+                paid_by = applied_payment(order_id=order.id)
+                captured = money.is_taken(paid_by) or getattr(paid_by, "status", None) == Payment.Status.CAPTURING
                 why = "captured: refund it instead" if captured else "skipped, its status changed"
                 self.message_user(request, f"Order {order.id}: {why}.", messages.WARNING)
                 continue
-            payment = authorized_payment(order_id=order.id)  # the one just claimed (VOIDING)
+            payment = held_payment(order_id=order.id)  # the one just claimed (VOIDING)
             try:
                 if payment is not None:
                     void_payment(payment=payment)

@@ -4,6 +4,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 
+from core.formatting import format_units
 from shop.models import ADDRESS_FIELDS
 
 
@@ -134,7 +135,7 @@ class OrderItem(models.Model):
         indexes = [models.Index(fields=["product"], name="order_item_sku")]  # a product's lines (PROTECT)
 
     def __str__(self) -> str:
-        return f"{self.quantity} x {self.product_id}"
+        return format_units(self.quantity, self.product_id)
 
     @property
     def line_total(self) -> int:

@@ -38,6 +38,7 @@ class RefundReason(models.TextChoices):
     RETURN = "return", "Returned items received"
     GOODWILL = "goodwill", "Goodwill refund by staff"
     LINES_CANCELLED = "lines_cancelled", "Lines removed before shipping"
+    EXCESS_CAPTURE = "excess_capture", "Captured beyond what the order costs"
 
 
 class RefundStatus(models.TextChoices):
@@ -85,6 +86,10 @@ class Payment(models.Model):
             models.CheckConstraint(condition=Q(status__in=PaymentStatus.values), name="payment_status_valid"),
             models.CheckConstraint(condition=Q(outcome__in=PaymentOutcome.values), name="payment_outcome_valid"),
             models.CheckConstraint(condition=Q(amount__gte=0), name="payment_amount_not_negative"),
+            # An order is paid by one payment at most (orders/money.py): any other paid nothing.
+            models.UniqueConstraint(
+                fields=["order"], condition=Q(outcome=PaymentOutcome.APPLIED), name="payment_one_applied_per_order"
+            ),
             models.CheckConstraint(
                 condition=Q(refunded_amount__gte=0)
                 & Q(refunded_amount__lte=F("captured_amount"))

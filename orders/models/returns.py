@@ -4,6 +4,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from core.formatting import format_units
+
 
 class ReturnStatus(models.TextChoices):
     REQUESTED = "REQUESTED", "Requested"
@@ -75,4 +77,4 @@ class ReturnLine(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.quantity} x {self.item.product_id}"  # the SKU, as the order's lines are named
+        return format_units(self.quantity, self.item.product_id)  # the SKU, as the order's lines are named

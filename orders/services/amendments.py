@@ -10,10 +10,12 @@ from django.db import transaction
 from django.db.models import F
 
 from inventory.services import return_reserved_stock
+from orders import money
 from orders.exceptions import LinesNotRemovable, OrderNotFound, PaymentNotCaptured, SkuNotOnOrder
+from orders.locks import lock_items, lock_order
 from orders.models import Order, OrderItem, OrderStatus, Payment, Refund
 from orders.services.cancellation import reopen_gate_lines, reserved_lines
-from orders.services.refunds import locked_items, price_units, refund_priced_units
+from orders.services.refunds import price_units, refund_priced_units
 from outbox.services import record_event
 
 
@@ -25,12 +27,12 @@ def remove_order_lines(*, order_id: int, lines: Mapping[str, int], user=None) ->
     every unit is cancelling the order, refused here (LinesNotRemovable). A
     payment being captured or voided right now is refused (PaymentNotCaptured):
     the capture reads the total once claimed, so it must not move under it."""
-    order = Order.objects.select_for_update().filter(id=order_id).first()
+    order = lock_order(order_id)
     if order is None:
         raise OrderNotFound()
     if order.status != OrderStatus.PAID:
         raise LinesNotRemovable("Only a paid order that has not shipped can lose lines.", status=order.status)
-    items = {item.product_id: item for item in locked_items(order_id=order.id)}
+    items = {item.product_id: item for item in lock_items(order_id=order.id)}
     unknown = sorted(set(lines) - set(items))
     if unknown:
         raise SkuNotOnOrder(skus=unknown)
@@ -39,7 +41,7 @@ def remove_order_lines(*, order_id: int, lines: Mapping[str, int], user=None) ->
     left = sum(item.shipped_units - item.refunded for item in items.values()) - sum(lines.values())
     if left <= 0:
         raise LinesNotRemovable(remaining_units=left + sum(lines.values()))
-    payment = Payment.objects.select_for_update().filter(order=order, outcome=Payment.Outcome.APPLIED).first()
+    payment = money.applied_payment(order_id=order.id, lock=True)
     if payment is not None and payment.status not in (Payment.Status.AUTHORIZED, Payment.Status.CAPTURED):
         raise PaymentNotCaptured("The order's payment is being captured or voided: try again in a moment.")
 

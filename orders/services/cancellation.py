@@ -7,15 +7,17 @@ from django.db import transaction
 from django.db.models import F, Sum
 from django.utils import timezone
 
+from core.locks import for_update
 from inventory import gate
 from inventory.services import return_reserved_stock
 from inventory.services.flash_sales import gated_skus
 from orders.exceptions import OrderNotCancellable, OrderNotFound
 from orders.metrics import ORDERS_EXPIRED
-from orders.models import Order, OrderItem, OrderStatus, Payment
+from orders.models import Order, OrderItem, OrderStatus
+from orders.money import claim_void
 from orders.services.holds import give_back_holds
 from orders.services.slots import release_pending_slots
-from orders.transitions import move_orders, move_payment, sources
+from orders.transitions import move_orders, sources
 from outbox.services import NewEvent, record_events
 from shop.promotions import give_back_vouchers
 
@@ -36,12 +38,8 @@ def cancel_orders(*, order_ids: list[int], reason: str, now: datetime | None = N
     if not order_ids:
         return []
     now = now or timezone.now()
-    found = list(
-        Order.objects.select_for_update()
-        .filter(id__in=order_ids, status__in=sources(OrderStatus.CANCELLED))
-        .order_by("id")
-        .values_list("id", "customer_id", "status")
-    )
+    cancellable = Order.objects.filter(id__in=order_ids, status__in=sources(OrderStatus.CANCELLED))
+    found = list(for_update(cancellable).values_list("id", "customer_id", "status"))
     pending = [(order_id, customer) for order_id, customer, status in found if status == OrderStatus.PENDING_PAYMENT]
     # With immediate capture the money of a paid order is taken (or about to be): refunded, never voided.
     voidable = settings.PAYMENT_CAPTURE == "on_shipment"
@@ -71,17 +69,6 @@ def _cancel_locked(
     return_reserved_stock(lines=reserved_lines(order_ids=every))
     reopen_gate_units(order_ids=every)
     return every
-
-
-def claim_void(*, order_id: int) -> bool:
-    """The payment that paid the order claimed for a void (AUTHORIZED ->
-    VOIDING), or found claimed so: whether its money is only held and now on its
-    way back."""
-    held = [Payment.Status.AUTHORIZED, Payment.Status.VOIDING]
-    payment = Payment.objects.filter(order_id=order_id, outcome=Payment.Outcome.APPLIED, status__in=held).first()
-    if payment is None:
-        return False
-    return move_payment(payment.id, Payment.Status.VOIDING) or payment.status == Payment.Status.VOIDING
 
 
 def reserved_lines(*, order_ids: list[int]) -> dict[str, int]:

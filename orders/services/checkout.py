@@ -136,12 +136,14 @@ def _queue_order(*, lines: dict[str, int], gated: dict[str, int], queue: set[str
 
 
 def _payment_timeout(account_created_at: datetime | None) -> int:
-    """Seconds to pay: shorter for an account made minutes ago (a fresh account is
-    the cheapest way to hold stock without paying)."""
+    """Seconds to pay: never longer for an account made minutes ago (a fresh
+    account is the cheapest way to hold stock without paying), so the smaller of
+    its window and the shop's (an operator may shorten the shop's for a sale)."""
     new = account_created_at is not None and timezone.now() - account_created_at < timedelta(
         seconds=settings.NEW_ACCOUNT_SECONDS
     )
-    return settings.NEW_ACCOUNT_PAYMENT_TIMEOUT_SECONDS if new else settings.ORDER_PAYMENT_TIMEOUT_SECONDS
+    shops = settings.ORDER_PAYMENT_TIMEOUT_SECONDS
+    return min(settings.NEW_ACCOUNT_PAYMENT_TIMEOUT_SECONDS, shops) if new else shops
 
 
 def _create_order(*, draft: OrderDraft, gated: dict[str, int]) -> PlacedOrder:
@@ -171,8 +173,8 @@ def _create_order(*, draft: OrderDraft, gated: dict[str, int]) -> PlacedOrder:
         # Reserve last: a hot SKU's row stays locked only from its UPDATE to the
         # COMMIT, not while the items and the event are written (measured in
         # bench/checkout.py). Out of stock rolls back all of the above, and
-        # drops the on_commit callback. (A voucher's row is locked before any
-        # stock row, as in the queue's writer and in cancellation: no deadlock.)
+        # drops the on_commit callback. (A voucher's row before any stock row:
+        # core/locks.py.)
         if draft.voucher_id is not None:  # one statement; VoucherUsedUp rolls all of this back
             redeem_voucher(voucher_id=draft.voucher_id, customer_id=customer_id, order_id=order.id)
         reserve_stock(lines=lines)

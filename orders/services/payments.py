@@ -13,7 +13,9 @@ from django.db.models import F
 from django.utils import timezone
 
 from core.db import insert_unless_exists
-from orders import provider
+from core.locks import for_update
+from orders import money, provider
+from orders.locks import lock_order
 from orders.metrics import PAYMENTS
 from orders.models import Order, OrderStatus, Payment, Refund
 from orders.services.holds import give_back_holds
@@ -71,7 +73,7 @@ def handle_payment_webhook(
         raw_body=raw_body,
     )
     if insert_unless_exists(payment, conflict_fields=["provider_payment_id"]) is None:
-        known = Payment.objects.select_for_update().get(provider_payment_id=payment_id)
+        known = _lock_known(payment_id)
         if known.status == Payment.Status.FAILED and status != FAILED:
             # Failed, then succeeded under the same id: the payment as if told now.
             Payment.objects.filter(id=known.id).update(
@@ -90,19 +92,26 @@ def handle_payment_webhook(
     return _apply(payment, order, captured=captured, now=now)
 
 
+def _lock_known(payment_id: str) -> Payment:
+    """A payment the shop knows, locked after its order (core/locks.py): a refund
+    of the order, which locks the order first, cannot deadlock with this."""
+    order_id = Payment.objects.filter(provider_payment_id=payment_id).values_list("order_id", flat=True).get()
+    if order_id is not None:
+        lock_order(order_id)
+    known = Payment.objects.filter(provider_payment_id=payment_id).select_related("order")
+    return for_update(known, of=("self",)).get()
+
+
 def _apply(payment: Payment, order: Order | None, *, captured: bool, now) -> PaymentResult:
     """A payment holding money, new to the shop: it pays its order, or is voided
-    (authorized) or refunded (captured)."""
+    (authorized) or refunded (captured). Locks as core/locks.py declares: the
+    order (its move), the payment, then the shopper's counter and holds."""
     refused = None
     if order is None:
         refused = Refund.Reason.UNKNOWN_ORDER
     elif (payment.amount, payment.currency) != (order.total_amount, order.currency):
         refused = Refund.Reason.AMOUNT_MISMATCH
-    elif move_orders([order.id], OrderStatus.PAID, at=now):
-        release_pending_slots(customer_ids=[order.customer_id])
-        give_back_holds(order_ids=[order.id])
-        _announce_paid(order=order, payment=payment, paid_at=now)
-    else:
+    elif not move_orders([order.id], OrderStatus.PAID, at=now):
         refused = Refund.Reason.ORDER_NOT_PENDING
 
     if refused is None:
@@ -110,6 +119,10 @@ def _apply(payment: Payment, order: Order | None, *, captured: bool, now) -> Pay
     else:
         payment.outcome = Payment.Outcome.REFUNDED if captured else Payment.Outcome.VOIDED
     Payment.objects.filter(id=payment.id).update(outcome=payment.outcome)
+    if refused is None:
+        release_pending_slots(customer_ids=[order.customer_id])
+        give_back_holds(order_ids=[order.id])
+        _announce_paid(order=order, payment=payment, paid_at=now)
     _announce_authorized(payment, applied=refused is None, reason=refused)
     if captured:
         _announce_captured(payment, captured_at=now)
@@ -123,13 +136,17 @@ def _captured_by_the_provider(known: Payment, *, now) -> None:
     """The provider's `captured` for a payment the shop knows (an automatic
     capture): AUTHORIZED -> CAPTURED. Money it took for no order goes back; so
     does money it took after the shop had claimed a void (its capture won at the
-    provider: the void will be refused there), which staff see in the log."""
+    provider: the void will be refused there), which staff see in the log; and
+    so does what it took beyond what the order costs now (lines removed before
+    the capture), at once."""
     if move_payment(known.id, Payment.Status.CAPTURED, at=now, captured_amount=F("amount")):
         known.captured_amount = known.amount
         _announce_captured(known, captured_at=now)
         if known.outcome == Payment.Outcome.VOIDED:  # it paid no order
             Payment.objects.filter(id=known.id).update(outcome=Payment.Outcome.REFUNDED)
             request_refund(payment=known, order=known.order, reason=Refund.Reason.ORDER_NOT_PENDING)
+        elif excess := money.excess_captured(known):
+            request_refund(payment=known, order=known.order, reason=Refund.Reason.EXCESS_CAPTURE, amount=excess)
     elif known.status in (Payment.Status.VOIDING, Payment.Status.VOIDED) and not known.captured_amount:
         logger.error("payment %s captured by the provider after the shop claimed a void: refunded",
                      known.provider_payment_id)  # fmt: skip
@@ -159,7 +176,7 @@ def void_payment(*, payment: Payment) -> bool:
 def _settle(payment: Payment, *, claim: str, done: str) -> bool:
     if not move_payment(payment.id, claim) and Payment.objects.get(id=payment.id).status != claim:
         return False  # settled, or claimed the other way
-    amount = _amount_to_capture(payment)
+    amount = money.amount_to_capture(payment)
     if done == Payment.Status.CAPTURED:
         try:
             provider.capture(idempotency_key=f"capture-{payment.id}", payment_id=payment.provider_payment_id,
@@ -180,25 +197,6 @@ def _settle(payment: Payment, *, claim: str, done: str) -> bool:
         else:
             _announce_voided(payment, voided_at=now)
     return True
-
-
-def _amount_to_capture(payment: Payment) -> int:
-    """What the order costs now: less than was authorized when staff removed
-    lines before shipping (the rest of the authorization is released with the
-    capture). Read once the claim is made: a removal waits for no claim and
-    refuses to run under one (orders/services/amendments.py)."""
-    if payment.order_id is None:
-        return payment.amount
-    return min(payment.amount, Order.objects.values_list("total_amount", flat=True).get(id=payment.order_id))
-
-
-def authorized_payment(*, order_id: int) -> Payment | None:
-    """The payment that paid the order, while its money is held and not yet
-    taken or released (claims included: a capture or void the provider has not
-    answered yet). A second payment for the order never is: it paid nothing,
-    and is voided on its own (PaymentAuthorized, applied false)."""
-    held = [Payment.Status.AUTHORIZED, Payment.Status.CAPTURING, Payment.Status.VOIDING]
-    return Payment.objects.filter(order_id=order_id, outcome=Payment.Outcome.APPLIED, status__in=held).first()
 
 
 def _payment_data(payment: Payment) -> dict:

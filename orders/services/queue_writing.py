@@ -23,6 +23,7 @@ from core.db import copy_rows
 from core.redis_scripts import compose, load_lua, run_script
 from inventory import gate
 from inventory.services import lock_stock, reserve_stock
+from orders.locks import lock_pending_counts
 from orders.metrics import (
     ORDERS_CREATED,
     QUEUE_BATCH_SECONDS,
@@ -32,7 +33,7 @@ from orders.metrics import (
 )
 from orders.models import Order, OrderItem, OrderStatus, QueuedOrderAlias
 from orders.services.queue_admission import QueuedRequest, order_key, pending_key
-from orders.services.slots import count_pending_orders, lock_pending_counts
+from orders.services.slots import count_pending_orders
 from outbox.services import record_events
 from shop.models import Product
 from shop.promotions import VoucherBatch
@@ -70,8 +71,7 @@ def write_batch(requests: list[QueuedRequest], *, clean_up_on_commit: bool = Tru
         fresh = _not_yet_written(requests, result)
         skus = sorted({line.sku for request in fresh for line in request.lines})
         active = set(Product.objects.filter(sku__in=skus, is_active=True).values_list("sku", flat=True))
-        # The order every writer locks in: shoppers' pending-order counters, vouchers, stock
-        # (checkout takes its slot, then redeems, then reserves; cancellation too).
+        # Locks as core/locks.py declares: shoppers' pending-order counters, vouchers, stock.
         lock_pending_counts(customer_ids=[r.customer_id for r in fresh])
         vouchers = VoucherBatch((r.voucher_id, r.customer_id) for r in fresh if r.voucher_id)
         left = lock_stock(skus)  # SKU order, as every stock writer

@@ -8,8 +8,9 @@ A payment may have several refunds. What they claim together is
 two members of staff refunding the same order at once cannot both pass the
 captured total. A failed refund gives its claim back; its retry claims again.
 
-Locks, in the order every writer here takes them: the order, its items, the
-payment, the stock (SKU order)."""
+Which payment paid the order, what can be refunded, the claim and when the
+order becomes REFUNDED are orders/money.py's; locks are taken as
+core/locks.py declares (order, items, payment, stock)."""
 
 import logging
 from collections.abc import Iterable
@@ -20,8 +21,9 @@ from django.db.models import F, Sum
 from django.utils import timezone
 
 from inventory.services import return_reserved_stock
-from orders import provider
-from orders.exceptions import OrderNotFound, OrderNotRefundable, PaymentNotCaptured, RefundExceedsCaptured
+from orders import money, provider
+from orders.exceptions import OrderNotFound, OrderNotRefundable
+from orders.locks import lock_items, lock_order
 from orders.metrics import REFUNDS_FINISHED, REFUNDS_REQUESTED
 from orders.models import Order, OrderItem, OrderStatus, Payment, Refund
 from orders.services.cancellation import reopen_gate_units, reserved_lines
@@ -38,17 +40,17 @@ def refund_paid_order(*, order_id: int, user=None) -> Refund | None:
     yet) and the reserved units go back on sale. An order whose money is only
     authorized is cancelled instead (its payment voided). None for an order
     that cost nothing (no money to give back)."""
-    order = Order.objects.select_for_update().filter(id=order_id).first()
+    order = lock_order(order_id)
     if order is None:
         raise OrderNotFound()
-    payment = Payment.objects.filter(order_id=order_id, outcome=Payment.Outcome.APPLIED).first()
-    if payment is not None and payment.status != Payment.Status.CAPTURED:
+    payment = money.applied_payment(order_id=order_id)
+    if money.is_held(payment):
         raise OrderNotRefundable(
             "Its payment is only authorized: cancel the order, which releases the money.", order_id=order_id
         )
     if order.status != OrderStatus.PAID or not move_orders([order_id], OrderStatus.REFUNDED):
         raise OrderNotRefundable(order_id=order_id)  # a shipped order is refunded by returns, or an amount
-    items = locked_items(order_id=order_id)
+    items = lock_items(order_id=order_id)
     units = [(item, item.shipped_units - item.refunded) for item in items]
     refund = refund_units(order=order, payment=payment, units=units, reason=Refund.Reason.STAFF, user=user)
     return_reserved_stock(lines=reserved_lines(order_ids=[order.id]))
@@ -63,28 +65,12 @@ def refund_goodwill(*, order_id: int, amount: int, note: str, user=None) -> Refu
     capture (RefundExceedsCaptured), whatever other refunds run at once."""
     if amount <= 0:
         raise ValueError("amount must be positive")
-    order = Order.objects.select_for_update().filter(id=order_id).first()
+    order = lock_order(order_id)
     if order is None:
         raise OrderNotFound()
-    payment = captured_payment(order_id=order_id)
+    payment = money.captured_payment(order_id=order_id)
     return request_refund(payment=payment, order=order, reason=Refund.Reason.GOODWILL, amount=amount,
                           note=note, user=user)  # fmt: skip
-
-
-def captured_payment(*, order_id: int, free_ok: bool = False) -> Payment | None:
-    """The payment that paid the order, if its money was taken; else PaymentNotCaptured.
-    With `free_ok`, None for an order that cost nothing (no money to give back)."""
-    payment = Payment.objects.filter(order_id=order_id, outcome=Payment.Outcome.APPLIED).first()
-    if free_ok and (payment is None or payment.amount == 0):
-        return None
-    if payment is None or payment.status not in (Payment.Status.CAPTURED, Payment.Status.REFUNDED):
-        raise PaymentNotCaptured(order_id=order_id)
-    return payment
-
-
-def locked_items(*, order_id: int) -> list[OrderItem]:
-    """The order's lines, locked in id order (the order every writer of them takes)."""
-    return list(OrderItem.objects.select_for_update().filter(order_id=order_id).order_by("id"))
 
 
 @dataclass(frozen=True)
@@ -132,8 +118,7 @@ def refund_priced_units(
     """One refund of the units' price, capped at what is left of the capture
     (a goodwill refund may have given part of it back already); None when
     nothing is left."""
-    left = Payment.objects.select_for_update().values_list(F("captured_amount") - F("refunded_amount"), flat=True)
-    amount = min(sum(each.amount for each in priced), left.get(id=payment.id))
+    amount = min(sum(each.amount for each in priced), money.refundable(payment_id=payment.id, lock=True))
     if amount <= 0:
         return None
     return request_refund(payment=payment, order=order, reason=reason, amount=amount,
@@ -146,24 +131,19 @@ def request_refund(
 ) -> Refund:  # fmt: skip
     """Claim `amount` of what the payment captured (None: all of it, a payment
     that paid no order), record the refund and announce it. Inside the caller's
-    transaction. The claim is one conditional UPDATE: RefundExceedsCaptured when
-    it would pass the captured total. A SHIPPED order whose payment is then
-    all claimed moves to REFUNDED."""
+    transaction, the order (if any) locked by the caller. The claim is
+    money.claim_refund: RefundExceedsCaptured when it would pass the captured
+    total. The order moves to REFUNDED only when this is the payment that paid
+    it, now all claimed back (money.refund_the_order_if_paid_back)."""
     amount = payment.captured_amount if amount is None else amount
-    claimed = Payment.objects.filter(id=payment.id, refunded_amount__lte=F("captured_amount") - amount)
-    if not claimed.update(refunded_amount=F("refunded_amount") + amount):
-        left = Payment.objects.values_list(F("captured_amount") - F("refunded_amount"), flat=True).get(id=payment.id)
-        raise RefundExceedsCaptured(amount=amount, refundable=left)
+    money.claim_refund(payment=payment, amount=amount)
     transaction.on_commit(lambda: REFUNDS_REQUESTED.labels(reason).inc())
     refund = Refund.objects.create(
         payment=payment, order=order, amount=amount, currency=payment.currency, reason=reason, note=note,
         lines=list(lines), created_by=user,
     )  # fmt: skip
-    if order is not None and Payment.objects.filter(id=payment.id, refunded_amount=F("captured_amount")).exists():
-        # All of it back: a shipped order is REFUNDED. A paid one keeps its status (its
-        # goods still ship): refund_paid_order is what refunds an order before shipping.
-        if Order.objects.filter(id=order.id, status=OrderStatus.SHIPPED).exists():
-            move_orders([order.id], OrderStatus.REFUNDED)
+    if order is not None:
+        money.refund_the_order_if_paid_back(order=order, payment=payment)
     announce_refund_requested(refund)
     return refund
 
@@ -264,7 +244,7 @@ def _fail(refund: Refund, reason: str) -> None:
     """FAILED, and its claim on the payment given back (a retry claims again). In a transaction."""
     logger.warning("refund %s failed: %s", refund.id, reason)
     if move_refund(refund.id, Refund.Status.FAILED, failure_reason=reason[:200]):
-        Payment.objects.filter(id=refund.payment_id).update(refunded_amount=F("refunded_amount") - refund.amount)
+        money.release_refund_claim(payment_id=refund.payment_id, amount=refund.amount)
 
 
 @transaction.atomic
@@ -276,8 +256,7 @@ def retry_refund(*, refund_id: int) -> bool:
     refund = Refund.objects.select_related("payment", "order").get(id=refund_id)
     if not move_refund(refund.id, Refund.Status.REQUESTED, failure_reason="", attempt=refund.attempt + 1):
         return False
-    claimed = Payment.objects.filter(id=refund.payment_id, refunded_amount__lte=F("captured_amount") - refund.amount)
-    if not claimed.update(refunded_amount=F("refunded_amount") + refund.amount):
+    if not money.try_claim_refund(payment_id=refund.payment_id, amount=refund.amount):
         transaction.set_rollback(True)
         return False
     refund.attempt += 1

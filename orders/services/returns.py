@@ -19,6 +19,7 @@ from django.db.models import F, Prefetch, prefetch_related_objects
 from django.utils import timezone
 
 from inventory.services import take_back_returned
+from orders import money
 from orders.exceptions import (
     NothingToReturn,
     OrderNotFound,
@@ -30,8 +31,9 @@ from orders.exceptions import (
     SkuNotOnOrder,
     TooManyUnits,
 )
+from orders.locks import lock_items, lock_order
 from orders.models import Order, OrderItem, OrderStatus, Refund, Return, ReturnCondition, ReturnLine
-from orders.services.refunds import captured_payment, locked_items, refund_units
+from orders.services.refunds import refund_units
 from orders.transitions import move_return
 from outbox.services import record_event
 
@@ -44,8 +46,10 @@ class ReturnLineRequest:
 
 @transaction.atomic
 def request_return(*, customer_id: int, order_id: int, lines: list[ReturnLineRequest], reason: str = "") -> Return:
-    """The shopper's return of `lines` of their order: all lines or none."""
-    order = Order.objects.filter(id=order_id, customer_id=customer_id).first()
+    """The shopper's return of `lines` of their order: all lines or none. The
+    order is locked first, as every writer of its lines locks it (a removal or a
+    refund of the same lines waits)."""
+    order = lock_order(order_id, customer_id=customer_id)
     if order is None:
         raise OrderNotFound()
     if order.shipped_at is None or order.status not in (OrderStatus.SHIPPED, OrderStatus.REFUNDED):
@@ -114,7 +118,7 @@ def _decide(return_id: int, target: str, *, user) -> Return:
     order_id = Return.objects.filter(id=return_id).values_list("order_id", flat=True).first()
     if order_id is None:
         raise ReturnNotFound()
-    Order.objects.select_for_update().filter(id=order_id).exists()  # the order first, as every writer locks it
+    lock_order(order_id)  # the order first, as every writer locks it
     if not move_return(return_id, target, decided_at=timezone.now(), decided_by=user):
         raise ReturnNotDecidable(status=Return.objects.get(id=return_id).status)
     returned = Return.objects.select_related("order").prefetch_related("lines__item").get(id=return_id)
@@ -137,17 +141,17 @@ def receive_return(*, return_id: int, conditions: Mapping[str, str], user=None) 
     order_id = Return.objects.filter(id=return_id).values_list("order_id", flat=True).first()
     if order_id is None:
         raise ReturnNotFound()
-    order = Order.objects.select_for_update().get(id=order_id)
+    order = lock_order(order_id)
     lines = list(ReturnLine.objects.filter(return_request_id=return_id).select_related("item").order_by("item_id"))
     skus = {line.item.product_id for line in lines}
     if set(conditions) != skus or not set(conditions.values()) <= set(ReturnCondition.values):
         raise ValueError(f"a condition (restock or damaged) for each of {sorted(skus)}")
-    payment = captured_payment(order_id=order_id, free_ok=True)
+    payment = money.captured_payment(order_id=order_id, free_ok=True)
     now = timezone.now()
     if not move_return(return_id, Return.Status.RECEIVED, received_at=now, decided_at=now, decided_by=user):
         raise ReturnNotReceivable(status=Return.objects.get(id=return_id).status)
 
-    items = {item.id: item for item in locked_items(order_id=order_id)}
+    items = {item.id: item for item in lock_items(order_id=order_id)}
     for line in lines:
         line.condition = conditions[line.item.product_id]
         OrderItem.objects.filter(id=line.item_id).update(returned=F("returned") + line.quantity)

@@ -40,19 +40,6 @@ def release_pending_slots(*, customer_ids: list[int]) -> None:
     _count_pending(customer_ids, taken=False)
 
 
-def lock_pending_counts(*, customer_ids: list[int]) -> None:
-    """The customers' counters locked, in customer order, for a transaction that
-    will count their orders after locking vouchers and stock (the queue's
-    writer): every writer locks a shopper's counter before any voucher or stock
-    row, as checkout does by taking its slot first, so they cannot deadlock."""
-    list(
-        PendingOrderCount.objects.select_for_update()
-        .filter(customer_id__any=sorted(set(customer_ids)))
-        .order_by("customer_id")
-        .values_list("customer_id", flat=True)
-    )
-
-
 def count_pending_orders(*, customer_ids: list[int]) -> None:
     """Orders written PENDING_PAYMENT outside checkout (the queue's writer): their
     customers' slots are taken, without the limit (the flash sale's per-customer

@@ -1,6 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from core.exceptions import DomainError
+from core.formatting import format_units
 from core.money import format_money
 from orders.models import Order, Return
 from orders.services import (
@@ -48,7 +49,7 @@ class Command(BaseCommand):
     def list(self, *, status, **options):
         returns = Return.objects.filter(status__in=status or [Return.Status.REQUESTED, Return.Status.APPROVED])
         for each in returns.order_by("id").prefetch_related("lines__item"):
-            lines = ", ".join(f"{line.quantity} x {line.item.product_id}" for line in each.lines.all())
+            lines = ", ".join(format_units(line.quantity, line.item.product_id) for line in each.lines.all())
             self.stdout.write(f"return {each.id} of order {each.order_id}: {each.status}, {lines} ({each.reason})")
 
     def request(self, *, order_id, lines, reason, **options):

@@ -1,0 +1,39 @@
+"""The one order in which the shop's writers lock rows.
+
+Two transactions that lock the same rows in opposite orders can deadlock:
+PostgreSQL then kills one of them. Every service that locks rows of more than
+one kind takes them in the order below, each kind's rows in key order, and
+takes its explicit locks through `for_update`. A row lock is also taken by an
+UPDATE, a DELETE and an INSERT … ON CONFLICT DO UPDATE, so the order holds
+for those statements too: tests/core/test_lock_order.py records the locking
+statements of every such service and fails on one that goes backwards.
+
+The order lives here, below every app, because the rows belong to several
+apps (orders, shop, inventory) and each must be able to read it; it names
+tables, not models, so that it imports none of them. A group is one rank:
+rows that are only ever locked under the lock of the group's first table
+(a voucher's per-shopper count and its redemptions are written under the
+voucher's row; a refund under its payment's)."""
+
+from django.db.models import QuerySet
+
+LOCK_ORDER: tuple[tuple[str, ...], ...] = (
+    ("orders",),  # an order: every writer of an existing order locks it first
+    ("orders_return", "orders_returnline"),  # its returns
+    ("order_items",),  # its lines, in id order
+    ("orders_payment", "orders_refund"),  # its payment, and the payment's refunds
+    ("order_pending_counts",),  # the shopper's count of unpaid orders
+    ("order_unpaid_holds",),  # units that unpaid orders hold, per shopper and address
+    ("shop_promotion", "shop_vouchercustomeruse", "shop_voucherredemption"),  # vouchers, in id order
+    ("inventory",),  # stock, in SKU order
+    ("inventory_shipment",),  # the warehouse's shipment of an order
+)
+
+RANK: dict[str, int] = {table: rank for rank, group in enumerate(LOCK_ORDER) for table in group}
+
+
+def for_update(queryset: QuerySet, *, of: tuple[str, ...] = (), skip_locked: bool = False) -> QuerySet:
+    """The rows of `queryset` locked FOR UPDATE in primary-key order: the one
+    way the shop takes an explicit row lock (the order of several kinds is
+    LOCK_ORDER; within a kind, the key)."""
+    return queryset.select_for_update(of=of, skip_locked=skip_locked).order_by("pk")
