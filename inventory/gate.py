@@ -17,7 +17,8 @@ undersell. Keys (on the "gate" Redis, one instance, not a cluster):
   gate:released:{token}   set by a release that must happen once (release_once)
 """
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from django.conf import settings
 from django_redis import get_redis_connection
@@ -26,9 +27,6 @@ from redis.exceptions import RedisError
 from core.errors import ErrorCode
 from core.exceptions import DomainError
 from core.redis_scripts import compose, load_lua, lua_constants, run_script
-
-if TYPE_CHECKING:
-    from inventory.services.flash_sales import GateRule
 
 REFUSALS_KEY = "gate:refusals"
 # A sale's fields in REFUSALS_KEY are its SKU and the SKU with these suffixes; the scripts get the same names.
@@ -45,6 +43,30 @@ _GIVE_BACK = load_lua("inventory", "give_back")
 _RELEASE = compose(_GIVE_BACK, load_lua("inventory", "release"))
 _RELEASE_ONCE = compose(_GIVE_BACK, load_lua("inventory", "release_once"))
 _MARK_ORDERS = load_lua("inventory", "mark_orders")
+
+
+@dataclass(frozen=True)
+class GateRule:
+    """What the gate checks for one SKU: the per-customer limit (0: none) and the
+    window in Unix milliseconds (closes 0: open-ended), and how admitted checkouts go."""
+
+    limit: int
+    mode: str
+    opens_ms: int
+    closes_ms: int
+    sale_price: int | None = None  # shown by the catalog; priced by the sale's promotion
+
+    @property
+    def starts_at(self) -> str:
+        return _iso(self.opens_ms)
+
+    @property
+    def ends_at(self) -> str | None:
+        return _iso(self.closes_ms) if self.closes_ms else None
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat()
 
 
 class SoldOut(DomainError):
@@ -98,7 +120,7 @@ def shares_cart_redis() -> bool:
     return settings.CACHES["gate"]["LOCATION"] == settings.CACHES["default"]["LOCATION"]
 
 
-def admit(*, customer_id: int, idempotency_key: str, lines: dict[str, int], rules: dict[str, "GateRule"]) -> bool:
+def admit(*, customer_id: int, idempotency_key: str, lines: dict[str, int], rules: dict[str, GateRule]) -> bool:
     """Take the units of every gated line, or raise. False: a replay of an
     order that already exists, nothing taken."""
     skus = sorted(lines)
@@ -115,7 +137,7 @@ def admit(*, customer_id: int, idempotency_key: str, lines: dict[str, int], rule
     return judge(verdict, sku, rules)
 
 
-def judge(verdict: bytes, sku: bytes, rules: dict[str, "GateRule"]) -> bool:
+def judge(verdict: bytes, sku: bytes, rules: dict[str, GateRule]) -> bool:
     """The admit function's verdict: True when units were taken, False for a
     replay (nothing taken); raises when refused."""
     verdict, sku = verdict.decode(), sku.decode()

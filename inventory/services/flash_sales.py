@@ -1,61 +1,63 @@
-from dataclasses import dataclass
-from datetime import UTC, datetime
+import logging
+from datetime import datetime
 
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
+from redis.exceptions import RedisError
 
 from core.exceptions import NotFound
-from core.hotcache import hot_cache
+from core.hotcache import StaleCache, hot_cache
 from inventory import gate
+from inventory.gate import GateRule
 from inventory.models import FlashSale, Stock
 from inventory.services.stock import set_available_stock
 from shop.models import Product, Promotion
 
+logger = logging.getLogger(__name__)
 KEEP = object()  # seed_flash_sale's ends_at not given: a re-seeded sale keeps its own
-
-
-@dataclass(frozen=True)
-class GateRule:
-    """What the gate checks for one SKU: the per-customer limit (0: none) and the
-    window in Unix milliseconds (closes 0: open-ended), and how admitted checkouts go."""
-
-    limit: int
-    mode: str
-    opens_ms: int
-    closes_ms: int
-    sale_price: int | None = None  # shown by the catalog; priced by the sale's promotion
-
-    @property
-    def starts_at(self) -> str:
-        return _iso(self.opens_ms)
-
-    @property
-    def ends_at(self) -> str | None:
-        return _iso(self.closes_ms) if self.closes_ms else None
 
 
 def _ms(moment: datetime | None) -> int:
     return 0 if moment is None else int(moment.timestamp() * 1000)
 
 
-def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat()
+def _read_gate_rules() -> dict[str, GateRule]:
+    rows = FlashSale.objects.values_list(
+        "product_id", "per_customer_limit", "mode", "starts_at", "ends_at", "sale_price"
+    )
+    return {
+        sku: GateRule(limit or 0, mode, _ms(starts), _ms(ends), price) for sku, limit, mode, starts, ends, price in rows
+    }
 
 
 def gate_rules() -> dict[str, GateRule]:
-    """Gated SKU -> its rule, from process memory once warm (kept honest by the
-    cache generation, like the rest of the hot cache)."""
+    """Gated SKU -> its rule, from process memory once warm, with no Redis call:
+    for callers whose next Redis script compares the cache generation (checkout's
+    admission; cart/lua), so that a list gone stale is refused there. Any other
+    caller asks current_gate_rules()."""
     if hot_cache.flash_sales is None:
-        hot_cache.ensure_generation()
-        rows = FlashSale.objects.values_list(
-            "product_id", "per_customer_limit", "mode", "starts_at", "ends_at", "sale_price"
-        )
-        hot_cache.flash_sales = {
-            sku: GateRule(limit or 0, mode, _ms(starts), _ms(ends), price)
-            for sku, limit, mode, starts, ends, price in rows
-        }
+        hot_cache.ensure_generation()  # before the read: a sale committed meanwhile moves it again
+        hot_cache.flash_sales = _read_gate_rules()
     return hot_cache.flash_sales
+
+
+def current_gate_rules() -> dict[str, GateRule]:
+    """gate_rules() as every process knows them now (a sale seeded, changed or
+    ended moves the cache generation): one Redis GET compares this process's
+    generation, and a moved one drops its caches and reads the list again. For
+    a process that otherwise never hears of a new sale: the worker gives back
+    the units of expired or cancelled orders through it. Without Redis, the
+    database answers."""
+    try:
+        try:
+            hot_cache.check_generation()
+        except StaleCache:
+            hot_cache.clear()
+        return gate_rules()
+    except RedisError:
+        logger.warning("cache generation unreadable: flash sales read from the database")
+        return _read_gate_rules()
 
 
 def gate_rules_in_memory() -> dict[str, GateRule] | None:
@@ -64,12 +66,13 @@ def gate_rules_in_memory() -> dict[str, GateRule] | None:
 
 
 def gated_skus() -> dict[str, int]:
-    """Gated SKU -> per-customer limit (0: none)."""
-    return {sku: rule.limit for sku, rule in gate_rules().items()}
+    """Gated SKU -> per-customer limit (0: none), as of now (current_gate_rules)."""
+    return {sku: rule.limit for sku, rule in current_gate_rules().items()}
 
 
 def queued_skus() -> set[str]:
-    """The gated SKUs whose admitted checkouts go through the queue."""
+    """The gated SKUs whose admitted checkouts go through the queue (checkout,
+    whose admission compares the cache generation)."""
     return {sku for sku, rule in gate_rules().items() if rule.mode == FlashSale.Mode.QUEUE}
 
 

@@ -169,7 +169,8 @@ def test_refused_checkout_makes_one_redis_call(redis, monkeypatch):
 
 
 def test_gate_on_a_redis_of_its_own_admits_in_a_second_call(redis, settings):
-    own_redis = settings.CACHES["default"]["LOCATION"].rsplit("/", 1)[0] + "/13"
+    server, db = settings.CACHES["default"]["LOCATION"].rsplit("/", 1)
+    own_redis = f"{server}/{14 if db == '13' else 13}"  # a database the tests' own is not
     settings.CACHES = {**settings.CACHES, "gate": {**settings.CACHES["gate"], "LOCATION": own_redis}}
     assert not gate.shares_cart_redis()
     gate.connection().flushdb()
@@ -181,7 +182,7 @@ def test_gate_on_a_redis_of_its_own_admits_in_a_second_call(redis, settings):
         assert checkout(first).status_code == 201
         response = checkout(second)
         assert response.status_code == 409 and response.json()["error"]["code"] == "sold_out"
-        assert counter() == 0 and redis.get(gate.remaining_key("HOT")) is None  # on db 13 only
+        assert counter() == 0 and redis.get(gate.remaining_key("HOT")) is None  # on the gate's database only
         assert redis.hgetall(f"cart:{second.user.id}") == {b"HOT": b"1"}  # taken, then given back on the refusal
         assert not redis.exists(f"cart:{first.user.id}")  # taken by the order
     finally:
@@ -202,3 +203,39 @@ def test_a_sale_opened_by_another_process_gates_a_warm_process_at_once(redis):
     # The admission script sees the old generation: caches dropped, request retried, gate applied.
     assert response.status_code == 409 and response.json()["error"]["code"] == "sold_out"
     assert gated_skus() == {"HOT": 0}
+
+
+@pytest.mark.parametrize("end", ["expired", "cancelled"])
+def test_units_of_a_sale_seeded_after_a_worker_loaded_its_sales_reach_its_gate(
+    redis, end, django_capture_on_commit_callbacks
+):
+    """The worker (Celery: expiry, staff cancellations) read its list of sales
+    before a second sale was seeded elsewhere: the second sale's units still go
+    back to its gate when its order ends."""
+    from core.hotcache import hot_cache
+    from orders.services import cancel_pending_order, expire_unpaid_orders
+    from tests.helpers import expire_now, place_pending_order
+
+    seed(sku="OLD", stock=5)
+    assert gated_skus() == {"OLD": 0}  # the worker's list of sales
+    worker_view = (hot_cache.generation, hot_cache.flash_sales)
+    seed(sku="NEW", stock=5)  # elsewhere: a second sale (the generation moves on)
+    order = place_pending_order(redis, UserFactory(), {"NEW": 2})
+    assert counter("NEW") == 3
+    hot_cache.generation, hot_cache.flash_sales = worker_view  # the worker has not heard of it
+    with django_capture_on_commit_callbacks(execute=True):
+        if end == "expired":
+            expire_now(order)
+            assert expire_unpaid_orders() == 1
+        else:
+            assert cancel_pending_order(order_id=order.id)
+    assert counter("NEW") == 5 and counter("OLD") == 5
+    assert not gate.connection().hget(gate.bought_key("NEW"), order.customer_id)  # the shopper may buy again
+
+
+def test_without_redis_the_worker_reads_its_sales_from_the_database(settings):
+    from tests.helpers import stop_redis_for_this_process
+
+    seed(sku="HOT", stock=5, limit=2)
+    stop_redis_for_this_process(settings)  # its orders still expire; only the gate is out of reach
+    assert gated_skus() == {"HOT": 2}
