@@ -37,10 +37,7 @@ def main(argv=None) -> int:
     specs = build_specs(shoppers, skus)
     env = {"RATE_LIMIT_CART_WRITE": "1000000000/min"}  # the throttle's Redis call still runs, but no PUT is a 429
     try:
-        with h.Gunicorn(workers=args.workers, threads=args.threads, env=env) as server:
-            print(f"gunicorn {args.workers} x {args.threads} threads")
-            summary = h.measure_endpoints(server, specs, rounds=args.rounds, warmup=args.warmup, duration=args.duration,
-                                          concurrency=args.concurrency, threads=args.client_threads)
+        summary = h.measure_endpoints(args, specs, env=env)
     finally:
         get_redis_connection("default").delete(*[cart_key(s.user_id) for s in shoppers])
     return h.print_endpoints(summary, args, "cart/healthz", GOAL)

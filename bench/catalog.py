@@ -5,7 +5,6 @@ ratio (goal >= 0.5) and SQL statements per request once warm (goal 0). Issue 18;
 
 import sys
 
-from django.db import connection
 from django_redis import get_redis_connection
 
 from bench import harness as h
@@ -17,13 +16,7 @@ SQL_KEY = "bench:catalog:sql"
 
 def sql_probe(environ, start_response):
     """config.wsgi; a request that sent SQL adds its count to a Redis counter (a warm one costs nothing more)."""
-    counted = [0]
-
-    def count(execute, sql, params, many, context):
-        counted[0] += 1
-        return execute(sql, params, many, context)
-
-    with connection.execute_wrapper(count):
+    with h.counting_sql() as counted:
         response = h.wsgi_application()(environ, start_response)
     if counted[0]:
         get_redis_connection("default").incrby(SQL_KEY, counted[0])
@@ -44,10 +37,8 @@ def main(argv=None) -> int:
     skus = [f"{PREFIX}{i:04d}" for i in range(1, PRODUCTS + 1)]
     h.ensure_products(skus, 1000)
     redis = get_redis_connection("default")
-    with h.Gunicorn(workers=args.workers, threads=args.threads, app="bench.catalog:sql_probe") as server:
-        summary = h.measure_endpoints(server, build_specs(skus), rounds=args.rounds, warmup=args.warmup,
-                                      duration=args.duration, concurrency=args.concurrency,
-                                      probe=lambda: int(redis.get(SQL_KEY) or 0))  # fmt: skip
+    summary = h.measure_endpoints(args, build_specs(skus), app="bench.catalog:sql_probe",
+                                  probe=lambda: int(redis.get(SQL_KEY) or 0))
     redis.delete(SQL_KEY)
     column = {"SQL statements": lambda r: f"{r.probe} ({r.probe / max(r.answered, 1):.5f}/req)"}
     return h.print_endpoints(summary, args, "catalog/healthz", GOAL, column)

@@ -37,7 +37,6 @@ VOUCHER = f"{PREFIX}V"  # scenario (v): 10% off each unit, limits far away (its 
 STOCK = 1_000_000  # "plenty": topped up to at least this (plus what a run needs) before a run
 GOALS = {"a": 0.6, "b": 0.6, "v": 0.6}
 STATEMENT_GOAL_EXTRA = 6  # k + 6 statements for a k-line cart, BEGIN/COMMIT included
-LOCK_KEY = 0x42_43_4F_01  # pg advisory lock: one checkout bench at a time on a database
 
 # The ceiling: what place_order does for a one-line cart once warm, as plain psycopg statements in its
 # order (autocommit off: the first statement opens the transaction). Prices come from process memory, as
@@ -234,23 +233,16 @@ def count_statements(customer_id: int, skus: list[str], k: int, key: str, addres
     """One checkout of a k-line cart outside any transaction: (CaptureQueriesContext, execute_wrapper) counts."""
     cached_products(skus=skus[:k])  # a checkout in steady state: the prices, promotions and voucher in the hot cache
     cached_promotions(), cached_voucher(VOUCHER)
-    seen: list[str] = []
-
-    def wrapper(execute, sql, params, many, context):
-        seen.append(sql)
-        return execute(sql, params, many, context)
-
     h.fill_carts([(customer_id, {**{sku: 1 for sku in skus[:k]}, **({VOUCHER_FIELD: voucher} if voucher else {})})])
-    with CaptureQueriesContext(connection) as ctx, connection.execute_wrapper(wrapper):
+    with CaptureQueriesContext(connection) as ctx, h.counting_sql() as counted:
         django_order(Job(customer_id, key, ""), address)
-    return len(ctx.captured_queries), len(seen)
+    return len(ctx.captured_queries), counted[0]
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     h.setup()
-    lock = h.lock_or_exit(LOCK_KEY, "checkout")
-    h.delete_orders(h.user_ids(PREFIX))  # a killed run's
+    lock = h.lock_or_exit("checkout", lambda: h.delete_orders(h.user_ids(PREFIX)))
     warm_total = args.warmup * args.threads
     per_run, run_id, rng = args.orders + warm_total, uuid.uuid4().hex[:8], random.Random(4)
     skus = [f"{PREFIX}{i:04d}" for i in range(1, args.skus + 1)]

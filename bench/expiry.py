@@ -29,7 +29,6 @@ STOCK = 1_000_000  # units per SKU: available + reserved
 BASE_EXPIRES_AT = datetime(2000, 1, 1, tzinfo=UTC)  # long past, and before any real order
 GOAL_ORDERS_PER_S = 5000
 GOAL_MAX_TXN_MS = 1000
-LOCK_KEY = 0x42_45_58_50  # pg advisory lock: one expiry bench at a time on a database
 
 
 def parse_args(argv=None):
@@ -150,8 +149,7 @@ def verify(args, expired: int, customer_id: int, order_ids: list[int]) -> bool:
 def main(argv=None) -> int:
     args = parse_args(argv)
     h.setup()
-    lock = h.lock_or_exit(LOCK_KEY, "expiry")
-    cleanup()  # a killed run's
+    lock = h.lock_or_exit("expiry", cleanup)
     ok = goals_met = True
     try:
         t0 = time.perf_counter()

@@ -53,21 +53,12 @@ def parse_args(argv=None):
 
 def sql_probe(environ, start_response):
     """config.wsgi with the request's SQL statements in a header X-Bench-SQL: "total,token lookups,flash-sale list"."""
-    counts = [0, 0, 0]
-
-    def count(execute, sql, params, many, context):
-        counts[0] += 1
-        if TOKEN_TABLE in sql:
-            counts[1] += 1
-        elif FLASH_TABLE in sql:
-            counts[2] += 1
-        return execute(sql, params, many, context)
 
     def counting_start_response(status, headers, exc_info=None):
         headers.append(("X-Bench-SQL", ",".join(map(str, counts))))
         return start_response(status, headers, exc_info)
 
-    with connection.execute_wrapper(count):
+    with h.counting_sql(TOKEN_TABLE, FLASH_TABLE) as counts:
         return h.wsgi_application()(environ, counting_start_response)
 
 
@@ -165,7 +156,7 @@ def main(argv=None, results: dict | None = None) -> int:
         celery.start()
         if writer:  # its consumer group joined: it has skipped a message that is not a checkout request
             writer.start()
-            h.produce(settings.KAFKA_CHECKOUT_TOPIC, [(b"warm-up", b"warm-up")])
+            h.produce(settings.KAFKA_CHECKOUT_TOPIC, [h.WARM_UP])
             h.wait_until(lambda: "not a checkout request" in writer.tail(), 60, "write_queued_orders not reading",
                          writer)  # fmt: skip
         app = "config.wsgi" if args.no_sql_probe else "bench.flash_sale:sql_probe"

@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+import zlib
 from collections import namedtuple
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -76,7 +77,8 @@ SHARED = {"rounds": (1, "measure each endpoint N times, report the median"), "wo
 
 
 def parser(doc: str, *shared: str, **own) -> argparse.ArgumentParser:
-    """The `shared` options by name (name=default in `own` changes a default), then `own`: name=(default, help)."""
+    """The `shared` options by name (name=default in `own` changes a default), then `own`: name=(default, help); a
+    help of None hides the option from --help (one a bench gives a child process of its own)."""
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     options = {name: SHARED[name] for name in shared}
     for name, spec in own.items():
@@ -84,7 +86,7 @@ def parser(doc: str, *shared: str, **own) -> argparse.ArgumentParser:
     for name, (default, text) in options.items():
         kind = {"action": "store_true"} if default is False else {"type": type(default), "default": default}
         shown = "" if default is False or default == "" else f" (default {default})"
-        p.add_argument("--" + name.replace("_", "-"), help=text + shown, **kind)
+        p.add_argument("--" + name.replace("_", "-"), help=argparse.SUPPRESS if text is None else text + shown, **kind)
     return p
 
 
@@ -93,16 +95,26 @@ def pg_connect(**kwargs):
     return psycopg.connect(**params, **kwargs)
 
 
-def lock_or_exit(key: int, bench: str):
-    """One run of a bench at a time on a database: a session advisory lock on an autocommit connection."""
+def lock_or_exit(bench: str, cleanup=None):
+    """One run of a bench at a time on a database: a session advisory lock keyed by the bench's name, on an
+    autocommit connection (returned); then `cleanup()` removes a killed run's leftovers, safely under the lock."""
     conn = pg_connect(autocommit=True)
-    if not conn.execute("SELECT pg_try_advisory_lock(%s)", [key]).fetchone()[0]:
+    if not conn.execute("SELECT pg_try_advisory_lock(%s)", [zlib.crc32(f"bench.{bench}".encode())]).fetchone()[0]:
         raise SystemExit(f"another `python -m bench.{bench}` is running on this database")
+    if cleanup:
+        cleanup()
     return conn
 
 
+def vacuum(tables: str) -> None:
+    """VACUUM (ANALYZE) before timing, as autovacuum would (off on the development database)."""
+    with pg_connect(autocommit=True) as conn:
+        conn.execute(f"VACUUM (ANALYZE) {tables}")
+
+
 class Child:
-    """A subprocess stopped however the bench exits (stop(), atexit, PR_SET_PDEATHSIG); its log kept if it fails."""
+    """A subprocess stopped however the bench exits (stop(), the end of a `with`, atexit, PR_SET_PDEATHSIG); its log
+    kept if it fails."""
 
     def __init__(self, name: str, command: list[str], env: dict | None = None, *, pipe_stdout=False, group=False):
         self.name, self.command, self.pipe_stdout, self.group = name, command, pipe_stdout, group
@@ -117,6 +129,12 @@ class Child:
             start_new_session=self.group, preexec_fn=lambda: LIBC.prctl(1, signal.SIGTERM))  # PR_SET_PDEATHSIG
         atexit.register(self.stop)
         return self
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -197,11 +215,23 @@ class Gunicorn(Child):
         with urllib.request.urlopen(self.base_url + "/healthz", timeout=2) as response:
             return response.status == 200
 
-    def __enter__(self):
-        return self.start()
 
-    def __exit__(self, *exc) -> None:
-        self.stop()
+@contextlib.contextmanager
+def counting_sql(*marks: str):
+    """The statements Django sends meanwhile, counted in the list it yields: all of them, then per mark those whose SQL
+    contains it (the first mark that matches)."""
+    counts = [0] * (1 + len(marks))
+
+    def count(execute, sql, params, many, context):
+        counts[0] += 1
+        for i, mark in enumerate(marks, start=1):
+            if mark in sql:
+                counts[i] += 1
+                break
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(count):
+        yield counts
 
 
 @functools.cache
@@ -355,6 +385,9 @@ def queue_writer(env: dict) -> Child:
     return Child("writer", [str(VENV_BIN / "python"), "manage.py", "write_queued_orders"], env)
 
 
+WARM_UP = (b"warm-up", b"warm-up")  # a producer's first message: connected, with its idempotent producer id
+
+
 def produce(topic: str, messages, producer=None) -> int:
     """(key, value[, headers]) messages, all delivered on return; the errors."""
     producer, errors = producer or new_producer(), []
@@ -467,17 +500,21 @@ def run_wrk(server: Gunicorn, *, specs: Sequence[Spec] = (), numbered: tuple = (
                data["status"], *latency, cpu, records)  # fmt: skip
 
 
-def measure_endpoints(server, specs: dict[str, list[Spec]], *, rounds: int, warmup: float, probe=None, **load):
-    """Each endpoint warmed up, then `rounds` rounds of every endpoint in turn; the median run of each."""
-    for spec_list in specs.values() if warmup > 0 else ():
-        run_wrk(server, specs=spec_list, **{**load, "duration": warmup})
+def measure_endpoints(args, specs: dict[str, list[Spec]], *, env=None, app="config.wsgi", probe=None):
+    """On a gunicorn of its own (--workers, --threads), each endpoint warmed up (--warmup s), then --rounds rounds of
+    every endpoint in turn (--duration, --concurrency, --client-threads); the median run of each."""
+    load = {"duration": args.duration, "concurrency": args.concurrency, "threads": getattr(args, "client_threads", 1)}
     runs: dict[str, list[Run]] = {name: [] for name in specs}
-    for _ in range(rounds):
-        for name, spec_list in specs.items():
-            before = probe() if probe else None
-            runs[name].append(run := run_wrk(server, specs=spec_list, **load))
-            run.probe = probe() - before if probe else None
-            print(f"  {name}: {run.rps:,.0f} req/s ({run.answered:,} in {run.seconds:.1f} s)", file=sys.stderr)
+    with Gunicorn(workers=args.workers, threads=args.threads, env=env, app=app) as server:
+        print(f"gunicorn {args.workers} x {args.threads} threads")
+        for spec_list in specs.values() if args.warmup > 0 else ():
+            run_wrk(server, specs=spec_list, **{**load, "duration": args.warmup})
+        for _ in range(args.rounds):
+            for name, spec_list in specs.items():
+                before = probe() if probe else None
+                runs[name].append(run := run_wrk(server, specs=spec_list, **load))
+                run.probe = probe() - before if probe else None
+                print(f"  {name}: {run.rps:,.0f} req/s ({run.answered:,} in {run.seconds:.1f} s)", file=sys.stderr)
     return {name: median(r, lambda x: x.rps) for name, r in runs.items()}
 
 

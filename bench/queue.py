@@ -5,9 +5,6 @@
     python -m bench.queue --parts 2 --drill "--attempts 5000 --shoppers 500 --stock 100 --refused-requests 2000"
 """
 
-import argparse
-import hashlib
-import json
 import os
 import random
 import shlex
@@ -28,7 +25,7 @@ from bench import checkout as co
 from bench import flash_sale
 from bench import harness as h
 from inventory.services.flash_sales import seed_flash_sale
-from orders.services.builder import PricedLine
+from orders.services.builder import OrderDraft, PricedLine
 from orders.services.queue_admission import SKUS_KEY, QueuedRequest, pending_key
 from shop.selectors import cached_products
 
@@ -36,7 +33,6 @@ PREFIX = "BENCH-Q-"  # products BENCH-Q-HOT, BENCH-Q-0001...; shoppers BENCH-Q-H
 HOT, NAME, PRICE, STOCK = f"{PREFIX}HOT", "Bench queue item", 4_999, 10_000_000
 SKUS = [f"{PREFIX}{i:04d}" for i in range(1, 1001)]
 REGULAR, RATE = 1000, 100.0  # part 3's regular orders: shoppers, each ordering again every REGULAR / RATE s; orders/s
-LOCK_KEY = 0x42_43_51_01
 CHURNED = "orders, order_items, outbox_events, outbox_pending, order_pending_counts, inventory"
 
 
@@ -50,19 +46,14 @@ def background(n: int) -> None:
             copy.write_row((f"bg-{i}", "-", "CANCELLED", 0, settings.SHOP_CURRENCY, now, now, customer))
 
 
-def vacuum() -> None:  # as autovacuum would (off on the development database)
-    with h.pg_connect(autocommit=True) as conn:
-        conn.execute(f"VACUUM (ANALYZE) {CHURNED}")
-
-
 def parse_args(argv=None):
     p = h.parser(__doc__, "check", parts=("1,2,3", "which parts to run"), rounds=(5, "rounds of each part, medians"),
                  requests=(50_000, "queued requests per writer drain"), orders=(1500, "part 1 orders per round"),
                  threads=(16, "place_order threads on the hot SKU"), warmup=(10, "unmeasured orders per thread"),
                  hot_orders=(5000, "part 3 direct mode's hot orders"), quiet_seconds=(10.0, "part 3 window, no sale"),
                  background=(100_000, "CANCELLED orders in the table meanwhile"),
-                 drill=("", 'part 2: options for bench.flash_sale, e.g. "--attempts 5000"'))  # fmt: skip
-    p.add_argument("--regular-child", metavar="FILE", help=argparse.SUPPRESS)
+                 drill=("", 'part 2: options for bench.flash_sale, e.g. "--attempts 5000"'),
+                 regular_child=("", None))  # fmt: skip
     args = p.parse_args(argv)
     args.parts = {int(x) for x in args.parts.split(",")}
     if not args.parts <= {1, 2, 3} or args.requests < 1000 or args.orders < args.threads:
@@ -77,7 +68,7 @@ def queued(n: int, customers: list[int], tag: str) -> tuple[list[int], list[tupl
         ids = [row[0] for row in cursor.fetchall()]
     currency, lines = settings.SHOP_CURRENCY, [PricedLine(HOT, NAME, 1, PRICE)]
     address = h.BENCH_ADDRESS  # each shopper's saved one (harness.ensure_users)
-    digest = hashlib.sha256(json.dumps([currency, [(HOT, 1, PRICE)], address], sort_keys=True).encode()).hexdigest()
+    digest = OrderDraft(0, "", lines, currency, address, 0).request_hash  # as checkout hashes the request
     redis, now = get_redis_connection("default"), time.time()  # pending, as queue_checkout counts them
     redis.zadd(pending_key(HOT), dict.fromkeys(ids, now)), redis.sadd(SKUS_KEY, HOT)
     return ids, [(HOT.encode(), QueuedRequest(i, customers[k % len(customers)], f"{tag}-{k}", digest, currency, lines,
@@ -91,13 +82,12 @@ def drain(env: dict, n: int, customers: list[int], tag: str) -> dict:
     ids, messages = queued(n, customers, tag)
     if errors := h.produce(env["KAFKA_CHECKOUT_TOPIC"], messages):
         raise RuntimeError(f"{errors} queued checkouts not delivered to {env['KAFKA_CHECKOUT_TOPIC']}")
-    writer, poll = h.queue_writer(env).start(), h.pg_connect(autocommit=True)
-    exists = lambda i: poll.execute("SELECT EXISTS (SELECT 1 FROM orders WHERE id = %s)", [i]).fetchone()[0]  # noqa: E731
     count = ("SELECT count(*), count(*) FILTER (WHERE status = 'REJECTED'), count(DISTINCT created_at) FROM orders "
              "WHERE id BETWEEN %s AND %s")  # a batch's orders share their created_at
     first = last = None
-    deadline = time.monotonic() + 120 + n / 500
-    try:
+    with h.queue_writer(env) as writer, h.pg_connect(autocommit=True) as poll:
+        exists = lambda i: poll.execute("SELECT EXISTS (SELECT 1 FROM orders WHERE id = %s)", [i]).fetchone()[0]  # noqa: E731
+        deadline = time.monotonic() + 120 + n / 500
         while last is None:
             if not writer.alive() or time.monotonic() > deadline:
                 raise RuntimeError(f"write_queued_orders {'exited' if not writer.alive() else 'too slow'}:\n"
@@ -109,9 +99,6 @@ def drain(env: dict, n: int, customers: list[int], tag: str) -> dict:
                 last, cpu = time.monotonic(), writer.cpu_seconds() - cpu0
             time.sleep(0.02)
         written, rejected, batches = poll.execute(count, [ids[0], ids[-1]]).fetchone()
-    finally:
-        poll.close()
-        writer.stop()
     timed = n - before
     return {"rate": timed / (last - first), "seconds": last - first, "window": (first, last), "written": written,
             "rejected": rejected, "cpu_ms": cpu * 1000 / timed, "batches": batches}
@@ -129,9 +116,9 @@ def part1(args, env: dict, hot: list[int], run_id: str) -> list:
           f"mode) and of write_queued_orders draining {args.requests:,} queued checkouts, on {HOT}")  # fmt: skip
     runs, drains = [], []
     for r in range(args.rounds):
-        vacuum()
+        h.vacuum(CHURNED)
         runs.append(p := place(hot, args.orders, args, f"{PREFIX}{run_id}-p{r}"))
-        vacuum()
+        h.vacuum(CHURNED)
         drains.append(d := drain(env, args.requests, hot, f"{PREFIX}{run_id}-q{r}"))
         h.delete_orders(hot)
         print(f"  round {r + 1}: place_order {p.rate:,.0f} orders/s ({h.latency([x * 1000 for x in p.latencies])}, "
@@ -221,13 +208,12 @@ def part3(args, env: dict, hot: list[int], run_id: str) -> list:
           f"threads) with no sale for {args.quiet_seconds:g} s, during place_order on {HOT} ({args.threads} threads, "
           f"{args.hot_orders:,} orders) and during write_queued_orders draining {args.requests:,} requests")
     out = Path(tempfile.mkdtemp(prefix="bench-queue-")) / "regular.txt"
-    child = h.Child("regular", [str(h.VENV_BIN / "python"), "-m", "bench.queue", "--regular-child", str(out)],
-                    pipe_stdout=True).start()  # fmt: skip
     windows = {}  # (round, name) -> (start, end) in time.monotonic()
-    try:
+    with h.Child("regular", [str(h.VENV_BIN / "python"), "-m", "bench.queue", "--regular-child", str(out)],
+                 pipe_stdout=True) as child:  # fmt: skip
         if child.proc.stdout.readline().strip() != "ready":
             raise RuntimeError(f"the regular orders' process failed:\n{child.tail()}")
-        vacuum()
+        h.vacuum(CHURNED)
         time.sleep(2)  # its connections warm
         for r in range(args.rounds):
             tag = f"{PREFIX}{run_id}-d{r}"
@@ -236,16 +222,14 @@ def part3(args, env: dict, hot: list[int], run_id: str) -> list:
                 began, run = time.monotonic(), load()
                 windows[r, name] = began, time.monotonic()
             h.delete_orders(hot)
-            vacuum()
+            h.vacuum(CHURNED)
             d = drain(env, args.requests, hot, f"{PREFIX}{run_id}-w{r}")
             windows[r, "queue mode"] = d["window"]
             h.delete_orders(hot)
-            vacuum()
+            h.vacuum(CHURNED)
             print(f"  round {r + 1}: hot load: direct {run.rate:,.0f} orders/s over {run.seconds:.1f} s "
                   f"({len(run.errors)} errors); writer {d['rate']:,.0f} orders/s over {d['seconds']:.1f} s "
                   f"({d['rejected']} rejected)")
-    finally:
-        child.stop()
     records = [(float(a), float(lat), e) for a, lat, e in (x.split() for x in out.read_text().splitlines()
                                                            if x.count(" ") == 2)]  # the last line may be cut
     out.unlink()
@@ -271,11 +255,10 @@ def main(argv=None) -> int:
         return regular_child(args)
     h.setup()
     run_id, began = uuid.uuid4().hex[:8], time.perf_counter()
-    lock = h.lock_or_exit(LOCK_KEY, "queue")
+    lock = h.lock_or_exit("queue", lambda: h.delete_orders(h.user_ids(PREFIX)))
     print(f"queue bench {run_id}: parts {sorted(args.parts)}, {os.cpu_count()} CPUs, broker "
           f"{settings.KAFKA_BOOTSTRAP_SERVERS}, QUEUE_BATCH_SIZE {settings.QUEUE_BATCH_SIZE}, QUEUE_BATCH_WAIT_MS "
           f"{settings.QUEUE_BATCH_WAIT_MS}")  # fmt: skip
-    h.delete_orders(h.user_ids(PREFIX))  # a killed run's
     rows, env, topic = [], {}, f"bench.queue.{run_id}"
     try:
         if args.parts & {1, 3}:

@@ -20,7 +20,6 @@ from orders.services.queue_admission import forget_queue
 
 PREFIX = "BENCH-QO-"
 FLASH, REGULAR = f"{PREFIX}FLASH", [f"{PREFIX}{i:02d}" for i in range(1, 51)]
-LOCK_KEY = 0x42_51_4F_01
 QUEUE_BUYERS, DIRECT_CONNECTIONS = 150, 8
 
 
@@ -63,7 +62,7 @@ def main(argv=None) -> int:
                     direct_shoppers=(6000, "one per direct checkout")).parse_args(argv)
     h.setup()
     run_id = uuid.uuid4().hex[:8]
-    lock = h.lock_or_exit(LOCK_KEY, "queue_outage")
+    lock = h.lock_or_exit("queue_outage")
     port = h.free_port()
     settings.KAFKA_BOOTSTRAP_SERVERS = address = f"{h.HOST}:{port}"
     broker = start_broker(port)

@@ -3,7 +3,6 @@ relay (goal >= 20x); commit-to-consumer lag at a steady rate (goal p99 < 1 s). I
 
     python -m bench.relay [--events 10000 --rounds 1 --rate 100 --seconds 5]"""
 
-import argparse
 import contextlib
 import itertools
 import json
@@ -11,11 +10,9 @@ import math
 import os
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from datetime import timedelta
-from pathlib import Path
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -33,7 +30,6 @@ PREFIX = "BENCH-RL-"
 BENCH_MARK = "relay"  # payload["bench"] of the part-1 events: how a killed run's leftovers are found
 AGGREGATE_BASE = 9_100_000_000  # fake order ids of the part-1 events (aggregate_id only, no FK)
 AGGREGATES, THREADS, SKUS = 10_000, 8, 20  # part 1's distinct aggregate_ids; part 2's place_order threads, products
-LOCK_KEY = 0x42_52_4C_01
 # issue 26: the relay against a producer that encodes the same envelopes in Python (it was 0.5 of the
 # pre-encoded producer, which measures the broker and librdkafka more than any relay).
 GOALS = {"encoding": 0.8, "floor": 20.0, "p99_ms": 1000.0}
@@ -42,8 +38,8 @@ GOALS = {"encoding": 0.8, "floor": 20.0, "p99_ms": 1000.0}
 def parse_args(argv=None):
     p = h.parser(__doc__, "check", events=(50_000, "outbox events of part 1"),
                  floor_events=(2_000, "events sent one by one"), rounds=(3, "part-1 rounds, median reported"),
-                 rate=(200.0, "orders/s of part 2"), seconds=(20.0, "duration of part 2"))  # fmt: skip
-    p.add_argument("--consumer-child", metavar="NAME", help=argparse.SUPPRESS)  # part 2's consumer process
+                 rate=(200.0, "orders/s of part 2"), seconds=(20.0, "duration of part 2"),
+                 consumer_child=("", None))  # fmt: skip
     args = p.parse_args(argv)
     args.floor_events = min(args.floor_events, args.events)
     return args
@@ -82,20 +78,13 @@ def insert_events(count: int, aggregates: int, base: int = AGGREGATE_BASE) -> li
                  "bench": BENCH_MARK}) for i in range(count)], batch_size=5000)  # fmt: skip
 
 
-def warm_up(producer, topic: str):  # connected, with its idempotent producer id
-    producer.produce(topic, b"warm-up", b"warm-up")
-    if producer.flush(30):
-        raise RuntimeError("the warm-up message was not delivered within 30 s")
-    return producer
-
-
 def time_relay(topic: str, ids: list[int]) -> tuple[float, int, int]:
     """drain() until every event of `ids` is published: seconds, events published, batch failures."""
     # By range, not id__in: binding 50,000 ids took about a second per check, inside the timing
     # (bulk_create gives one run of ids; another process's event in the range is published too).
     left = OutboxEvent.objects.filter(id__range=(min(ids), max(ids)), published_at__isnull=True)
     relay = OutboxRelay(topic=topic)
-    warm_up(relay._producer(), topic)  # as in relay_outbox, which keeps its producer
+    h.produce(topic, [h.WARM_UP], relay._producer())  # as in relay_outbox, which keeps its producer
     published = failures = 0
     began, deadline = time.perf_counter(), time.monotonic() + 600
     while True:
@@ -114,7 +103,8 @@ def time_relay(topic: str, ids: list[int]) -> tuple[float, int, int]:
 def time_case_study(topic: str, count: int) -> tuple[float, int]:
     """The floor, the case study's relay (section 6.3), back to back: a transaction reads the next 100
     unpublished events FOR UPDATE SKIP LOCKED; each is sent and waited for, then marked on its own."""
-    producer = warm_up(new_producer(), topic)
+    producer = new_producer()
+    h.produce(topic, [h.WARM_UP], producer)
     published, began, rows = 0, time.perf_counter(), True
     while rows:
         with transaction.atomic(), connection.cursor() as cursor:
@@ -132,7 +122,7 @@ def time_case_study(topic: str, count: int) -> tuple[float, int]:
     return time.perf_counter() - began, published
 
 
-def part1(args, topic: str, original_topic: str, lock) -> dict:
+def part1(args, topic: str, original_topic: str) -> dict:
     print(f"part 1: throughput, topic {topic}, {args.rounds} round(s) (median reported)")
     if OutboxEvent.objects.filter(published_at__isnull=True).exists():
         relay = OutboxRelay(topic=original_topic)  # one drain: the bench does not wait for other writers
@@ -141,10 +131,10 @@ def part1(args, topic: str, original_topic: str, lock) -> dict:
     runs: list[dict] = []
     for round_no in range(1, args.rounds + 1):
         events = insert_events(args.events, AGGREGATES)
-        lock.execute("VACUUM (ANALYZE) outbox_events")  # as autovacuum would, before timing
-        lock.execute("VACUUM (ANALYZE) outbox_pending")
+        h.vacuum("outbox_events, outbox_pending")
         relay_s, relay_published, failures = time_relay(topic, [e.id for e in events])
-        producer = warm_up(new_producer(), topic)  # the goal's: no database, the envelopes encoded here, 1 flush
+        producer = new_producer()  # the goal's: no database, the envelopes encoded here, 1 flush
+        h.produce(topic, [h.WARM_UP], producer)
         began = time.perf_counter()
         errors = h.produce(topic, (envelope(e) for e in events), producer)
         inline_s = time.perf_counter() - began
@@ -181,7 +171,7 @@ def part1(args, topic: str, original_topic: str, lock) -> dict:
 
 def consumer_child(name: str) -> int:
     """Part 2's consumer: its effect a timestamp taken on commit; "E order produced_ms received effect done" per
-    event of the bench's customers (BENCH_RL_CUSTOMERS), others skipped."""
+    event of the bench's customers (the users named PREFIX...), others skipped."""
     h.setup()
     state: dict = {}
 
@@ -190,7 +180,7 @@ def consumer_child(name: str) -> int:
         state["order"] = int(event.data["order_id"])
         transaction.on_commit(lambda: state.__setitem__("effect", time.time()))
 
-    customers = {int(x) for x in Path(os.environ["BENCH_RL_CUSTOMERS"]).read_text().split()}
+    customers = set(h.user_ids(PREFIX))
 
     class TimedConsumer(EventConsumer):
         def apply(self, message):
@@ -223,26 +213,22 @@ def part2(args, topic: str, run_id: str) -> dict:
           f"topic {topic}")  # fmt: skip
     skus = [f"{PREFIX}{i:04d}" for i in range(1, SKUS + 1)]
     h.ensure_products(skus, 1_000_000)
-    shoppers = h.ensure_users(total + warmup, prefix=PREFIX)
+    shoppers = h.ensure_users(total + warmup, prefix=PREFIX)  # the consumer finds them by the prefix
     h.fill_carts([(cid, {skus[i % len(skus)]: 1}) for i, cid in enumerate(shoppers)])
-    with tempfile.NamedTemporaryFile("w", prefix="bench-relay-customers-", suffix=".txt", delete=False) as file:
-        file.write("\n".join(map(str, shoppers)))
-    env = {"KAFKA_ORDERS_TOPIC": topic, "KAFKA_CONSUMER_GROUP_PREFIX": settings.KAFKA_CONSUMER_GROUP_PREFIX,
-           "BENCH_RL_CUSTOMERS": file.name}  # fmt: skip
+    env = {"KAFKA_ORDERS_TOPIC": topic, "KAFKA_CONSUMER_GROUP_PREFIX": settings.KAFKA_CONSUMER_GROUP_PREFIX}
     python = str(h.VENV_BIN / "python")
-    relay = h.Child("relay", [python, "manage.py", "relay_outbox"], env).start()
-    consumer = h.Child("consumer", [python, "-m", "bench.relay", "--consumer-child", f"bench_lag_{run_id}"], env,
-                       pipe_stdout=True).start()  # fmt: skip
     seen: dict[int, tuple[float, float, float, float]] = {}  # order id -> produced, received, effect, done
+    with (h.Child("relay", [python, "manage.py", "relay_outbox"], env) as relay,
+          h.Child("consumer", [python, "-m", "bench.relay", "--consumer-child", f"bench_lag_{run_id}"], env,
+                  pipe_stdout=True) as consumer):  # fmt: skip
 
-    def read_consumer():
-        for line in consumer.proc.stdout:
-            if line.startswith("E "):
-                _, order, produced_ms, *times = line.split()
-                seen[int(order)] = (int(produced_ms) / 1000, *map(float, times))
+        def read_consumer():
+            for line in consumer.proc.stdout:
+                if line.startswith("E "):
+                    _, order, produced_ms, *times = line.split()
+                    seen[int(order)] = (int(produced_ms) / 1000, *map(float, times))
 
-    threading.Thread(target=read_consumer, daemon=True).start()
-    try:
+        threading.Thread(target=read_consumer, daemon=True).start()
         warm_ids = [place_order(customer_id=shoppers[total + i], idempotency_key=f"bench-rl-{run_id}-w{i}").order.id
                     for i in range(warmup)]  # fmt: skip
         h.wait_until(lambda: all(o in seen for o in warm_ids), 90, "warm-up orders did not reach the consumer",
@@ -271,10 +257,6 @@ def part2(args, topic: str, run_id: str) -> dict:
         deadline = time.monotonic() + 30
         while any(o not in seen for o in commit_at) and time.monotonic() < deadline:
             time.sleep(0.05)
-    finally:
-        relay.stop()
-        consumer.stop()
-        os.unlink(file.name)
     load_s = max(commit_at.values(), default=t0_wall) - t0_wall
     mine = [o for o in commit_at if o in seen]
     lags = {name: [f(seen[o], commit_at[o]) * 1000 for o in mine] for name, f in LAGS.items()}
@@ -304,15 +286,14 @@ def main(argv=None) -> int:
     topic, lag_topic = f"bench.relay.{run_id}", f"bench.relay.{run_id}.lag"
     original_topic, settings.KAFKA_ORDERS_TOPIC = settings.KAFKA_ORDERS_TOPIC, topic
     settings.KAFKA_CONSUMER_GROUP_PREFIX = f"bench.relay.{run_id}."
-    lock = h.lock_or_exit(LOCK_KEY, "relay")
+    lock = h.lock_or_exit("relay", cleanup)
     print(f"python -m bench.relay: {os.cpu_count()} CPU(s), broker {settings.KAFKA_BOOTSTRAP_SERVERS}, "
           f"batch size {settings.OUTBOX_BATCH_SIZE}, DEBUG={settings.DEBUG}")  # fmt: skip
-    cleanup()  # a killed run's
     topics = [topic, lag_topic, f"{lag_topic}.dlq"]
     ensure_topics(topics=topics)
     results: dict[str, dict] = {}
     try:
-        results["throughput"] = part1(args, topic, original_topic, lock)
+        results["throughput"] = part1(args, topic, original_topic)
         print()
         results["lag"] = part2(args, lag_topic, run_id)
     finally:
