@@ -1,5 +1,7 @@
-"""Everything that writes stock: the ledger, reservations, flash sales."""
+"""Everything that writes stock: the ledger, reservations, staff adjustments,
+flash sales."""
 
+from inventory.services.adjustments import adjust_stock, receive_stock_bulk
 from inventory.services.stock import (
     lock_stock,
     receive_stock,
@@ -15,8 +17,10 @@ from inventory.services.stock import (
 )
 
 __all__ = [
+    "adjust_stock",
     "lock_stock",
     "receive_stock",
+    "receive_stock_bulk",
     "reserve_stock",
     "return_reserved_stock",
     "set_available_stock",

@@ -1,4 +1,4 @@
-"""inventory/admin.py: stock managers adjust stock through the ledger, in bulk, from a
+"""inventory/admin/: stock managers adjust stock through the ledger, in bulk, from a
 CSV file, and see the audit, without a stale form undoing what shoppers reserved."""
 
 import io
@@ -230,3 +230,16 @@ def test_a_flash_sale_page_that_only_shows_it_shows_its_price_as_money(django_ca
     viewer.user.user_permissions.add(Permission.objects.get(codename="view_flashsale"))
     page = viewer.get("/admin/inventory/flashsale/HOT/change/").content.decode()
     assert page.count('<div class="readonly">€7.00</div>') == 1 and ">700<" not in page
+
+
+def test_a_staff_user_who_may_only_view_stock_sees_the_change_page(order_manager, settings):
+    settings.LOW_STOCK_THRESHOLD = 10
+    product_with_stock(sku="MUG", available=20)
+    Stock.objects.filter(product_id="MUG").update(low_stock_threshold=4)
+    page = order_manager.get("/admin/inventory/stock/MUG/change/")
+    assert page.status_code == 200
+    body = page.content.decode()
+    assert 'name="operation"' not in body and 'name="low_stock_threshold"' not in body  # nothing to change
+    assert '<div class="readonly">20</div>' in body and '<div class="readonly">4</div>' in body
+    refused = order_manager.post("/admin/inventory/stock/MUG/change/", change_form(operation="receive", quantity="5"))
+    assert refused.status_code == 403 and available("MUG") == 20
