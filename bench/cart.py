@@ -19,17 +19,36 @@ def build_specs(shoppers, skus) -> dict[str, list[h.Spec]]:
     """Each shopper cycles through its own LINES SKUs with changing quantities: every PUT writes, carts keep LINES."""
     auth = [{"Authorization": f"Token {s.token}"} for s in shoppers]
     own = [[skus[(i * LINES + j) % len(skus)] for j in range(LINES)] for i in range(len(shoppers))]
-    put = [h.Spec("PUT", f"/api/cart/items/{own[i][r % LINES]}", {**auth[i], "Content-Type": "application/json"},
-                  json.dumps({"quantity": 1 + (r * 7 + i) % 9}).encode())
-           for r in range(LINES * 2) for i in range(len(shoppers))]  # fmt: skip
+    put = [
+        h.Spec(
+            "PUT",
+            f"/api/cart/items/{own[i][r % LINES]}",
+            {**auth[i], "Content-Type": "application/json"},
+            json.dumps({"quantity": 1 + (r * 7 + i) % 9}).encode(),
+        )
+        for r in range(LINES * 2)
+        for i in range(len(shoppers))
+    ]
     h.fill_carts([(s.user_id, {sku: 1 + (i + j) % 3 for j, sku in enumerate(own[i])}) for i, s in enumerate(shoppers)])
-    return {"GET /healthz": [h.Spec("GET", "/healthz")], "PUT /api/cart/items/{sku}": put,
-            "GET /api/cart": [h.Spec("GET", "/api/cart", a) for a in auth]}  # fmt: skip
+    return {
+        "GET /healthz": [h.Spec("GET", "/healthz")],
+        "PUT /api/cart/items/{sku}": put,
+        "GET /api/cart": [h.Spec("GET", "/api/cart", a) for a in auth],
+    }
 
 
 def main(argv=None) -> int:
-    args = h.parser(__doc__, "workers", "threads", "concurrency", "duration", "warmup", "rounds", "client_threads",
-                    check=(False, f"exit 1 when a ratio is below {GOAL}")).parse_args(argv)
+    args = h.parser(
+        __doc__,
+        "workers",
+        "threads",
+        "concurrency",
+        "duration",
+        "warmup",
+        "rounds",
+        "client_threads",
+        check=(False, f"exit 1 when a ratio is below {GOAL}"),
+    ).parse_args(argv)
     h.setup()
     skus = [f"BENCH-{i:04d}" for i in range(1, PRODUCTS + 1)]
     h.ensure_products(skus, 500_000)

@@ -26,19 +26,31 @@ def sql_probe(environ, start_response):
 def build_specs(skus: list[str]) -> dict[str, list[h.Spec]]:
     pages = [f"/api/products?page={n}&page_size=20" for n in range(1, 11)]
     browse = [*pages, "/api/products?sort=-price", "/api/products?sort=name&in_stock=true", "/api/products?q=c-0"]
-    return {"GET /healthz": [h.Spec("GET", "/healthz")], "GET /api/products": [h.Spec("GET", path) for path in browse],
-            "GET /api/products/{sku}": [h.Spec("GET", f"/api/products/{sku}") for sku in skus[:200]]}  # fmt: skip
+    return {
+        "GET /healthz": [h.Spec("GET", "/healthz")],
+        "GET /api/products": [h.Spec("GET", path) for path in browse],
+        "GET /api/products/{sku}": [h.Spec("GET", f"/api/products/{sku}") for sku in skus[:200]],
+    }
 
 
 def main(argv=None) -> int:
-    args = h.parser(__doc__, "workers", "threads", "concurrency", "duration", "warmup", "rounds",
-                    check=(False, f"exit 1 when a ratio is below {GOAL} or a request sent SQL")).parse_args(argv)
+    args = h.parser(
+        __doc__,
+        "workers",
+        "threads",
+        "concurrency",
+        "duration",
+        "warmup",
+        "rounds",
+        check=(False, f"exit 1 when a ratio is below {GOAL} or a request sent SQL"),
+    ).parse_args(argv)
     h.setup()
     skus = [f"{PREFIX}{i:04d}" for i in range(1, PRODUCTS + 1)]
     h.ensure_products(skus, 1000)
     redis = get_redis_connection("default")
-    summary = h.measure_endpoints(args, build_specs(skus), app="bench.catalog:sql_probe",
-                                  probe=lambda: int(redis.get(SQL_KEY) or 0))
+    summary = h.measure_endpoints(
+        args, build_specs(skus), app="bench.catalog:sql_probe", probe=lambda: int(redis.get(SQL_KEY) or 0)
+    )
     redis.delete(SQL_KEY)
     column = {"SQL statements": lambda r: f"{r.probe} ({r.probe / max(r.answered, 1):.5f}/req)"}
     return h.print_endpoints(summary, args, "catalog/healthz", GOAL, column)

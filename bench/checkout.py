@@ -45,28 +45,39 @@ STATEMENT_GOAL_EXTRA = 6  # k + 6 statements for a k-line cart, BEGIN/COMMIT inc
 # the key has one, and its items, in one statement; add its units to the shopper's unpaid holds; the
 # OrderCreated event; with a voucher, count its use (shop.promotions.REDEEM_SQL); reserve the stock, last; COMMIT.
 SLOT = "UPDATE order_pending_counts SET pending = pending + %s WHERE customer_id = %s AND pending < %s"
-ORDER = ("WITH o AS (INSERT INTO orders (customer_id, idempotency_key, request_hash, status, total_amount, currency, "
-         "expires_at, created_at, rejection_reason, shipping_address, hold_address, holds_units, discounts) "
-         "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, '', %s::jsonb, '', true, %s::jsonb) "
-         "ON CONFLICT (customer_id, idempotency_key) DO NOTHING RETURNING id), "
-         "i AS (INSERT INTO order_items (order_id, sku, name, quantity, unit_price, discount) "
-         "SELECT o.id, %s, %s, %s, %s, %s FROM o RETURNING 1) SELECT id FROM o")  # fmt: skip
-HOLDS = ("INSERT INTO order_unpaid_holds AS h (holder, sku, units, cap) VALUES (%s, %s, %s, %s) "
-         "ON CONFLICT (holder, sku) DO UPDATE SET units = h.units + EXCLUDED.units, cap = EXCLUDED.cap "
-         "WHERE h.units + EXCLUDED.units <= EXCLUDED.cap RETURNING holder")  # fmt: skip
-EVENT = ("INSERT INTO outbox_events (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, "
-         "attempts, last_error, request_id) VALUES (%s, %s, %s, %s, %s::jsonb, %s, 0, '', %s) RETURNING id")
+ORDER = (
+    "WITH o AS (INSERT INTO orders (customer_id, idempotency_key, request_hash, status, total_amount, currency, "
+    "expires_at, created_at, rejection_reason, shipping_address, hold_address, holds_units, discounts) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, '', %s::jsonb, '', true, %s::jsonb) "
+    "ON CONFLICT (customer_id, idempotency_key) DO NOTHING RETURNING id), "
+    "i AS (INSERT INTO order_items (order_id, sku, name, quantity, unit_price, discount) "
+    "SELECT o.id, %s, %s, %s, %s, %s FROM o RETURNING 1) SELECT id FROM o"
+)
+HOLDS = (
+    "INSERT INTO order_unpaid_holds AS h (holder, sku, units, cap) VALUES (%s, %s, %s, %s) "
+    "ON CONFLICT (holder, sku) DO UPDATE SET units = h.units + EXCLUDED.units, cap = EXCLUDED.cap "
+    "WHERE h.units + EXCLUDED.units <= EXCLUDED.cap RETURNING holder"
+)
+EVENT = (
+    "INSERT INTO outbox_events (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, "
+    "attempts, last_error, request_id) VALUES (%s, %s, %s, %s, %s::jsonb, %s, 0, '', %s) RETURNING id"
+)
 RESERVE = "UPDATE inventory SET available = available - %s, reserved = reserved + %s WHERE available >= %s AND sku = %s"
 PRICES: dict[str, tuple[str, int]] = {}  # sku -> (name, price): the ceiling's hot cache, filled before the runs
 CEILING_STATEMENTS = 5  # besides COMMIT; one more with a voucher
 
 
 def parse_args(argv=None):
-    p = h.parser(__doc__, "check", threads=(16, "threads, each with its own connection"),
-                 orders=(1500, "measured orders per run"),
-                 rounds=(3, "runs per scenario and side, interleaved; the median run is reported"),
-                 warmup=(10, "unmeasured orders per thread before each run"), skus=(1000, "SKUs of scenario (b)"),
-                 scenarios=("abv", "which scenarios to run: any of a, b, v"))
+    p = h.parser(
+        __doc__,
+        "check",
+        threads=(16, "threads, each with its own connection"),
+        orders=(1500, "measured orders per run"),
+        rounds=(3, "runs per scenario and side, interleaved; the median run is reported"),
+        warmup=(10, "unmeasured orders per thread before each run"),
+        skus=(1000, "SKUs of scenario (b)"),
+        scenarios=("abv", "which scenarios to run: any of a, b, v"),
+    )
     args = p.parse_args(argv)
     if args.orders < args.threads or args.skus < 15 or not set(args.scenarios) <= set("abv"):
         p.error("need --orders >= --threads, --skus >= 15, --scenarios of a, b, v")
@@ -91,20 +102,54 @@ def psycopg_order(conn, cur, job: Job) -> bool:
             raise RuntimeError(f"no pending-order slot for {job.customer_id}")
         address = h.BENCH_ADDRESS  # the shopper's saved address, from process memory as the prices
         request_hash = hashlib.sha256(json.dumps([currency, [line], address], sort_keys=True).encode())
-        cur.execute(ORDER, [job.customer_id, job.key, request_hash.hexdigest(), "PENDING_PAYMENT", total, currency,
-                            expires_at, now, json.dumps(address), json.dumps(discounts), job.sku, name, 1, price,
-                            off])  # fmt: skip
+        cur.execute(
+            ORDER,
+            [
+                job.customer_id,
+                job.key,
+                request_hash.hexdigest(),
+                "PENDING_PAYMENT",
+                total,
+                currency,
+                expires_at,
+                now,
+                json.dumps(address),
+                json.dumps(discounts),
+                job.sku,
+                name,
+                1,
+                price,
+                off,
+            ],
+        )
         if (row := cur.fetchone()) is None:
             raise RuntimeError(f"order {job.key} exists")
         cur.execute(HOLDS, [f"customer:{job.customer_id}", job.sku, 1, settings.MAX_UNPAID_UNITS_PER_SKU])
         if cur.fetchone() is None:
             raise RuntimeError(f"hold limit reached for {job.customer_id}")
-        payload = {"order_id": row[0], "customer_id": job.customer_id, "subtotal": price, "discounts": discounts,
-                   "total": total, "currency": currency, "shipping_address": address,
-                   "items": [{"sku": job.sku, "name": name, "quantity": 1, "unit_price": price, "discount": off}],
-                   "expires_at": expires_at.isoformat()}  # fmt: skip
-        cur.execute(EVENT, [uuid.uuid4(), "order", str(row[0]), "OrderCreated",
-                            json.dumps(payload, cls=DjangoJSONEncoder), timezone.now(), ""])  # fmt: skip
+        payload = {
+            "order_id": row[0],
+            "customer_id": job.customer_id,
+            "subtotal": price,
+            "discounts": discounts,
+            "total": total,
+            "currency": currency,
+            "shipping_address": address,
+            "items": [{"sku": job.sku, "name": name, "quantity": 1, "unit_price": price, "discount": off}],
+            "expires_at": expires_at.isoformat(),
+        }
+        cur.execute(
+            EVENT,
+            [
+                uuid.uuid4(),
+                "order",
+                str(row[0]),
+                "OrderCreated",
+                json.dumps(payload, cls=DjangoJSONEncoder),
+                timezone.now(),
+                "",
+            ],
+        )
         cur.fetchone()
         if job.voucher:
             cur.execute(REDEEM_SQL, [job.voucher[0], job.customer_id, job.customer_id, row[0]])
@@ -212,7 +257,8 @@ def same_work(customer_id: int, sku: str, key: str, voucher: tuple | None) -> li
     with h.pg_connect(autocommit=False) as conn:
         psycopg_order(conn, django_cursor(conn), Job(customer_id, f"{key}-p", sku, voucher))
     with connection.cursor() as cursor:
-        cursor.execute("""
+        cursor.execute(
+            """
             SELECT o.request_hash, o.status, o.total_amount, o.currency, o.expires_at - o.created_at,
                    o.shipping_address, o.hold_address, o.holds_units, o.rejection_reason, o.discounts,
                    (SELECT json_agg(json_build_array(sku, name, quantity, unit_price, discount)) FROM order_items
@@ -221,15 +267,29 @@ def same_work(customer_id: int, sku: str, key: str, voucher: tuple | None) -> li
                                                      payload->>'order_id' = o.id::text, request_id))
                     FROM outbox_events WHERE aggregate_type = 'order' AND aggregate_id = o.id::text)
             FROM orders o WHERE o.customer_id = %s AND o.idempotency_key IN (%s, %s) ORDER BY o.idempotency_key""",
-                       [customer_id, f"{key}-d", f"{key}-p"])  # fmt: skip
+            [customer_id, f"{key}-d", f"{key}-p"],
+        )
         rows = cursor.fetchall()
-    names = ["request_hash", "status", "total", "currency", "payment window", "shipping address", "hold address",
-             "holds units", "rejection reason", "discounts", "items", "outbox event"]  # fmt: skip
+    names = [
+        "request_hash",
+        "status",
+        "total",
+        "currency",
+        "payment window",
+        "shipping address",
+        "hold address",
+        "holds units",
+        "rejection reason",
+        "discounts",
+        "items",
+        "outbox event",
+    ]
     return [f"{n}: Django {a!r}, psycopg {b!r}" for n, a, b in zip(names, *rows, strict=True) if a != b]
 
 
-def count_statements(customer_id: int, skus: list[str], k: int, key: str, address: dict | None = None,
-                     voucher: str | None = None) -> tuple:  # fmt: skip
+def count_statements(
+    customer_id: int, skus: list[str], k: int, key: str, address: dict | None = None, voucher: str | None = None
+) -> tuple:
     """One checkout of a k-line cart outside any transaction: (CaptureQueriesContext, execute_wrapper) counts."""
     cached_products(skus=skus[:k])  # a checkout in steady state: the prices, promotions and voucher in the hot cache
     cached_promotions(), cached_voucher(VOUCHER)
@@ -249,27 +309,47 @@ def main(argv=None) -> int:
     h.ensure_products([HOT_SKU, *skus], STOCK + 2 * args.rounds * per_run + 100)  # a run reserves per_run at most
     shoppers = h.ensure_users(per_run + 1, prefix=PREFIX)
     found = Promotion.objects.filter(code=VOUCHER).first() or create_voucher(
-        code=VOUCHER, percent=10, usage_limit=10**9, per_customer_limit=10**6)  # fmt: skip
+        code=VOUCHER, percent=10, usage_limit=10**9, per_customer_limit=10**6
+    )
     voucher = (found.id, found.name)
-    PRICES.update({sku: (name, price) for sku, name, price in Product.objects.filter(
-        sku__in=[HOT_SKU, *skus], is_active=True).values_list("sku", "name", "price")})  # fmt: skip
+    PRICES.update(
+        {
+            sku: (name, price)
+            for sku, name, price in Product.objects.filter(sku__in=[HOT_SKU, *skus], is_active=True).values_list(
+                "sku", "name", "price"
+            )
+        }
+    )
     cached_products(skus=list(PRICES))  # place_order's hot cache holds the prices, as the ceiling's PRICES
     results: dict[str, dict[str, list[RunResult]]] = {}
     try:
         differences = same_work(shoppers[-1], skus[0], f"{PREFIX}{run_id}-same", None)
         differences += same_work(shoppers[-1], skus[1], f"{PREFIX}{run_id}-same-v", voucher)
         counts = {k: count_statements(shoppers[-1], skus[10:], k, f"{PREFIX}{run_id}-count-{k}") for k in (1, 3, 5)}
-        counts["1, address in the body"] = count_statements(shoppers[-1], skus[10:], 1, f"{PREFIX}{run_id}-count-body",
-                                                            {**h.BENCH_ADDRESS, "line2": "Bench address in the body"})
-        counts["1, with a voucher"] = count_statements(shoppers[-1], skus[10:], 1, f"{PREFIX}{run_id}-count-v",
-                                                       voucher=VOUCHER)  # fmt: skip
+        counts["1, address in the body"] = count_statements(
+            shoppers[-1],
+            skus[10:],
+            1,
+            f"{PREFIX}{run_id}-count-body",
+            {**h.BENCH_ADDRESS, "line2": "Bench address in the body"},
+        )
+        counts["1, with a voucher"] = count_statements(
+            shoppers[-1], skus[10:], 1, f"{PREFIX}{run_id}-count-v", voucher=VOUCHER
+        )
         # Django then psycopg, same threads, same orders; rounds interleaved (a machine shared with other work
         # drifts: each side gets the same share of it).
         scenarios = [s for s in "abv" if s in args.scenarios]
         picks = {s: [HOT_SKU] * per_run if s == "a" else [rng.choice(skus) for _ in range(per_run)] for s in scenarios}
         for n, scenario, side in itertools.product(range(args.rounds), scenarios, ("django", "psycopg")):
-            jobs = [Job(shoppers[i], f"{PREFIX}{run_id}-{n}{scenario}-{side[0]}-{i}", picks[scenario][i],
-                        voucher if scenario == "v" else None) for i in range(per_run)]  # fmt: skip
+            jobs = [
+                Job(
+                    shoppers[i],
+                    f"{PREFIX}{run_id}-{n}{scenario}-{side[0]}-{i}",
+                    picks[scenario][i],
+                    voucher if scenario == "v" else None,
+                )
+                for i in range(per_run)
+            ]
             if side == "django":
                 h.fill_carts([(job.customer_id, cart(job)) for job in jobs])
             result = run_threads(side, jobs[warm_total:], jobs[:warm_total], args.threads)
@@ -281,38 +361,50 @@ def main(argv=None) -> int:
 
     titles, ok = {"a": "(a) 1 hot SKU", "b": f"(b) {args.skus} SKUs, random", "v": "(v) (b) with a voucher"}, True
     rounds = f"median of {args.rounds} interleaved runs" if args.rounds > 1 else "one run"
-    print(f"\nplace_order vs the same work through plain psycopg: {args.threads} threads, {args.orders} orders a run,"
-          f" {rounds}; CPU ms/order: this process's")  # fmt: skip
-    print(f"{'scenario':<24}{'side':<10}{'orders/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'CPU ms/order':>14}{'errors':>8}"
-          "   orders/s of each run")  # fmt: skip
+    print(
+        f"\nplace_order vs the same work through plain psycopg: {args.threads} threads, {args.orders} orders a run,"
+        f" {rounds}; CPU ms/order: this process's"
+    )
+    print(
+        f"{'scenario':<24}{'side':<10}{'orders/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'CPU ms/order':>14}{'errors':>8}"
+        "   orders/s of each run"
+    )
     for scenario, sides in results.items():
         median = {side: h.median(runs, lambda r: r.rate) for side, runs in sides.items()}
         for i, (side, r) in enumerate(median.items()):
             p50, p99 = (h.pct(r.latencies, p) * 1000 for p in (50, 99))
-            print(f"{titles[scenario] if i == 0 else '':<24}{side:<10}{r.rate:>10.0f}{p50:>9.2f}{p99:>9.2f}"
-                  f"{r.cpu_ms:>14.2f}{sum(len(x.errors) for x in sides[side]):>8}"
-                  f"   {h.each((x.rate for x in sides[side]), '.0f')}")  # fmt: skip
+            print(
+                f"{titles[scenario] if i == 0 else '':<24}{side:<10}{r.rate:>10.0f}{p50:>9.2f}{p99:>9.2f}"
+                f"{r.cpu_ms:>14.2f}{sum(len(x.errors) for x in sides[side]):>8}"
+                f"   {h.each((x.rate for x in sides[side]), '.0f')}"
+            )
         ratio = median["django"].rate / median["psycopg"].rate if median["psycopg"].rate else 0.0
         each = h.each(d.rate / p.rate for d, p in zip(sides["django"], sides["psycopg"], strict=True))
         ok &= (met := ratio >= GOALS[scenario])
-        print(f"{'':<24}ratio django/psycopg = {ratio:.2f}  (goal >= {GOALS[scenario]})  {h.verdict(met)}"
-              f"   [each round: {each}]")  # fmt: skip
+        print(
+            f"{'':<24}ratio django/psycopg = {ratio:.2f}  (goal >= {GOALS[scenario]})  {h.verdict(met)}"
+            f"   [each round: {each}]"
+        )
         for side, runs in sides.items():
             for error in [e for run in runs for e in run.errors][:3]:
                 print(f"{'':<24}{side} error: {error}")
     if differences or (counts[1][1], counts["1, with a voucher"][1]) != (CEILING_STATEMENTS, CEILING_STATEMENTS + 1):
         ok = False
-        print(f"the ceiling no longer does place_order's work: update bench/checkout.py. place_order sent "
-              f"{counts[1][1]} statements for a one-line cart, the ceiling {CEILING_STATEMENTS}; "
-              f"rows that differ: {differences or 'none'}")  # fmt: skip
+        print(
+            f"the ceiling no longer does place_order's work: update bench/checkout.py. place_order sent "
+            f"{counts[1][1]} statements for a one-line cart, the ceiling {CEILING_STATEMENTS}; "
+            f"rows that differ: {differences or 'none'}"
+        )
     else:
         print("the ceiling wrote the same rows as place_order (an order each way, compared) with as many statements")
     print("\nSQL statements per checkout of a k-line cart (caches warm; execute_wrapper + BEGIN + COMMIT):")
     for label, (captured, wrapped) in counts.items():
         goal = int(str(label).split(",")[0]) + STATEMENT_GOAL_EXTRA + ("voucher" in str(label))
         ok &= (met := wrapped + 2 <= goal)
-        print(f"  k={label}: execute_wrapper {wrapped} + BEGIN + COMMIT = {wrapped + 2}; CaptureQueriesContext "
-              f"{captured}  (goal <= {goal})  {h.verdict(met)}")  # fmt: skip
+        print(
+            f"  k={label}: execute_wrapper {wrapped} + BEGIN + COMMIT = {wrapped + 2}; CaptureQueriesContext "
+            f"{captured}  (goal <= {goal})  {h.verdict(met)}"
+        )
     return 1 if args.check and not ok else 0
 
 

@@ -32,9 +32,14 @@ GOAL_MAX_TXN_MS = 1000
 
 
 def parse_args(argv=None):
-    p = h.parser(__doc__, orders=(100_000, "pending orders to expire"), skus=(200, "SKUs the orders are spread over"),
-                 batch_size=(500, "expire_unpaid_orders batch size"),
-                 keep=(False, "leave the bench data in place at the end"), check=h.SHARED["check"])  # fmt: skip
+    p = h.parser(
+        __doc__,
+        orders=(100_000, "pending orders to expire"),
+        skus=(200, "SKUs the orders are spread over"),
+        batch_size=(500, "expire_unpaid_orders batch size"),
+        keep=(False, "leave the bench data in place at the end"),
+        check=h.SHARED["check"],
+    )
     args = p.parse_args(argv)
     if args.orders < 1 or args.skus < 3 or args.skus > 999 or args.batch_size < 1:
         p.error("need --orders >= 1, 3 <= --skus <= 999, --batch-size >= 1")
@@ -56,10 +61,15 @@ def create_data(args, rng: random.Random) -> tuple[int, list[int], int, int, dat
     with transaction.atomic(), connection.cursor() as cursor:
         user = get_user_model().objects.create(username=USERNAME, password=make_password(None), is_active=True)
         Product.objects.bulk_create([Product(sku=s, name=names[s], price=prices[s], is_active=False) for s in skus])
-        StockMovement.objects.bulk_create([StockMovement(product_id=sku, delta=STOCK, note="bench expiry",
-                                                         reason=StockMovement.Reason.RECEIVED) for sku in skus])
-        cursor.execute("SELECT nextval(pg_get_serial_sequence('orders', 'id')) FROM generate_series(1, %s)",
-                       [args.orders])  # fmt: skip
+        StockMovement.objects.bulk_create(
+            [
+                StockMovement(product_id=sku, delta=STOCK, note="bench expiry", reason=StockMovement.Reason.RECEIVED)
+                for sku in skus
+            ]
+        )
+        cursor.execute(
+            "SELECT nextval(pg_get_serial_sequence('orders', 'id')) FROM generate_series(1, %s)", [args.orders]
+        )
         order_ids = sorted(row[0] for row in cursor.fetchall())
         reserved: dict[str, int] = defaultdict(int)
         order_rows, item_rows = [], []
@@ -72,14 +82,30 @@ def create_data(args, rng: random.Random) -> tuple[int, list[int], int, int, dat
                 total += quantity * prices[sku]
                 item_rows.append((order_id, sku, names[sku], quantity, prices[sku]))
             expires_at = BASE_EXPIRES_AT + timedelta(milliseconds=n)
-            order_rows.append((order_id, f"bench-exp-{run:08x}-{n}", "0" * 64, OrderStatus.PENDING_PAYMENT, total,
-                               settings.SHOP_CURRENCY, expires_at,
-                               expires_at - timedelta(seconds=settings.ORDER_PAYMENT_TIMEOUT_SECONDS), user.id))
-        Stock.objects.bulk_create([Stock(product_id=s, available=STOCK - reserved[s], reserved=reserved[s])
-                                   for s in skus])  # fmt: skip
-        for sql, rows in (("COPY orders (id, idempotency_key, request_hash, status, total_amount, currency, "
-                           "expires_at, created_at, customer_id) FROM STDIN", order_rows),
-                          ("COPY order_items (order_id, sku, name, quantity, unit_price) FROM STDIN", item_rows)):
+            order_rows.append(
+                (
+                    order_id,
+                    f"bench-exp-{run:08x}-{n}",
+                    "0" * 64,
+                    OrderStatus.PENDING_PAYMENT,
+                    total,
+                    settings.SHOP_CURRENCY,
+                    expires_at,
+                    expires_at - timedelta(seconds=settings.ORDER_PAYMENT_TIMEOUT_SECONDS),
+                    user.id,
+                )
+            )
+        Stock.objects.bulk_create(
+            [Stock(product_id=s, available=STOCK - reserved[s], reserved=reserved[s]) for s in skus]
+        )
+        for sql, rows in (
+            (
+                "COPY orders (id, idempotency_key, request_hash, status, total_amount, currency, "
+                "expires_at, created_at, customer_id) FROM STDIN",
+                order_rows,
+            ),
+            ("COPY order_items (order_id, sku, name, quantity, unit_price) FROM STDIN", item_rows),
+        ):
             with cursor.cursor.copy(sql) as copy:  # the psycopg cursor under Django's wrapper
                 for row in rows:
                     copy.write_row(row)
@@ -118,11 +144,13 @@ def verify(args, expired: int, customer_id: int, order_ids: list[int]) -> bool:
     with connection.cursor() as cursor:
         cursor.execute("SELECT status, count(*) FROM orders WHERE customer_id = %s GROUP BY status", [customer_id])
         statuses = dict(cursor.fetchall())
-        cursor.execute("SELECT sku, available, reserved, shipped FROM inventory WHERE sku LIKE %s ORDER BY sku",
-                       [PREFIX + "%"])  # fmt: skip
+        cursor.execute(
+            "SELECT sku, available, reserved, shipped FROM inventory WHERE sku LIKE %s ORDER BY sku", [PREFIX + "%"]
+        )
         stock_rows = cursor.fetchall()
         bad_stock = [r for r in stock_rows if r[2] != 0 or r[1] != STOCK or r[3] != 0]
-        cursor.execute("""
+        cursor.execute(
+            """
             SELECT count(*) FILTER (WHERE event_type = 'OrderCancelled'),
                    count(DISTINCT aggregate_id) FILTER (WHERE event_type = 'OrderCancelled'),
                    count(*) FILTER (WHERE event_type <> 'OrderCancelled'),
@@ -130,20 +158,32 @@ def verify(args, expired: int, customer_id: int, order_ids: list[int]) -> bool:
                                     AND (payload->>'customer_id')::bigint = %s AND payload->>'order_id' = aggregate_id)
             FROM outbox_events WHERE aggregate_type = 'order'
               AND aggregate_id IN (SELECT id::text FROM orders WHERE customer_id = %s)""",
-                       [customer_id, customer_id])  # fmt: skip
+            [customer_id, customer_id],
+        )
         events, distinct_events, other_events, well_formed = cursor.fetchone()
     unbalanced = [r for r in stock_audit(skus=[f"{PREFIX}{i:03d}" for i in range(1, args.skus + 1)]) if r["difference"]]
-    return h.print_checks([
-        (f"expire_unpaid_orders returned {expired:,} (= bench orders {len(order_ids):,})", expired == len(order_ids)),
-        (f"bench orders by status: {statuses}", statuses == {"CANCELLED": len(order_ids)}),
-        (f"{len(stock_rows)} bench SKUs: reserved == 0 and available == {STOCK:,} "
-         f"({len(bad_stock)} wrong{': ' + str(bad_stock[:3]) if bad_stock else ''})",
-         len(stock_rows) == args.skus and not bad_stock),
-        (f"stock_audit difference 0 on every bench SKU ({len(unbalanced)} unbalanced)", not unbalanced),
-        (f"OrderCancelled events: {events:,} for {distinct_events:,} orders, {well_formed:,} well formed, "
-         f"{other_events} other events",
-         events == distinct_events == well_formed == len(order_ids) and not other_events),
-    ], "=== verification ===", no="FAIL")  # fmt: skip
+    return h.print_checks(
+        [
+            (
+                f"expire_unpaid_orders returned {expired:,} (= bench orders {len(order_ids):,})",
+                expired == len(order_ids),
+            ),
+            (f"bench orders by status: {statuses}", statuses == {"CANCELLED": len(order_ids)}),
+            (
+                f"{len(stock_rows)} bench SKUs: reserved == 0 and available == {STOCK:,} "
+                f"({len(bad_stock)} wrong{': ' + str(bad_stock[:3]) if bad_stock else ''})",
+                len(stock_rows) == args.skus and not bad_stock,
+            ),
+            (f"stock_audit difference 0 on every bench SKU ({len(unbalanced)} unbalanced)", not unbalanced),
+            (
+                f"OrderCancelled events: {events:,} for {distinct_events:,} orders, {well_formed:,} well formed, "
+                f"{other_events} other events",
+                events == distinct_events == well_formed == len(order_ids) and not other_events,
+            ),
+        ],
+        "=== verification ===",
+        no="FAIL",
+    )
 
 
 def main(argv=None) -> int:
@@ -154,9 +194,11 @@ def main(argv=None) -> int:
     try:
         t0 = time.perf_counter()
         customer_id, order_ids, items, units, expire_now = create_data(args, random.Random(5))
-        print(f"data created in bulk (COPY) and committed in {time.perf_counter() - t0:.1f} s: {len(order_ids):,} "
-              f"PENDING_PAYMENT orders with {items:,} items over {args.skus} SKUs ({units:,} units reserved), "
-              f"customer {USERNAME} (id {customer_id})")  # fmt: skip
+        print(
+            f"data created in bulk (COPY) and committed in {time.perf_counter() - t0:.1f} s: {len(order_ids):,} "
+            f"PENDING_PAYMENT orders with {items:,} items over {args.skus} SKUs ({units:,} units reserved), "
+            f"customer {USERNAME} (id {customer_id})"
+        )
         with timed_transactions(connections["default"], txns := []):
             began = time.perf_counter()
             expired = expire_unpaid_orders(batch_size=args.batch_size, now=expire_now)
@@ -164,15 +206,24 @@ def main(argv=None) -> int:
         batch_ms = [t["ms"] for t in txns if t["orders"]]
         rate = expired / total_s
         longest = max(txns, key=lambda t: t["ms"])
-        print(f"\n=== expire_unpaid_orders(batch_size={args.batch_size}) over {len(order_ids):,} orders, {args.skus} "
-              f"SKUs ===\n{total_s:.2f} s, {len(batch_ms)} batches ({len(txns)} transactions incl. the final empty "
-              f"check), p50/p90/p99 {' / '.join(f'{h.pct(batch_ms, p):.1f}' for p in (50, 90, 99))} ms (batches)")
+        print(
+            f"\n=== expire_unpaid_orders(batch_size={args.batch_size}) over {len(order_ids):,} orders, {args.skus} "
+            f"SKUs ===\n{total_s:.2f} s, {len(batch_ms)} batches ({len(txns)} transactions incl. the final empty "
+            f"check), p50/p90/p99 {' / '.join(f'{h.pct(batch_ms, p):.1f}' for p in (50, 90, 99))} ms (batches)"
+        )
         ok = verify(args, expired, customer_id, order_ids)
-        goals_met = h.print_checks([
-            (f"orders/s {rate:,.0f} >= {GOAL_ORDERS_PER_S:,}", rate >= GOAL_ORDERS_PER_S),
-            (f"longest transaction {longest['ms']:.1f} ms (#{txns.index(longest) + 1}, {longest['orders']} orders) < "
-             f"{GOAL_MAX_TXN_MS} ms", longest["ms"] < GOAL_MAX_TXN_MS),
-        ], "=== goals ===", yes="met")  # fmt: skip
+        goals_met = h.print_checks(
+            [
+                (f"orders/s {rate:,.0f} >= {GOAL_ORDERS_PER_S:,}", rate >= GOAL_ORDERS_PER_S),
+                (
+                    f"longest transaction {longest['ms']:.1f} ms (#{txns.index(longest) + 1}, {longest['orders']} orders) < "
+                    f"{GOAL_MAX_TXN_MS} ms",
+                    longest["ms"] < GOAL_MAX_TXN_MS,
+                ),
+            ],
+            "=== goals ===",
+            yes="met",
+        )
     finally:
         if not args.keep:  # else the next run removes it first
             cleanup()

@@ -37,14 +37,27 @@ TOKEN_TABLE, FLASH_TABLE = f'"{AuthToken._meta.db_table}"', f'"{FlashSale._meta.
 
 
 def parse_args(argv=None):
-    p = h.parser(__doc__, "concurrency", "workers", "threads", "client_threads", concurrency=64,
-                 attempts=(50_000, "checkout attempts in the sale"), shoppers=(5_000, "distinct shoppers"),
-                 stock=(1_000, "units of the flash-sale SKU"), healthz_requests=(10_000, "GET /healthz per run"),
-                 refused_requests=(20_000, "checkouts of the refused phase (at most the rate limit per shopper)"),
-                 voucher_uses=(1_000, "the usage limit of the voucher every cart holds (10%% off, once a shopper)"),
-                 no_sql_probe=(False, "serve config.wsgi unwrapped (no per-request SQL count)"))  # fmt: skip
-    p.add_argument("--mode", choices=("direct", "queue"), default="direct", help="the sale's mode (default direct; "
-                   "queue: a checkout topic of the run's own and write_queued_orders)")
+    p = h.parser(
+        __doc__,
+        "concurrency",
+        "workers",
+        "threads",
+        "client_threads",
+        concurrency=64,
+        attempts=(50_000, "checkout attempts in the sale"),
+        shoppers=(5_000, "distinct shoppers"),
+        stock=(1_000, "units of the flash-sale SKU"),
+        healthz_requests=(10_000, "GET /healthz per run"),
+        refused_requests=(20_000, "checkouts of the refused phase (at most the rate limit per shopper)"),
+        voucher_uses=(1_000, "the usage limit of the voucher every cart holds (10%% off, once a shopper)"),
+        no_sql_probe=(False, "serve config.wsgi unwrapped (no per-request SQL count)"),
+    )
+    p.add_argument(
+        "--mode",
+        choices=("direct", "queue"),
+        default="direct",
+        help="the sale's mode (default direct; queue: a checkout topic of the run's own and write_queued_orders)",
+    )
     args = p.parse_args(argv)
     if not 1 <= args.stock < args.shoppers <= args.attempts or args.voucher_uses < args.stock:
         p.error("need 1 <= --stock < --shoppers <= --attempts (somebody has to be refused), --voucher-uses >= --stock")
@@ -64,15 +77,23 @@ def sql_probe(environ, start_response):
 
 def sale_state(customer_ids: list[int]) -> dict:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT o.customer_id, count(*) FROM orders o JOIN order_items i ON i.order_id = o.id WHERE "
-                       "o.customer_id = ANY(%s) AND i.sku = %s AND o.status <> 'REJECTED' GROUP BY o.customer_id",
-                       [customer_ids, SKU])  # fmt: skip
+        cursor.execute(
+            "SELECT o.customer_id, count(*) FROM orders o JOIN order_items i ON i.order_id = o.id WHERE "
+            "o.customer_id = ANY(%s) AND i.sku = %s AND o.status <> 'REJECTED' GROUP BY o.customer_id",
+            [customer_ids, SKU],
+        )
         per_customer = dict(cursor.fetchall())
     stock = Stock.objects.filter(product_id=SKU).values("available", "reserved").first() or {}
     counter = gate.counters(skus=[SKU])[SKU]
-    return {"orders": sum(per_customer.values()), "winners": set(per_customer), "available": stock.get("available"),
-            "max_per_customer": max(per_customer.values(), default=0), "reserved": stock.get("reserved"),
-            "counter": counter["remaining"], "gate_refused": counter["refused"]}  # fmt: skip
+    return {
+        "orders": sum(per_customer.values()),
+        "winners": set(per_customer),
+        "available": stock.get("available"),
+        "max_per_customer": max(per_customer.values(), default=0),
+        "reserved": stock.get("reserved"),
+        "counter": counter["remaining"],
+        "gate_refused": counter["refused"],
+    }
 
 
 def watch_queue(stop: threading.Event, seen: dict) -> None:
@@ -112,8 +133,14 @@ def sql(records) -> tuple[str, int | None, int | None]:  # (summary, statements,
         return "not measured", None, None
     total, token, flash = (sum(c[i] for c in counts) for i in range(3))
     other = total - token - flash
-    return (f"{total:,} statements in {sum(1 for c in counts if c[0]):,} of {len(counts):,} requests (token lookups "
-            f"{token:,}, flash-sale list {flash:,}, anything else {other:,})"), total, other
+    return (
+        (
+            f"{total:,} statements in {sum(1 for c in counts if c[0]):,} of {len(counts):,} requests (token lookups "
+            f"{token:,}, flash-sale list {flash:,}, anything else {other:,})"
+        ),
+        total,
+        other,
+    )
 
 
 def print_statuses(phase: h.Run) -> None:
@@ -140,30 +167,58 @@ def main(argv=None, results: dict | None = None) -> int:
     h.fill_carts([(cid, cart) for cid in customer_ids])
 
     metrics_dir = tempfile.mkdtemp(prefix="bench-flash-metrics-")
-    env = {**h.PRODUCTION_LIKE_ENV, "RATE_LIMIT_CHECKOUT": RATE_LIMIT, "PROMETHEUS_MULTIPROC_DIR": metrics_dir,
-           **topic_env}
+    env = {
+        **h.PRODUCTION_LIKE_ENV,
+        "RATE_LIMIT_CHECKOUT": RATE_LIMIT,
+        "PROMETHEUS_MULTIPROC_DIR": metrics_dir,
+        **topic_env,
+    }
     phases: dict[str, h.Run] = {}
     seen, stop = {}, threading.Event()
     writer = h.queue_writer(env) if queue else None
-    celery = h.Child("celery", [str(h.VENV_BIN / "celery"), "-A", "config", "worker", "--concurrency", "1",
-                                "--loglevel", "WARNING", "--hostname", f"flash-drill-{run_id}@%h"], env, group=True)
+    celery = h.Child(
+        "celery",
+        [
+            str(h.VENV_BIN / "celery"),
+            "-A",
+            "config",
+            "worker",
+            "--concurrency",
+            "1",
+            "--loglevel",
+            "WARNING",
+            "--hostname",
+            f"flash-drill-{run_id}@%h",
+        ],
+        env,
+        group=True,
+    )
 
     def run(count: int, prefix: str, tokens=(), who=()) -> h.Run:
-        return h.run_wrk(server, numbered=(f"fd{run_id}-{prefix}-", tokens, who), count=count, record=True,
-                         concurrency=args.concurrency, threads=args.client_threads)  # fmt: skip
+        return h.run_wrk(
+            server,
+            numbered=(f"fd{run_id}-{prefix}-", tokens, who),
+            count=count,
+            record=True,
+            concurrency=args.concurrency,
+            threads=args.client_threads,
+        )
 
     try:
         celery.start()
         if writer:  # its consumer group joined: it has skipped a message that is not a checkout request
             writer.start()
             h.produce(settings.KAFKA_CHECKOUT_TOPIC, [h.WARM_UP])
-            h.wait_until(lambda: "not a checkout request" in writer.tail(), 60, "write_queued_orders not reading",
-                         writer)  # fmt: skip
+            h.wait_until(
+                lambda: "not a checkout request" in writer.tail(), 60, "write_queued_orders not reading", writer
+            )
         app = "config.wsgi" if args.no_sql_probe else "bench.flash_sale:sql_probe"
         with h.Gunicorn(workers=args.workers, threads=args.threads, env=env, app=app) as server:
-            print(f"flash-sale drill {run_id}, {args.mode} mode: {SKU} with {args.stock} units, {len(shoppers):,} "
-                  f"shoppers; gunicorn {args.workers} x {args.threads} threads, RATE_LIMIT_CHECKOUT={RATE_LIMIT}, "
-                  f"{'no SQL probe' if args.no_sql_probe else 'SQL probe on'}; wrk, {args.concurrency} connections")
+            print(
+                f"flash-sale drill {run_id}, {args.mode} mode: {SKU} with {args.stock} units, {len(shoppers):,} "
+                f"shoppers; gunicorn {args.workers} x {args.threads} threads, RATE_LIMIT_CHECKOUT={RATE_LIMIT}, "
+                f"{'no SQL probe' if args.no_sql_probe else 'SQL probe on'}; wrk, {args.concurrency} connections"
+            )
             run(2000, "w")  # warm-up: connections and /healthz only
             phases["healthz0"] = run(args.healthz_requests, "h0")
             tokens, who = plan(shoppers, args.attempts, WAVE, rng)
@@ -176,8 +231,10 @@ def main(argv=None, results: dict | None = None) -> int:
             stop.set()
 
             state = sale_state(customer_ids)
-            redeemed = (VoucherRedemption.objects.filter(voucher=voucher).count(),
-                        Promotion.objects.get(pk=voucher.pk).uses)  # fmt: skip
+            redeemed = (
+                VoucherRedemption.objects.filter(voucher=voucher).count(),
+                Promotion.objects.get(pk=voucher.pk).uses,
+            )
             losers = [s for s in shoppers if s.user_id not in state["winners"]]
             per_loser = min(rate_count, max(1, math.ceil(args.refused_requests / max(1, len(losers)))))
             refused_count = min(args.refused_requests, per_loser * len(losers))
@@ -202,60 +259,103 @@ def main(argv=None, results: dict | None = None) -> int:
     ok = 202 if queue else 201  # the status of an admitted checkout
     admitted, r409, r429 = (sale.by(lambda r, s=s: r[0] == s) for s in (ok, 409, 429))
     r5xx = sale.by(lambda r: r[0] >= 500)
-    print(f"\nTHE SALE: {sale.answered:,} of {sale.sent:,} checkout attempts answered in {sale.seconds:.1f} s = "
-          f"{sale.rps:,.0f} requests/s ({sale.client} -c{sale.concurrency}); {sale.errors} socket errors/timeouts; "
-          f"gunicorn CPU {sale.cpu_ms:.2f} ms/request")  # fmt: skip
+    print(
+        f"\nTHE SALE: {sale.answered:,} of {sale.sent:,} checkout attempts answered in {sale.seconds:.1f} s = "
+        f"{sale.rps:,.0f} requests/s ({sale.client} -c{sale.concurrency}); {sale.errors} socket errors/timeouts; "
+        f"gunicorn CPU {sale.cpu_ms:.2f} ms/request"
+    )
     print_statuses(sale)
     began = min(r[4] - r[1] / 1000 for r in sale.records)  # when the first request was sent
     first = [r for r in admitted if r[4] - r[1] / 1000 < began + 1]
-    print(f"  admitted ({ok}) sent in the sale's first second: {len(first):,}, {lat(first)}; later: "
-          f"{len(admitted) - len(first):,}, {lat([r for r in admitted if r not in first])}")
+    print(
+        f"  admitted ({ok}) sent in the sale's first second: {len(first):,}, {lat(first)}; later: "
+        f"{len(admitted) - len(first):,}, {lat([r for r in admitted if r not in first])}"
+    )
 
     refused_5xx, stock_after = refused.by(lambda r: r[0] >= 500), f"{state['available']}/{state['reserved']}"
     checks = [
-        ("orders created (DB) == stock", state["orders"] == args.stock, f"{state['orders']:,} orders for {SKU} in "
-         f"the DB ({ok} responses: {len(admitted):,}; at most {state['max_per_customer']} per shopper)"),
+        (
+            "orders created (DB) == stock",
+            state["orders"] == args.stock,
+            f"{state['orders']:,} orders for {SKU} in "
+            f"the DB ({ok} responses: {len(admitted):,}; at most {state['max_per_customer']} per shopper)",
+        ),
         ("5xx == 0", not r5xx and not refused_5xx, f"{len(r5xx)} in the sale, {len(refused_5xx)} in the refused phase"),
         ("429s occur but do not dominate", 0 < len(r429) < sale.answered / 2, f"{len(r429):,} of {sale.answered:,}"),
         (f"DB available/reserved == 0/{args.stock}", stock_after == f"0/{args.stock}", stock_after),
-        (f"voucher redemptions == its {args.voucher_uses:,} uses or the orders",
-         redeemed == (min(args.voucher_uses, state["orders"]),) * 2,
-         f"{redeemed[0]:,} redemptions, uses {redeemed[1]:,}, limit {args.voucher_uses:,}, {state['orders']:,} orders"),
-        ("Redis gate counter == 0", state["counter"] == 0,
-         f"{state['counter']} (gate refusals counted in Redis: {state['gate_refused']:,})"),
-    ]  # fmt: skip
+        (
+            f"voucher redemptions == its {args.voucher_uses:,} uses or the orders",
+            redeemed == (min(args.voucher_uses, state["orders"]),) * 2,
+            f"{redeemed[0]:,} redemptions, uses {redeemed[1]:,}, limit {args.voucher_uses:,}, {state['orders']:,} orders",
+        ),
+        (
+            "Redis gate counter == 0",
+            state["counter"] == 0,
+            f"{state['counter']} (gate refusals counted in Redis: {state['gate_refused']:,})",
+        ),
+    ]
     last_admission = max((r[4] for r in admitted), default=None)
     if queue:
         lag = seen["drained"] - last_admission if "drained" in seen and admitted else float("inf")
-        checks.append((f"last order written <= {WRITE_LAG_GOAL:g} s after the last admission", lag <= WRITE_LAG_GOAL,
-                       f"{lag:.2f} s (queue depth back to 0, polled every 5 ms; the last {ok} answered)"))
+        checks.append(
+            (
+                f"last order written <= {WRITE_LAG_GOAL:g} s after the last admission",
+                lag <= WRITE_LAG_GOAL,
+                f"{lag:.2f} s (queue depth back to 0, polled every 5 ms; the last {ok} answered)",
+            )
+        )
 
-    print(f"\nREFUSED PHASE (after the sale, rate-limit windows reset, {len(losers):,} shoppers without an order, "
-          f"{per_loser} checkouts each at most): {refused.answered:,} answered in {refused.seconds:.1f} s = "
-          f"{refused.rps:,.0f} requests/s; gunicorn CPU {refused.cpu_ms:.2f} ms/request")  # fmt: skip
+    print(
+        f"\nREFUSED PHASE (after the sale, rate-limit windows reset, {len(losers):,} shoppers without an order, "
+        f"{per_loser} checkouts each at most): {refused.answered:,} answered in {refused.seconds:.1f} s = "
+        f"{refused.rps:,.0f} requests/s; gunicorn CPU {refused.cpu_ms:.2f} ms/request"
+    )
     print_statuses(refused)
     hz = [phases[f"healthz{i}"] for i in range(3)]
     for label, phase in zip(("before the sale", "just before the refused phase", "just after it"), hz, strict=True):
-        print(f"GET /healthz {label}: {phase.rps:,.0f} requests/s, CPU {phase.cpu_ms:.2f} ms/request, "
-              f"{lat(phase.records)}, non-200: {len(phase.by(lambda r: r[0] != 200))}")  # fmt: skip
+        print(
+            f"GET /healthz {label}: {phase.rps:,.0f} requests/s, CPU {phase.cpu_ms:.2f} ms/request, "
+            f"{lat(phase.records)}, non-200: {len(phase.by(lambda r: r[0] != 200))}"
+        )
     ref409 = refused.by(lambda r: r[0] == 409)
     hz_rps = statistics.mean([hz[1].rps, hz[2].rps])
     ratio = len(ref409) / refused.seconds / hz_rps if refused.seconds and hz_rps else 0.0
     cpu_ratio = statistics.mean([hz[1].cpu_ms, hz[2].cpu_ms]) / refused.cpu_ms if refused.cpu_ms else 0.0
-    checks.append((f"refused req/s / healthz req/s >= {RATIO_GOAL}", ratio >= RATIO_GOAL,
-                   f"{ratio * hz_rps:,.0f} / {hz_rps:,.0f} (mean of the two /healthz runs around it) = {ratio:.2f}; "
-                   f"by gunicorn CPU per request (healthz's over the refusal's): {cpu_ratio:.2f}"))  # fmt: skip
+    checks.append(
+        (
+            f"refused req/s / healthz req/s >= {RATIO_GOAL}",
+            ratio >= RATIO_GOAL,
+            f"{ratio * hz_rps:,.0f} / {hz_rps:,.0f} (mean of the two /healthz runs around it) = {ratio:.2f}; "
+            f"by gunicorn CPU per request (healthz's over the refusal's): {cpu_ratio:.2f}",
+        )
+    )
     (sale_sql, sale_total, sale_other), (ref_sql, ref_total, ref_other) = sql(r409), sql(ref409)
     if sale_total is not None:
-        checks += [("SQL by refused requests == 0", sale_total + (ref_total or 0) == 0,
-                    f"sale: {sale_sql}; refused phase: {ref_sql}"),
-                   ("  ...other than token-cache loads == 0", sale_other == 0 and not ref_other,
-                    f"sale {sale_other}, refused phase {ref_other}")]  # fmt: skip
+        checks += [
+            (
+                "SQL by refused requests == 0",
+                sale_total + (ref_total or 0) == 0,
+                f"sale: {sale_sql}; refused phase: {ref_sql}",
+            ),
+            (
+                "  ...other than token-cache loads == 0",
+                sale_other == 0 and not ref_other,
+                f"sale {sale_other}, refused phase {ref_other}",
+            ),
+        ]
     if results is not None:
-        results.update(stock=args.stock, orders=state["orders"], r5xx=len(r5xx) + len(refused_5xx), db=stock_after,
-                       counter=state["counter"], sql=None if sale_total is None else sale_total + (ref_total or 0),
-                       p50=h.pct([r[1] for r in admitted], 50), p99=h.pct([r[1] for r in admitted], 99),
-                       lag=lag if queue else None, missed=[label.strip() for label, good, _ in checks if not good])
+        results.update(
+            stock=args.stock,
+            orders=state["orders"],
+            r5xx=len(r5xx) + len(refused_5xx),
+            db=stock_after,
+            counter=state["counter"],
+            sql=None if sale_total is None else sale_total + (ref_total or 0),
+            p50=h.pct([r[1] for r in admitted], 50),
+            p99=h.pct([r[1] for r in admitted], 99),
+            lag=lag if queue else None,
+            missed=[label.strip() for label, good, _ in checks if not good],
+        )
     return 0 if h.print_checks(checks, "CHECKS") else 1
 
 

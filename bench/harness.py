@@ -70,10 +70,16 @@ def setup() -> None:
 
 
 # Options several benches have: name -> (default, help); a bench may give its own default.
-SHARED = {"rounds": (1, "measure each endpoint N times, report the median"), "workers": (2, "gunicorn workers"),
-          "client_threads": (1, "wrk threads (1: the machine has 2 cores)"), "duration": (10.0, "seconds per endpoint"),
-          "concurrency": (16, "open connections / requests in flight"), "threads": (4, "gunicorn threads per worker"),
-          "warmup": (2.0, "unmeasured seconds per endpoint first"), "check": (False, "exit 1 when a goal is missed")}
+SHARED = {
+    "rounds": (1, "measure each endpoint N times, report the median"),
+    "workers": (2, "gunicorn workers"),
+    "client_threads": (1, "wrk threads (1: the machine has 2 cores)"),
+    "duration": (10.0, "seconds per endpoint"),
+    "concurrency": (16, "open connections / requests in flight"),
+    "threads": (4, "gunicorn threads per worker"),
+    "warmup": (2.0, "unmeasured seconds per endpoint first"),
+    "check": (False, "exit 1 when a goal is missed"),
+}
 
 
 def parser(doc: str, *shared: str, **own) -> argparse.ArgumentParser:
@@ -125,8 +131,16 @@ class Child:
     def start(self):
         out, err = (subprocess.PIPE, self.log) if self.pipe_stdout else (self.log, subprocess.STDOUT)
         self.proc = subprocess.Popen(
-            self.command, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=err, text=True,
-            start_new_session=self.group, preexec_fn=lambda: LIBC.prctl(1, signal.SIGTERM))  # PR_SET_PDEATHSIG
+            self.command,
+            cwd=ROOT,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            text=True,
+            start_new_session=self.group,
+            preexec_fn=lambda: LIBC.prctl(1, signal.SIGTERM),
+        )  # PR_SET_PDEATHSIG
         atexit.register(self.stop)
         return self
 
@@ -202,8 +216,19 @@ class Gunicorn(Child):
     def __init__(self, *, workers=2, threads=4, env=None, app="config.wsgi"):
         bind = f"{HOST}:{free_port()}"
         self.base_url = f"http://{bind}"
-        command = [str(VENV_BIN / "gunicorn"), app, "--bind", bind, "--workers", str(workers), "--threads",
-                   str(threads), "--graceful-timeout", "10", "--no-control-socket"]  # the default may be a dev server's
+        command = [
+            str(VENV_BIN / "gunicorn"),
+            app,
+            "--bind",
+            bind,
+            "--workers",
+            str(workers),
+            "--threads",
+            str(threads),
+            "--graceful-timeout",
+            "10",
+            "--no-control-socket",
+        ]  # the default may be a dev server's
         super().__init__("gunicorn", command, {**PRODUCTION_LIKE_ENV, **(env or {})})
 
     def start(self):
@@ -240,8 +265,15 @@ def wsgi_application():  # config.wsgi's, imported in a server only: it starts w
 
 
 Shopper = namedtuple("Shopper", "user_id username token")
-BENCH_ADDRESS = {"name": "Bench shopper", "line1": "Calle Mayor 1", "line2": "", "city": "Madrid",
-                 "postal_code": "28013", "country": "ES", "phone": "+34 600 000 000"}  # fmt: skip
+BENCH_ADDRESS = {
+    "name": "Bench shopper",
+    "line1": "Calle Mayor 1",
+    "line2": "",
+    "city": "Madrid",
+    "postal_code": "28013",
+    "country": "ES",
+    "phone": "+34 600 000 000",
+}
 
 
 def ensure_users(count: int, *, prefix: str, password: str | None = None) -> list[int]:
@@ -252,16 +284,21 @@ def ensure_users(count: int, *, prefix: str, password: str | None = None) -> lis
         existing = set(user_model.objects.filter(username__in=names).values_list("username", flat=True))
         if missing := [name for name in names if name not in existing]:
             hashed = make_password(password)
-            user_model.objects.bulk_create([user_model(username=n, password=hashed, is_active=True) for n in missing],
-                                           batch_size=2000, ignore_conflicts=True)  # fmt: skip
+            user_model.objects.bulk_create(
+                [user_model(username=n, password=hashed, is_active=True) for n in missing],
+                batch_size=2000,
+                ignore_conflicts=True,
+            )
         for user in user_model.objects.filter(username__in=names, is_active=False):  # signals bump the hot cache
             user.is_active = True
             user.save(update_fields=["is_active"])
         ids = dict(user_model.objects.filter(username__in=names).values_list("username", "id"))
-        PendingOrderCount.objects.bulk_create([PendingOrderCount(customer_id=i, pending=0) for i in ids.values()],
-                                              ignore_conflicts=True)  # fmt: skip
-        Address.objects.bulk_create([Address(customer_id=i, **BENCH_ADDRESS) for i in ids.values()],
-                                    batch_size=2000, ignore_conflicts=True)  # fmt: skip
+        PendingOrderCount.objects.bulk_create(
+            [PendingOrderCount(customer_id=i, pending=0) for i in ids.values()], ignore_conflicts=True
+        )
+        Address.objects.bulk_create(
+            [Address(customer_id=i, **BENCH_ADDRESS) for i in ids.values()], batch_size=2000, ignore_conflicts=True
+        )
     return [ids[name] for name in names]
 
 
@@ -277,8 +314,13 @@ def ensure_shoppers(count: int, *, prefix: str) -> list[Shopper]:
         AuthToken.objects.filter(user_id__in=ids)._raw_delete(AuthToken.objects.db)
         tokens = [secrets.token_hex(32) for _ in ids]
         expiry = timezone.now() + timedelta(days=1)
-        AuthToken.objects.bulk_create([AuthToken(digest=hash_token(t), token_key=t[:15], user_id=u, expiry=expiry)
-                                       for u, t in zip(ids, tokens, strict=True)], batch_size=1000)  # fmt: skip
+        AuthToken.objects.bulk_create(
+            [
+                AuthToken(digest=hash_token(t), token_key=t[:15], user_id=u, expiry=expiry)
+                for u, t in zip(ids, tokens, strict=True)
+            ],
+            batch_size=1000,
+        )
         remember_tokens(AuthToken.objects.filter(user_id__in=ids).select_related("user"))
     return [Shopper(uid, f"{prefix}{i:05d}", t) for i, (uid, t) in enumerate(zip(ids, tokens, strict=True), start=1)]
 
@@ -288,21 +330,28 @@ def ensure_products(skus: list[str], min_available: int) -> None:
         existing = dict(Product.objects.filter(sku__in=skus).values_list("sku", "is_active"))
         missing = [sku for sku in skus if sku not in existing]
         inactive = [sku for sku, active in existing.items() if not active]
-        Product.objects.bulk_create([Product(sku=sku, name=f"Bench product {sku}", price=1000 + i)
-                                     for i, sku in enumerate(missing)], ignore_conflicts=True)  # fmt: skip
+        Product.objects.bulk_create(
+            [Product(sku=sku, name=f"Bench product {sku}", price=1000 + i) for i, sku in enumerate(missing)],
+            ignore_conflicts=True,
+        )
         Product.objects.filter(sku__in=inactive).update(is_active=True)
         if missing or inactive:  # bulk writes send no signals: drop the hot caches ourselves
             transaction.on_commit(bump_generation)
         Stock.objects.bulk_create([Stock(product_id=sku) for sku in skus], ignore_conflicts=True)
         available = dict(Stock.objects.filter(product_id__in=skus).values_list("product_id", "available"))
         if top_up := {sku: min_available - available[sku] for sku in skus if available[sku] < min_available}:
-            StockMovement.objects.bulk_create([StockMovement(product_id=sku, delta=delta, note="bench",
-                                                             reason=StockMovement.Reason.RECEIVED)
-                                               for sku, delta in top_up.items()])  # fmt: skip
+            StockMovement.objects.bulk_create(
+                [
+                    StockMovement(product_id=sku, delta=delta, note="bench", reason=StockMovement.Reason.RECEIVED)
+                    for sku, delta in top_up.items()
+                ]
+            )
             with connection.cursor() as cursor:
-                cursor.execute("UPDATE inventory AS s SET available = s.available + d.delta "
-                               "FROM unnest(%s::text[], %s::int[]) AS d(sku, delta) WHERE s.sku = d.sku",
-                               [list(top_up), list(top_up.values())])  # fmt: skip
+                cursor.execute(
+                    "UPDATE inventory AS s SET available = s.available + d.delta "
+                    "FROM unnest(%s::text[], %s::int[]) AS d(sku, delta) WHERE s.sku = d.sku",
+                    [list(top_up), list(top_up.values())],
+                )
 
 
 def _delete_keys(redis, keys: list) -> None:
@@ -328,19 +377,25 @@ def delete_orders(customer_ids: list[int]) -> None:
     holding = [str(OrderStatus.PENDING_PAYMENT), str(OrderStatus.PAID)]  # a cancelled order gave it back
     connection.close_if_unusable_or_obsolete()  # a failed run may leave a broken connection behind
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SELECT id, customer_id, idempotency_key FROM orders WHERE customer_id = ANY(%s)",
-                       [customer_ids])  # fmt: skip
+        cursor.execute(
+            "SELECT id, customer_id, idempotency_key FROM orders WHERE customer_id = ANY(%s)", [customer_ids]
+        )
         orders = cursor.fetchall()
         ids = [row[0] for row in orders]
-        cursor.execute("""
+        cursor.execute(
+            """
             UPDATE inventory AS s SET available = s.available + r.q, reserved = s.reserved - r.q
             FROM (SELECT i.sku, SUM(i.quantity) AS q FROM order_items i JOIN orders o ON o.id = i.order_id
                   WHERE o.id = ANY(%s) AND o.status = ANY(%s) GROUP BY i.sku) AS r
-            WHERE s.sku = r.sku""", [ids, holding])  # fmt: skip
+            WHERE s.sku = r.sku""",
+            [ids, holding],
+        )
         give_back_holds(order_ids=ids)  # before the items go: it reads them
         give_back_vouchers(order_ids=ids)
-        cursor.execute("DELETE FROM outbox_events WHERE aggregate_type = 'order' AND aggregate_id = ANY(%s)",
-                       [[str(i) for i in ids]])  # fmt: skip
+        cursor.execute(
+            "DELETE FROM outbox_events WHERE aggregate_type = 'order' AND aggregate_id = ANY(%s)",
+            [[str(i) for i in ids]],
+        )
         for model in (Refund, Payment, Notification, OrderItem):
             cursor.execute(f"DELETE FROM {model._meta.db_table} WHERE order_id = ANY(%s)", [ids])
         cursor.execute("DELETE FROM order_queued_aliases WHERE order_id = ANY(%s)", [ids])
@@ -394,8 +449,13 @@ def produce(topic: str, messages, producer=None) -> int:
     for key, value, *headers in messages:
         while True:
             try:
-                producer.produce(topic, value, key, headers=headers[0] if headers else None,
-                                 on_delivery=lambda e, m: e and errors.append(e))  # fmt: skip
+                producer.produce(
+                    topic,
+                    value,
+                    key,
+                    headers=headers[0] if headers else None,
+                    on_delivery=lambda e, m: e and errors.append(e),
+                )
                 break
             except BufferError:  # librdkafka's queue is full: serve deliveries and retry
                 producer.poll(0.05)
@@ -445,8 +505,17 @@ class Run:
         return [r for r in self.records if predicate(r)]
 
 
-def run_wrk(server: Gunicorn, *, specs: Sequence[Spec] = (), numbered: tuple = (), count: int | None = None,
-            duration: float | None = None, concurrency=16, threads=1, record=False) -> Run:  # fmt: skip
+def run_wrk(
+    server: Gunicorn,
+    *,
+    specs: Sequence[Spec] = (),
+    numbered: tuple = (),
+    count: int | None = None,
+    duration: float | None = None,
+    concurrency=16,
+    threads=1,
+    record=False,
+) -> Run:
     """wrk, closed loop, `count` requests or `duration` s: `specs` in turn, or numbered requests (bench/wrk.lua)."""
     if shutil.which("wrk") is None:
         raise SystemExit("wrk not found: apt-get install -y wrk (make bench-tools)")
@@ -456,15 +525,34 @@ def run_wrk(server: Gunicorn, *, specs: Sequence[Spec] = (), numbered: tuple = (
     workdir = tempfile.mkdtemp(prefix="bench-wrk-")
     try:
         out, script = f"{workdir}/out-" if record else "", Path(workdir, "bench.lua")
-        prelude = {"HOST": lua_string(host), "COUNT": count or 0, "OUT": lua_string(out), "PREFIX": lua_string(prefix),
-                   "REQUESTS": "{" + ",".join(lua_string(raw_request(s, host)) for s in specs) + "}",
-                   "TOKENS": "{" + ",".join(map(lua_string, tokens)) + "}",
-                   "WHO": "{" + ",".join(str(i + 1) for i in who) + "}"}  # fmt: skip
+        prelude = {
+            "HOST": lua_string(host),
+            "COUNT": count or 0,
+            "OUT": lua_string(out),
+            "PREFIX": lua_string(prefix),
+            "REQUESTS": "{" + ",".join(lua_string(raw_request(s, host)) for s in specs) + "}",
+            "TOKENS": "{" + ",".join(map(lua_string, tokens)) + "}",
+            "WHO": "{" + ",".join(str(i + 1) for i in who) + "}",
+        }
         script.write_text("".join(f"local {k} = {v}\n" for k, v in prelude.items()) + LUA.read_text())
         cap = duration if count is None else max(120, math.ceil(count / 100), duration or 0)
-        cmd = ["wrk", "--latency", "-t", str(threads), "-c", str(max(concurrency, threads)), "-d",
-               f"{max(1, math.ceil(cap))}s", "--timeout", "10s", "-s", str(script), server.base_url + "/",
-               "--", str(threads)]  # fmt: skip
+        cmd = [
+            "wrk",
+            "--latency",
+            "-t",
+            str(threads),
+            "-c",
+            str(max(concurrency, threads)),
+            "-d",
+            f"{max(1, math.ceil(cap))}s",
+            "--timeout",
+            "10s",
+            "-s",
+            str(script),
+            server.base_url + "/",
+            "--",
+            str(threads),
+        ]
         cpu0, began = server.cpu_seconds(), time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         output, finished = [], 0
@@ -482,8 +570,9 @@ def run_wrk(server: Gunicorn, *, specs: Sequence[Spec] = (), numbered: tuple = (
             raise RuntimeError(f"wrk failed ({proc.returncode}):\n{''.join(output)}")
         data, records = json.loads(match.group(1)), []
         for path in Path(workdir).glob("out-*"):
-            for status, micros, code, sql, at in (x.split(" ") for x in path.read_text().splitlines()
-                                                  if x.count(" ") == 4):  # a thread's last line may be cut
+            for status, micros, code, sql, at in (
+                x.split(" ") for x in path.read_text().splitlines() if x.count(" ") == 4
+            ):  # a thread's last line may be cut
                 counts = None if sql == "-" else tuple(map(int, sql.split(",")))
                 records.append((int(status), int(micros) / 1000, code, counts, int(at) / 1e6))
     finally:
@@ -496,8 +585,18 @@ def run_wrk(server: Gunicorn, *, specs: Sequence[Spec] = (), numbered: tuple = (
     ms = sorted(r[1] for r in records)
     latency = [pct(ms, 50), pct(ms, 99)] if ms else [data["p50_us"] / 1000, data["p99_us"] / 1000]
     errors = data["connect"] + data["read"] + data["write"] + data["timeout"]
-    return Run(f"wrk -t{threads}", max(concurrency, threads), count or answered, answered, seconds, errors,
-               data["status"], *latency, cpu, records)  # fmt: skip
+    return Run(
+        f"wrk -t{threads}",
+        max(concurrency, threads),
+        count or answered,
+        answered,
+        seconds,
+        errors,
+        data["status"],
+        *latency,
+        cpu,
+        records,
+    )
 
 
 def measure_endpoints(args, specs: dict[str, list[Spec]], *, env=None, app="config.wsgi", probe=None):
@@ -522,15 +621,31 @@ def print_endpoints(runs: dict[str, Run], args, ratio: str, goal: float, extra=N
     """The endpoints' table, each but the first with its ratios to it (requests/s, and CPU per request inverted), and
     the goal (every ratio by requests/s >= `goal`); the exit code: 1 on errors, or on a missed goal with --check."""
     (_, base), extra = next(iter(runs.items())), extra or {}
-    ratios = {name: (r.rps / base.rps if base.rps else 0.0, base.cpu_ms / r.cpu_ms if r.cpu_ms else None)
-              for name, r in list(runs.items())[1:]}  # fmt: skip
-    print(f"\nclient {base.client}, {base.concurrency} connections, {args.duration:g} s per endpoint"
-          + (f", median of {args.rounds} rounds" if args.rounds > 1 else ""))  # fmt: skip
-    rows = [[name, f"{r.answered:,}", f"{r.rps:,.0f}", f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}", f"{r.cpu_ms:.2f}",
-             f"{r.errors + r.bad_status}", *(f(r) for f in extra.values()),
-             *("-" if x is None else f"{x:.2f}" for x in ratios.get(name, (None, None)))] for name, r in runs.items()]
-    print_table(["endpoint", "requests", "req/s", "p50 ms", "p99 ms", "CPU ms/req", "errors", *extra, ratio, "by CPU"],
-                rows)  # fmt: skip
+    ratios = {
+        name: (r.rps / base.rps if base.rps else 0.0, base.cpu_ms / r.cpu_ms if r.cpu_ms else None)
+        for name, r in list(runs.items())[1:]
+    }
+    print(
+        f"\nclient {base.client}, {base.concurrency} connections, {args.duration:g} s per endpoint"
+        + (f", median of {args.rounds} rounds" if args.rounds > 1 else "")
+    )
+    rows = [
+        [
+            name,
+            f"{r.answered:,}",
+            f"{r.rps:,.0f}",
+            f"{r.p50_ms:.2f}",
+            f"{r.p99_ms:.2f}",
+            f"{r.cpu_ms:.2f}",
+            f"{r.errors + r.bad_status}",
+            *(f(r) for f in extra.values()),
+            *("-" if x is None else f"{x:.2f}" for x in ratios.get(name, (None, None))),
+        ]
+        for name, r in runs.items()
+    ]
+    print_table(
+        ["endpoint", "requests", "req/s", "p50 ms", "p99 ms", "CPU ms/req", "errors", *extra, ratio, "by CPU"], rows
+    )
     ok = all(by_rps >= goal for by_rps, _ in ratios.values())
     print(f"goal {ratio} >= {goal}: {verdict(ok, 'met', 'NOT met')}")
     return 1 if any(r.errors or r.bad_status for r in runs.values()) or (args.check and not ok) else 0

@@ -29,8 +29,12 @@ def probe(accounts: list[int], *, caps: dict, run: str) -> tuple[int, float]:
             for quantity in (99, 50, 20, 10, 5, 2, 1):
                 h.fill_carts([(customer, {SKU: quantity})])
                 try:
-                    place_order(customer_id=customer, idempotency_key=f"{run}-{n}-{attempt}-{quantity}",
-                                client_address=ADDRESS, account_created_at=joined)  # fmt: skip
+                    place_order(
+                        customer_id=customer,
+                        idempotency_key=f"{run}-{n}-{attempt}-{quantity}",
+                        client_address=ADDRESS,
+                        account_created_at=joined,
+                    )
                 except DomainError:
                     continue
                 held += quantity
@@ -40,25 +44,34 @@ def probe(accounts: list[int], *, caps: dict, run: str) -> tuple[int, float]:
 
 
 def main(argv=None) -> int:
-    args = h.parser(__doc__, accounts=(10, "accounts made just now"),
-                    stock=(145, "units of the SKU")).parse_args(argv)
+    args = h.parser(__doc__, accounts=(10, "accounts made just now"), stock=(145, "units of the SKU")).parse_args(argv)
     h.setup()
     accounts = h.ensure_users(args.accounts, prefix=f"{PREFIX}A")
     run = uuid.uuid4().hex[:8]
     h.ensure_products([SKU], 0)
     # The settings' defaults (the bench harness lifts them for the other benches' shoppers).
-    after = {"MAX_UNPAID_UNITS_PER_SKU": 10, "MAX_UNPAID_UNITS_PER_ADDRESS": 20, "MAX_PENDING_ORDERS_PER_CUSTOMER": 3,
-             "NEW_ACCOUNT_PAYMENT_TIMEOUT_SECONDS": 300}
-    before = {**after, "MAX_UNPAID_UNITS_PER_SKU": 10**9, "MAX_UNPAID_UNITS_PER_ADDRESS": 10**9,
-              "NEW_ACCOUNT_PAYMENT_TIMEOUT_SECONDS": 900}
+    after = {
+        "MAX_UNPAID_UNITS_PER_SKU": 10,
+        "MAX_UNPAID_UNITS_PER_ADDRESS": 20,
+        "MAX_PENDING_ORDERS_PER_CUSTOMER": 3,
+        "NEW_ACCOUNT_PAYMENT_TIMEOUT_SECONDS": 300,
+    }
+    before = {
+        **after,
+        "MAX_UNPAID_UNITS_PER_SKU": 10**9,
+        "MAX_UNPAID_UNITS_PER_ADDRESS": 10**9,
+        "NEW_ACCOUNT_PAYMENT_TIMEOUT_SECONDS": 900,
+    }
     print(f"hoard probe {run}: one address, {args.accounts} accounts made just now, {SKU} with {args.stock} units")
     try:
         for name, caps in (("before (no unpaid-hold caps)", before), ("after (the settings' caps)", after)):
             h.delete_orders(accounts)
             set_available_stock(sku=SKU, available=args.stock, note="hoard probe")
             held, hold_seconds = probe(accounts, caps=caps, run=f"{run}-{name[:5]}")
-            print(f"  {name}: {held} of {args.stock} units held unpaid ({held / args.stock:.0%}), for "
-                  f"{hold_seconds:.0f} s; caps {caps}")  # fmt: skip
+            print(
+                f"  {name}: {held} of {args.stock} units held unpaid ({held / args.stock:.0%}), for "
+                f"{hold_seconds:.0f} s; caps {caps}"
+            )
     finally:
         h.delete_orders(accounts)
     return 0

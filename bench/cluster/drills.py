@@ -93,8 +93,11 @@ class Sale:
             time.sleep(0.02)
 
     def orders(self) -> int:
-        return (OrderItem.objects.filter(order__customer_id__in=self.ids, product_id=SKU)
-                .exclude(order__status=OrderStatus.REJECTED).count())  # fmt: skip
+        return (
+            OrderItem.objects.filter(order__customer_id__in=self.ids, product_id=SKU)
+            .exclude(order__status=OrderStatus.REJECTED)
+            .count()
+        )
 
     def settle(self, seconds: float = 60) -> int:
         """Orders once the queue is written (queue mode: every 202 written), or when the count has not
@@ -140,16 +143,25 @@ def drill_sale(args, results: dict) -> list[tuple]:
         bad = sale.five_hundreds()
         scripts = redis.info("commandstats").get("cmdstat_evalsha", {})
         per_checkout = (c.redis_cpu(redis) - cpu) / args.shoppers * 1000
-        results[f"sale_{mode}"] = {"seconds": round(seconds, 1), "orders": orders, "5xx": bad,
-                                   "statuses": dict(sale.statuses), "scripts": scripts,
-                                   "redis_cpu_ms_per_checkout": round(per_checkout, 3)}  # fmt: skip
-        print(f"sale ({mode}): {args.shoppers} checkouts in {seconds:.1f} s ({args.shoppers / seconds:.0f}/s), "
-              f"{orders} orders, {bad} x 5xx, statuses {dict(sorted(sale.statuses.items()))}; Redis: "
-              f"{scripts.get('calls', 0)} scripts at {scripts.get('usec_per_call', 0)} us each "
-              f"(one core: {1e6 / max(scripts.get('usec_per_call', 1), 1):,.0f} scripts/s), "
-              f"{per_checkout:.3f} CPU ms per checkout")  # fmt: skip
-        checks += [(f"sale ({mode}): exactly {args.units} orders", orders == args.units),
-                   (f"sale ({mode}): 0 x 5xx", bad == 0)]  # fmt: skip
+        results[f"sale_{mode}"] = {
+            "seconds": round(seconds, 1),
+            "orders": orders,
+            "5xx": bad,
+            "statuses": dict(sale.statuses),
+            "scripts": scripts,
+            "redis_cpu_ms_per_checkout": round(per_checkout, 3),
+        }
+        print(
+            f"sale ({mode}): {args.shoppers} checkouts in {seconds:.1f} s ({args.shoppers / seconds:.0f}/s), "
+            f"{orders} orders, {bad} x 5xx, statuses {dict(sorted(sale.statuses.items()))}; Redis: "
+            f"{scripts.get('calls', 0)} scripts at {scripts.get('usec_per_call', 0)} us each "
+            f"(one core: {1e6 / max(scripts.get('usec_per_call', 1), 1):,.0f} scripts/s), "
+            f"{per_checkout:.3f} CPU ms per checkout"
+        )
+        checks += [
+            (f"sale ({mode}): exactly {args.units} orders", orders == args.units),
+            (f"sale ({mode}): 0 x 5xx", bad == 0),
+        ]
     return checks
 
 
@@ -166,8 +178,9 @@ def in_kafka(event_ids: set[str]) -> tuple[int, int]:
     """(messages of these events in the run's orders topic, distinct events among them), read from its
     beginning to each partition's end (a broker's offsets need not count messages: Tansu's do not)."""
     topic = settings.KAFKA_ORDERS_TOPIC
-    consumer = Consumer(client_config(**{"group.id": "bench-cluster-probe", "enable.auto.commit": False,
-                                         "enable.partition.eof": True}))  # fmt: skip
+    consumer = Consumer(
+        client_config(**{"group.id": "bench-cluster-probe", "enable.auto.commit": False, "enable.partition.eof": True})
+    )
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         messages = read_to_end(consumer, [TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions], timeout=10)
@@ -221,37 +234,67 @@ def drill_node(args, results: dict) -> list[tuple]:
     gate_before = remaining()
     c.sync_gate(SKU)
     gate_after = remaining()
-    results["node"] = {**timings, "seconds": round(seconds, 1), "statuses": dict(sale.statuses),
-                       "failed_first": len(sale.failed), "retries_ended": dict(sale.retried), "orders": orders,
-                       "events_waiting": waiting, "order_created": created, "warehouse_applied": applied,
-                       "events_written": written, "messages_in_kafka": published, "distinct_in_kafka": distinct,
-                       "unfinished_relay_runs_marked": recovered,
-                       "gate_before_sync": gate_before, "gate_after_sync": gate_after,
-                       "available": available}  # fmt: skip
-    print(f"node 1 killed after {timings['killed_after']} checkouts (relay leader then: "
-          f"{timings['relay_leader_at_kill'] or 'none'}): HAProxy marked it down in "
-          f"{timings['marked_down_s']} s; {len(sale.failed)} checkouts failed first (no answer or 5xx), their "
-          f"retries with the same key ended {dict(sale.retried)}; {orders} orders for {args.shoppers} shoppers; "
-          f"events unpublished {waiting}, written {written}, in Kafka {published} messages of {distinct} of them "
-          f"(unfinished relay runs found: {len(recovered)}, events of theirs marked from Kafka: {recovered}); "
-          f"OrderCreated {created}, applied "
-          f"by the warehouse {applied}; statuses "
-          f"{dict(sorted(sale.statuses.items()))}; gate {gate_before} before flash_sale_sync, {gate_after} after, "
-          f"{available} available")
+    results["node"] = {
+        **timings,
+        "seconds": round(seconds, 1),
+        "statuses": dict(sale.statuses),
+        "failed_first": len(sale.failed),
+        "retries_ended": dict(sale.retried),
+        "orders": orders,
+        "events_waiting": waiting,
+        "order_created": created,
+        "warehouse_applied": applied,
+        "events_written": written,
+        "messages_in_kafka": published,
+        "distinct_in_kafka": distinct,
+        "unfinished_relay_runs_marked": recovered,
+        "gate_before_sync": gate_before,
+        "gate_after_sync": gate_after,
+        "available": available,
+    }
+    print(
+        f"node 1 killed after {timings['killed_after']} checkouts (relay leader then: "
+        f"{timings['relay_leader_at_kill'] or 'none'}): HAProxy marked it down in "
+        f"{timings['marked_down_s']} s; {len(sale.failed)} checkouts failed first (no answer or 5xx), their "
+        f"retries with the same key ended {dict(sale.retried)}; {orders} orders for {args.shoppers} shoppers; "
+        f"events unpublished {waiting}, written {written}, in Kafka {published} messages of {distinct} of them "
+        f"(unfinished relay runs found: {len(recovered)}, events of theirs marked from Kafka: {recovered}); "
+        f"OrderCreated {created}, applied "
+        f"by the warehouse {applied}; statuses "
+        f"{dict(sorted(sale.statuses.items()))}; gate {gate_before} before flash_sale_sync, {gate_after} after, "
+        f"{available} available"
+    )
     c.cluster("start-node", "1")
-    return [("node: HAProxy stopped sending to the dead node within its checks (fall 2 x inter 1 s, + 1 s)",
-             timings["marked_down_s"] <= 3.0),
-            ("node: every retried checkout got its order, created once",
-             set(sale.retried) <= {200, 201} and len(per_key) == len(sale.failed)
-             and all(n == 1 for n in per_key.values())),
-            (f"node: no oversell ({orders} orders + {available} available = {args.shoppers} units)",
-             orders + available == args.shoppers and reserved == orders),
-            ("node: gate and database equal after flash_sale_sync (units the dead node's requests had "
-             "admitted come back)", gate_after == available),
-            ("node: every event in Kafka, each OrderCreated applied by the warehouse once",
-             waiting == 0 and distinct == written and applied == created),
-            ("node: no event twice in Kafka (a relay killed between Kafka's ack and its mark: the next leader "
-             "marks what Kafka has instead of publishing it again)", published == distinct)]  # fmt: skip
+    return [
+        (
+            "node: HAProxy stopped sending to the dead node within its checks (fall 2 x inter 1 s, + 1 s)",
+            timings["marked_down_s"] <= 3.0,
+        ),
+        (
+            "node: every retried checkout got its order, created once",
+            set(sale.retried) <= {200, 201}
+            and len(per_key) == len(sale.failed)
+            and all(n == 1 for n in per_key.values()),
+        ),
+        (
+            f"node: no oversell ({orders} orders + {available} available = {args.shoppers} units)",
+            orders + available == args.shoppers and reserved == orders,
+        ),
+        (
+            "node: gate and database equal after flash_sale_sync (units the dead node's requests had "
+            "admitted come back)",
+            gate_after == available,
+        ),
+        (
+            "node: every event in Kafka, each OrderCreated applied by the warehouse once",
+            waiting == 0 and distinct == written and applied == created,
+        ),
+        (
+            "node: no event twice in Kafka (a relay killed between Kafka's ack and its mark: the next leader "
+            "marks what Kafka has instead of publishing it again)",
+            published == distinct,
+        ),
+    ]
 
 
 def drill_redis(args, results: dict) -> list[tuple]:
@@ -264,8 +307,10 @@ def drill_redis(args, results: dict) -> list[tuple]:
 
     def kill_primary(sale: Sale) -> None:
         sale.a_third_done()
-        timings["carts_written"] = Counter(c.api(k, "PUT", f"/api/cart/items/{demo_sku}", b'{"quantity": 2}',
-                                                 timeout=10, headers=json_body) for k in keepers)  # fmt: skip
+        timings["carts_written"] = Counter(
+            c.api(k, "PUT", f"/api/cart/items/{demo_sku}", b'{"quantity": 2}', timeout=10, headers=json_body)
+            for k in keepers
+        )
         time.sleep(1.0)
         old = c.kill_redis_primary()
         killed = time.monotonic()
@@ -286,19 +331,30 @@ def drill_redis(args, results: dict) -> list[tuple]:
     kept = sum(1 for k in keepers if get_redis_connection("default").hget(cart_key(k.user_id), demo_sku))
     old = timings["old_primary"]
     c.start_redis(old)  # the old primary back, as a replica of the new one
-    results["redis"] = {**{k: v for k, v in timings.items() if k != "carts_written"}, "orders": orders,
-                        "statuses": dict(sale.statuses), "retries_ended": dict(sale.retried),
-                        "carts_kept": kept, "stock": [available, reserved], "gate_after_sync": left}  # fmt: skip
-    print(f"Redis primary :{old} killed: the shop served again after {timings['serving_again_s']} s "
-          f"(new primary :{timings['new_primary']}); {timings['failed_meanwhile']} checkouts refused meanwhile; "
-          f"{orders} orders; gate after flash_sale_sync {left} = available {available}; "
-          f"carts kept {kept}/{len(keepers)}; statuses {dict(sorted(sale.statuses.items()))}")
-    return [("redis: a replica promoted, the shop serving again without a restart",
-             timings["new_primary"] != old),
-            (f"redis: no oversell ({orders} <= {args.units}, available + reserved = {args.units})",
-             orders <= args.units and available + reserved == args.units),
-            ("redis: gate and database consistent after flash_sale_sync", left == available),
-            ("redis: carts written a second before the kill kept", kept == len(keepers))]  # fmt: skip
+    results["redis"] = {
+        **{k: v for k, v in timings.items() if k != "carts_written"},
+        "orders": orders,
+        "statuses": dict(sale.statuses),
+        "retries_ended": dict(sale.retried),
+        "carts_kept": kept,
+        "stock": [available, reserved],
+        "gate_after_sync": left,
+    }
+    print(
+        f"Redis primary :{old} killed: the shop served again after {timings['serving_again_s']} s "
+        f"(new primary :{timings['new_primary']}); {timings['failed_meanwhile']} checkouts refused meanwhile; "
+        f"{orders} orders; gate after flash_sale_sync {left} = available {available}; "
+        f"carts kept {kept}/{len(keepers)}; statuses {dict(sorted(sale.statuses.items()))}"
+    )
+    return [
+        ("redis: a replica promoted, the shop serving again without a restart", timings["new_primary"] != old),
+        (
+            f"redis: no oversell ({orders} <= {args.units}, available + reserved = {args.units})",
+            orders <= args.units and available + reserved == args.units,
+        ),
+        ("redis: gate and database consistent after flash_sale_sync", left == available),
+        ("redis: carts written a second before the kill kept", kept == len(keepers)),
+    ]
 
 
 def drill_beats(args, results: dict) -> list[tuple]:
@@ -310,9 +366,15 @@ def drill_beats(args, results: dict) -> list[tuple]:
     # Old published events for the beats' purge (every 20 s) to delete: written published, so that no relay
     # publishes them (and stamps them as new) before they are made old.
     month_ago = timezone.now() - timedelta(days=30)
-    old = [event.id for event in OutboxEvent.objects.bulk_create(
-        OutboxEvent(aggregate_type="bench", aggregate_id=str(n), event_type="BenchOld", payload={},
-                    published_at=month_ago) for n in range(1000))]  # fmt: skip
+    old = [
+        event.id
+        for event in OutboxEvent.objects.bulk_create(
+            OutboxEvent(
+                aggregate_type="bench", aggregate_id=str(n), event_type="BenchOld", payload={}, published_at=month_ago
+            )
+            for n in range(1000)
+        )
+    ]
     started = time.monotonic()
     placed = 0
     from orders.services import place_order
@@ -322,7 +384,8 @@ def drill_beats(args, results: dict) -> list[tuple]:
         for customer in ids:  # a wave of orders, due at once: the beats' expiry takes them
             place_order(customer_id=customer, idempotency_key=f"beat-{placed}-{customer}")
         Order.objects.filter(customer_id__in=ids, status=OrderStatus.PENDING_PAYMENT).update(
-            expires_at=timezone.now() - timedelta(seconds=1))
+            expires_at=timezone.now() - timedelta(seconds=1)
+        )
         placed += len(ids)
         time.sleep(20)
     time.sleep(15)
@@ -335,18 +398,32 @@ def drill_beats(args, results: dict) -> list[tuple]:
     expired = orders.filter(status=OrderStatus.CANCELLED).count()
     stock = Stock.objects.filter(product_id="BENCH-BEAT").values_list("reserved", flat=True).get()
     old_left = OutboxEvent.objects.filter(id__in=old).count()
-    results["beats"] = {"placed": placed, "expired": expired, "cancel_events": cancel_events,
-                        "twice": sum(1 for n in per_order.values() if n > 1), "unpublished": unpublished,
-                        "reserved_left": stock, "old_events_left": old_left}  # fmt: skip
-    print(f"two beats for {args.beat_minutes} min: {placed} orders placed and expired {expired} "
-          f"({cancel_events} OrderCancelled, {results['beats']['twice']} twice); unpublished {unpublished}; "
-          f"units still reserved {stock}; old published events left after the purges {old_left} of 1,000")
+    results["beats"] = {
+        "placed": placed,
+        "expired": expired,
+        "cancel_events": cancel_events,
+        "twice": sum(1 for n in per_order.values() if n > 1),
+        "unpublished": unpublished,
+        "reserved_left": stock,
+        "old_events_left": old_left,
+    }
+    print(
+        f"two beats for {args.beat_minutes} min: {placed} orders placed and expired {expired} "
+        f"({cancel_events} OrderCancelled, {results['beats']['twice']} twice); unpublished {unpublished}; "
+        f"units still reserved {stock}; old published events left after the purges {old_left} of 1,000"
+    )
     h.delete_orders(ids)
-    return [("beats: every order expired once, its stock back once", expired == placed and stock == 0
-             and results["beats"]["twice"] == 0 and cancel_events == placed),
-            ("beats: every event published", unpublished == 0),
-            ("beats: the purge deleted the old events (two purges at once: tests/config/test_beat_on_every_node.py)",
-             old_left == 0)]  # fmt: skip
+    return [
+        (
+            "beats: every order expired once, its stock back once",
+            expired == placed and stock == 0 and results["beats"]["twice"] == 0 and cancel_events == placed,
+        ),
+        ("beats: every event published", unpublished == 0),
+        (
+            "beats: the purge deleted the old events (two purges at once: tests/config/test_beat_on_every_node.py)",
+            old_left == 0,
+        ),
+    ]
 
 
 DRILLS = {"sale": drill_sale, "node": drill_node, "redis": drill_redis, "beats": drill_beats}
