@@ -109,9 +109,11 @@ class StockMovement(models.Model):
 
 
 class Shipment(models.Model):
-    """A warehouse request to pick and ship a paid order (the warehouse consumer).
-    The warehouse knows orders only through their events: it keeps the id it was
-    given, not a foreign key into the orders app above it."""
+    """A warehouse request to pick and ship a paid order (the warehouse consumer),
+    marked shipped by inventory.services.ship_order. The warehouse knows orders
+    only through what the orders app tells it (its events, and that call when an
+    order leaves): it keeps the id it was given, not a foreign key into the
+    orders app above it."""
 
     Status = ShipmentStatus
 

@@ -1,7 +1,8 @@
 """Everything that writes stock: the ledger, reservations, staff adjustments,
-flash sales."""
+shipments, flash sales."""
 
 from inventory.services.adjustments import adjust_stock, receive_stock_bulk
+from inventory.services.shipments import ship_order
 from inventory.services.stock import (
     lock_stock,
     receive_stock,
@@ -26,6 +27,7 @@ __all__ = [
     "set_available_stock",
     "set_available_stock_bulk",
     "set_low_stock_threshold",
+    "ship_order",
     "ship_reserved_stock",
     "stock_audit",
     "take_back_returned",
