@@ -233,9 +233,20 @@ def test_units_of_a_sale_seeded_after_a_worker_loaded_its_sales_reach_its_gate(
     assert not gate.connection().hget(gate.bought_key("NEW"), order.customer_id)  # the shopper may buy again
 
 
-def test_without_redis_the_worker_reads_its_sales_from_the_database(settings):
-    from tests.helpers import stop_redis_for_this_process
+def test_without_redis_the_worker_still_expires_orders_of_a_sale(redis, settings, django_capture_on_commit_callbacks):
+    """A cold worker reads its list of sales from the database when Redis is out
+    of reach: the orders expire and their stock comes back (the gate undersells
+    until flash_sale_sync, as for any release that could not reach it)."""
+    from orders.models import OrderStatus
+    from orders.services import expire_unpaid_orders
+    from tests.helpers import expire_now, place_pending_order, stop_redis_for_this_process
 
     seed(sku="HOT", stock=5, limit=2)
-    stop_redis_for_this_process(settings)  # its orders still expire; only the gate is out of reach
+    order = place_pending_order(redis, UserFactory(), {"HOT": 2})
+    expire_now(order)
+    stop_redis_for_this_process(settings)
     assert gated_skus() == {"HOT": 2}
+    with django_capture_on_commit_callbacks(execute=True):
+        assert expire_unpaid_orders() == 1
+    order.refresh_from_db()
+    assert order.status == OrderStatus.CANCELLED and Stock.objects.get(product_id="HOT").available == 5
