@@ -35,5 +35,7 @@ RANK: dict[str, int] = {table: rank for rank, group in enumerate(LOCK_ORDER) for
 def for_update(queryset: QuerySet, *, of: tuple[str, ...] = (), skip_locked: bool = False) -> QuerySet:
     """The rows of `queryset` locked FOR UPDATE in primary-key order: the one
     way the shop takes an explicit row lock (the order of several kinds is
-    LOCK_ORDER; within a kind, the key)."""
-    return queryset.select_for_update(of=of, skip_locked=skip_locked).order_by("pk")
+    LOCK_ORDER; within a kind, the key). With `skip_locked` the queryset keeps
+    its own order: a lock that skips rows never waits, so it cannot deadlock."""
+    locked = queryset.select_for_update(of=of, skip_locked=skip_locked)
+    return locked if skip_locked else locked.order_by("pk")

@@ -25,6 +25,7 @@ The rules:
 
 from django.db.models import F
 
+from core.locks import for_update
 from orders.exceptions import PaymentNotCaptured, RefundExceedsCaptured
 from orders.models import Order, OrderStatus, Payment
 from orders.transitions import move_orders, move_payment
@@ -40,7 +41,7 @@ def applied_payment(*, order_id: int, lock: bool = False) -> Payment | None:
     """The payment that paid the order (None: unpaid, or free). `lock`: the row
     locked, for a caller that holds the order's lock and will change it."""
     payments = Payment.objects.filter(order_id=order_id, outcome=Payment.Outcome.APPLIED)
-    return (payments.select_for_update() if lock else payments).first()
+    return (for_update(payments) if lock else payments).first()
 
 
 def held_payment(*, order_id: int) -> Payment | None:
@@ -71,7 +72,7 @@ def captured_payment(*, order_id: int, free_ok: bool = False) -> Payment | None:
 def refundable(*, payment_id: int, lock: bool = False) -> int:
     """What the payment captured and no refund claimed yet."""
     left = Payment.objects.filter(id=payment_id).values_list(F("captured_amount") - F("refunded_amount"), flat=True)
-    return (left.select_for_update() if lock else left).get()
+    return (for_update(left) if lock else left).get()
 
 
 def amount_to_capture(payment: Payment) -> int:

@@ -10,6 +10,7 @@ from django.utils.formats import localize
 from django.utils.html import format_html
 
 from core.admin import ReadOnlyAdmin
+from core.locks import for_update
 from core.money import format_money, minor_units_help
 from shop.models import LoyaltyEntry, Product, Promotion, VoucherRedemption
 from shop.promotions import end_promotions, normalize_code, save_promotion
@@ -97,7 +98,7 @@ class PromotionForm(forms.ModelForm):
         # (the admin's change view is one transaction): a redemption cannot land between this
         # check and the save and make the save break promotion_uses_within_limit.
         uses = (
-            Promotion.objects.select_for_update().filter(pk=self.instance.pk).values_list("uses", flat=True).first()
+            for_update(Promotion.objects.filter(pk=self.instance.pk)).values_list("uses", flat=True).first()
             if self.instance.pk is not None
             else 0
         ) or 0

@@ -125,9 +125,7 @@ def expire_unpaid_orders(*, batch_size: int | None = None, now: datetime | None 
         with transaction.atomic():
             moment = now or timezone.now()
             due = list(
-                Order.objects.pending_expired(moment)
-                .order_by("expires_at")
-                .select_for_update(skip_locked=True)
+                for_update(Order.objects.pending_expired(moment).order_by("expires_at"), skip_locked=True)
                 .values_list("id", "customer_id")[:batch_size]
             )
             if not due:

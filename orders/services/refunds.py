@@ -20,6 +20,7 @@ from django.db import transaction
 from django.db.models import F, Sum
 from django.utils import timezone
 
+from core.locks import for_update
 from inventory.services import return_reserved_stock
 from orders import money, provider
 from orders.exceptions import OrderNotFound, OrderNotRefundable
@@ -204,8 +205,9 @@ def handle_refund_webhook(
     already completed or failed changes nothing. An amount or currency other than
     the refund's fails it, flagged for staff; so does a failure. The payment is
     REFUNDED once its completed refunds are all it captured."""
-    locked = Refund.objects.select_for_update(of=("self", "payment"))  # as before; the order only read
-    refund = locked.select_related("payment", "order").filter(id=refund_id).first()
+    # The refund and its payment (one rank, core/locks.py); the order only read.
+    found = Refund.objects.select_related("payment", "order").filter(id=refund_id)
+    refund = for_update(found, of=("self", "payment")).first()
     if refund is None or refund.payment.provider_payment_id != payment_id:
         logger.warning("refund confirmation for an unknown refund %s (payment %s)", refund_id, payment_id)
         return RefundConfirmation(None, "unknown_refund")
