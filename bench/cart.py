@@ -1,9 +1,7 @@
-"""Cart endpoints against /healthz on a gunicorn of its own: requests/s, p50, p99, CPU per request and the
-ratio (goal >= 0.5). Issue 3; bench/README.md.
+"""Cart endpoints against /healthz on a gunicorn of its own (bench/README.md).
 
-    python -m bench.cart --rounds 3 --duration 5"""
+python -m bench.cart --rounds 3 --duration 5"""
 
-import json
 import sys
 
 from django_redis import get_redis_connection
@@ -19,13 +17,9 @@ def build_specs(shoppers, skus) -> dict[str, list[h.Spec]]:
     """Each shopper cycles through its own LINES SKUs with changing quantities: every PUT writes, carts keep LINES."""
     auth = [{"Authorization": f"Token {s.token}"} for s in shoppers]
     own = [[skus[(i * LINES + j) % len(skus)] for j in range(LINES)] for i in range(len(shoppers))]
+    json_auth = [{**a, "Content-Type": "application/json"} for a in auth]
     put = [
-        h.Spec(
-            "PUT",
-            f"/api/cart/items/{own[i][r % LINES]}",
-            {**auth[i], "Content-Type": "application/json"},
-            json.dumps({"quantity": 1 + (r * 7 + i) % 9}).encode(),
-        )
+        h.Spec("PUT", f"/api/cart/items/{own[i][r % LINES]}", json_auth[i], b'{"quantity": %d}' % (1 + (r * 7 + i) % 9))
         for r in range(LINES * 2)
         for i in range(len(shoppers))
     ]
@@ -38,17 +32,7 @@ def build_specs(shoppers, skus) -> dict[str, list[h.Spec]]:
 
 
 def main(argv=None) -> int:
-    args = h.parser(
-        __doc__,
-        "workers",
-        "threads",
-        "concurrency",
-        "duration",
-        "warmup",
-        "rounds",
-        "client_threads",
-        check=(False, f"exit 1 when a ratio is below {GOAL}"),
-    ).parse_args(argv)
+    args = h.parse(argv, __doc__, *h.ENDPOINTS, check=(False, f"exit 1 when a ratio is below {GOAL}"))
     h.setup()
     skus = [f"BENCH-{i:04d}" for i in range(1, PRODUCTS + 1)]
     h.ensure_products(skus, 500_000)

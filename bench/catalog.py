@@ -1,7 +1,6 @@
-"""Catalog endpoints against /healthz on a gunicorn of its own: requests/s, p50, p99, CPU per request, the
-ratio (goal >= 0.5) and SQL statements per request once warm (goal 0). Issue 18; bench/README.md.
+"""Catalog endpoints against /healthz on a gunicorn of its own, and their SQL once warm (bench/README.md).
 
-    python -m bench.catalog --rounds 3 --duration 5"""
+python -m bench.catalog --rounds 3 --duration 5"""
 
 import sys
 
@@ -34,16 +33,9 @@ def build_specs(skus: list[str]) -> dict[str, list[h.Spec]]:
 
 
 def main(argv=None) -> int:
-    args = h.parser(
-        __doc__,
-        "workers",
-        "threads",
-        "concurrency",
-        "duration",
-        "warmup",
-        "rounds",
-        check=(False, f"exit 1 when a ratio is below {GOAL} or a request sent SQL"),
-    ).parse_args(argv)
+    args = h.parse(
+        argv, __doc__, *h.ENDPOINTS, check=(False, f"exit 1 when a ratio is below {GOAL} or a request sent SQL")
+    )
     h.setup()
     skus = [f"{PREFIX}{i:04d}" for i in range(1, PRODUCTS + 1)]
     h.ensure_products(skus, 1000)

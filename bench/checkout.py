@@ -1,8 +1,6 @@
-"""place_order against the same work through plain psycopg, (a) one hot SKU, (b) --skus SKUs and (v) as (b) with a
-voucher: orders/s and the ratio (goal >= 0.6); the SQL statements of a k-line checkout (goal k + 6; one more with a
-voucher). Issues 4 and 28; bench/README.md.
+"""place_order against the same work through plain psycopg, and a checkout's SQL statements (bench/README.md).
 
-    python -m bench.checkout [--orders 3000 --rounds 1 --skus 1000]"""
+python -m bench.checkout [--orders 3000 --rounds 1 --skus 1000]"""
 
 import hashlib
 import itertools
@@ -68,7 +66,8 @@ CEILING_STATEMENTS = 5  # besides COMMIT; one more with a voucher
 
 
 def parse_args(argv=None):
-    p = h.parser(
+    return h.parse(
+        argv,
         __doc__,
         "check",
         threads=(16, "threads, each with its own connection"),
@@ -77,11 +76,11 @@ def parse_args(argv=None):
         warmup=(10, "unmeasured orders per thread before each run"),
         skus=(1000, "SKUs of scenario (b)"),
         scenarios=("abv", "which scenarios to run: any of a, b, v"),
+        valid=(
+            lambda a: a.orders >= a.threads and a.skus >= 15 and set(a.scenarios) <= set("abv"),
+            "need --orders >= --threads, --skus >= 15, --scenarios of a, b, v",
+        ),
     )
-    args = p.parse_args(argv)
-    if args.orders < args.threads or args.skus < 15 or not set(args.scenarios) <= set("abv"):
-        p.error("need --orders >= --threads, --skus >= 15, --scenarios of a, b, v")
-    return args
 
 
 Job = namedtuple("Job", "customer_id key sku voucher", defaults=(None,))  # voucher: (id, name), scenario (v)
@@ -101,27 +100,9 @@ def psycopg_order(conn, cur, job: Job) -> bool:
         if cur.rowcount != 1:
             raise RuntimeError(f"no pending-order slot for {job.customer_id}")
         address = h.BENCH_ADDRESS  # the shopper's saved address, from process memory as the prices
-        request_hash = hashlib.sha256(json.dumps([currency, [line], address], sort_keys=True).encode())
-        cur.execute(
-            ORDER,
-            [
-                job.customer_id,
-                job.key,
-                request_hash.hexdigest(),
-                "PENDING_PAYMENT",
-                total,
-                currency,
-                expires_at,
-                now,
-                json.dumps(address),
-                json.dumps(discounts),
-                job.sku,
-                name,
-                1,
-                price,
-                off,
-            ],
-        )
+        request_hash = hashlib.sha256(json.dumps([currency, [line], address], sort_keys=True).encode()).hexdigest()
+        order = [job.customer_id, job.key, request_hash, "PENDING_PAYMENT", total, currency, expires_at, now]
+        cur.execute(ORDER, [*order, json.dumps(address), json.dumps(discounts), job.sku, name, 1, price, off])
         if (row := cur.fetchone()) is None:
             raise RuntimeError(f"order {job.key} exists")
         cur.execute(HOLDS, [f"customer:{job.customer_id}", job.sku, 1, settings.MAX_UNPAID_UNITS_PER_SKU])
@@ -138,18 +119,8 @@ def psycopg_order(conn, cur, job: Job) -> bool:
             "items": [{"sku": job.sku, "name": name, "quantity": 1, "unit_price": price, "discount": off}],
             "expires_at": expires_at.isoformat(),
         }
-        cur.execute(
-            EVENT,
-            [
-                uuid.uuid4(),
-                "order",
-                str(row[0]),
-                "OrderCreated",
-                json.dumps(payload, cls=DjangoJSONEncoder),
-                timezone.now(),
-                "",
-            ],
-        )
+        event = json.dumps(payload, cls=DjangoJSONEncoder)
+        cur.execute(EVENT, [uuid.uuid4(), "order", str(row[0]), "OrderCreated", event, timezone.now(), ""])
         cur.fetchone()
         if job.voucher:
             cur.execute(REDEEM_SQL, [job.voucher[0], job.customer_id, job.customer_id, row[0]])
@@ -259,31 +230,19 @@ def same_work(customer_id: int, sku: str, key: str, voucher: tuple | None) -> li
     with connection.cursor() as cursor:
         cursor.execute(
             """
-            SELECT o.request_hash, o.status, o.total_amount, o.currency, o.expires_at - o.created_at,
-                   o.shipping_address, o.hold_address, o.holds_units, o.rejection_reason, o.discounts,
+            SELECT o.request_hash, o.status, o.total_amount AS total, o.currency,
+                   o.expires_at - o.created_at AS "payment window", o.shipping_address AS "shipping address",
+                   o.hold_address AS "hold address", o.holds_units AS "holds units",
+                   o.rejection_reason AS "rejection reason", o.discounts,
                    (SELECT json_agg(json_build_array(sku, name, quantity, unit_price, discount)) FROM order_items
-                    WHERE order_id = o.id),
+                    WHERE order_id = o.id) AS items,
                    (SELECT json_agg(json_build_array(event_type, payload - 'order_id' - 'expires_at', attempts,
                                                      payload->>'order_id' = o.id::text, request_id))
-                    FROM outbox_events WHERE aggregate_type = 'order' AND aggregate_id = o.id::text)
+                    FROM outbox_events WHERE aggregate_type = 'order' AND aggregate_id = o.id::text) AS "outbox event"
             FROM orders o WHERE o.customer_id = %s AND o.idempotency_key IN (%s, %s) ORDER BY o.idempotency_key""",
             [customer_id, f"{key}-d", f"{key}-p"],
         )
-        rows = cursor.fetchall()
-    names = [
-        "request_hash",
-        "status",
-        "total",
-        "currency",
-        "payment window",
-        "shipping address",
-        "hold address",
-        "holds units",
-        "rejection reason",
-        "discounts",
-        "items",
-        "outbox event",
-    ]
+        names, rows = [c.name for c in cursor.description], cursor.fetchall()
     return [f"{n}: Django {a!r}, psycopg {b!r}" for n, a, b in zip(names, *rows, strict=True) if a != b]
 
 
@@ -312,44 +271,28 @@ def main(argv=None) -> int:
         code=VOUCHER, percent=10, usage_limit=10**9, per_customer_limit=10**6
     )
     voucher = (found.id, found.name)
-    PRICES.update(
-        {
-            sku: (name, price)
-            for sku, name, price in Product.objects.filter(sku__in=[HOT_SKU, *skus], is_active=True).values_list(
-                "sku", "name", "price"
-            )
-        }
-    )
+    products = Product.objects.filter(sku__in=[HOT_SKU, *skus], is_active=True)
+    PRICES.update({sku: (name, price) for sku, name, price in products.values_list("sku", "name", "price")})
     cached_products(skus=list(PRICES))  # place_order's hot cache holds the prices, as the ceiling's PRICES
     results: dict[str, dict[str, list[RunResult]]] = {}
     try:
         differences = same_work(shoppers[-1], skus[0], f"{PREFIX}{run_id}-same", None)
         differences += same_work(shoppers[-1], skus[1], f"{PREFIX}{run_id}-same-v", voucher)
-        counts = {k: count_statements(shoppers[-1], skus[10:], k, f"{PREFIX}{run_id}-count-{k}") for k in (1, 3, 5)}
-        counts["1, address in the body"] = count_statements(
-            shoppers[-1],
-            skus[10:],
-            1,
-            f"{PREFIX}{run_id}-count-body",
-            {**h.BENCH_ADDRESS, "line2": "Bench address in the body"},
-        )
-        counts["1, with a voucher"] = count_statements(
-            shoppers[-1], skus[10:], 1, f"{PREFIX}{run_id}-count-v", voucher=VOUCHER
-        )
+        body = {**h.BENCH_ADDRESS, "line2": "Bench address in the body"}
+        other = {"1, address in the body": (body,), "1, with a voucher": (None, VOUCHER)}  # k = 1, 3, 5: plain
+        counts = {
+            label: count_statements(
+                shoppers[-1], skus[10:], int(str(label)[0]), f"{PREFIX}{run_id}-c{n}", *other.get(label, ())
+            )
+            for n, label in enumerate([1, 3, 5, *other])
+        }
         # Django then psycopg, same threads, same orders; rounds interleaved (a machine shared with other work
         # drifts: each side gets the same share of it).
         scenarios = [s for s in "abv" if s in args.scenarios]
         picks = {s: [HOT_SKU] * per_run if s == "a" else [rng.choice(skus) for _ in range(per_run)] for s in scenarios}
         for n, scenario, side in itertools.product(range(args.rounds), scenarios, ("django", "psycopg")):
-            jobs = [
-                Job(
-                    shoppers[i],
-                    f"{PREFIX}{run_id}-{n}{scenario}-{side[0]}-{i}",
-                    picks[scenario][i],
-                    voucher if scenario == "v" else None,
-                )
-                for i in range(per_run)
-            ]
+            tag, code = f"{PREFIX}{run_id}-{n}{scenario}-{side[0]}", voucher if scenario == "v" else None
+            jobs = [Job(shoppers[i], f"{tag}-{i}", picks[scenario][i], code) for i in range(per_run)]
             if side == "django":
                 h.fill_carts([(job.customer_id, cart(job)) for job in jobs])
             result = run_threads(side, jobs[warm_total:], jobs[:warm_total], args.threads)

@@ -1,7 +1,6 @@
-"""The flash-sale drill: a sale over HTTP, every cart with a voucher of --voucher-uses uses, then a phase of refusals
-only; the checks listed at the end (exit 1 when one is missed). Issues 7 and 28; bench/README.md.
+"""The flash-sale drill: a sale over HTTP, then refusals only; the checks at the end (bench/README.md).
 
-    python -m bench.flash_sale [--mode queue] [--attempts 5000 --shoppers 500 --stock 100 --refused-requests 2000]"""
+python -m bench.flash_sale [--mode queue] [--attempts 5000 --shoppers 500 --stock 100 --refused-requests 2000]"""
 
 import math
 import random
@@ -37,12 +36,11 @@ TOKEN_TABLE, FLASH_TABLE = f'"{AuthToken._meta.db_table}"', f'"{FlashSale._meta.
 
 
 def parse_args(argv=None):
-    p = h.parser(
+    mode = "the sale's mode (queue: a checkout topic of the run's own and write_queued_orders)"
+    return h.parse(
+        argv,
         __doc__,
-        "concurrency",
-        "workers",
-        "threads",
-        "client_threads",
+        *("concurrency", "workers", "threads", "client_threads"),
         concurrency=64,
         attempts=(50_000, "checkout attempts in the sale"),
         shoppers=(5_000, "distinct shoppers"),
@@ -51,17 +49,12 @@ def parse_args(argv=None):
         refused_requests=(20_000, "checkouts of the refused phase (at most the rate limit per shopper)"),
         voucher_uses=(1_000, "the usage limit of the voucher every cart holds (10%% off, once a shopper)"),
         no_sql_probe=(False, "serve config.wsgi unwrapped (no per-request SQL count)"),
+        mode=("direct", mode, ("direct", "queue")),
+        valid=(
+            lambda a: 1 <= a.stock < a.shoppers <= a.attempts and a.voucher_uses >= a.stock,
+            "need 1 <= --stock < --shoppers <= --attempts (somebody has to be refused), --voucher-uses >= --stock",
+        ),
     )
-    p.add_argument(
-        "--mode",
-        choices=("direct", "queue"),
-        default="direct",
-        help="the sale's mode (default direct; queue: a checkout topic of the run's own and write_queued_orders)",
-    )
-    args = p.parse_args(argv)
-    if not 1 <= args.stock < args.shoppers <= args.attempts or args.voucher_uses < args.stock:
-        p.error("need 1 <= --stock < --shoppers <= --attempts (somebody has to be refused), --voucher-uses >= --stock")
-    return args
 
 
 def sql_probe(environ, start_response):
@@ -133,14 +126,8 @@ def sql(records) -> tuple[str, int | None, int | None]:  # (summary, statements,
         return "not measured", None, None
     total, token, flash = (sum(c[i] for c in counts) for i in range(3))
     other = total - token - flash
-    return (
-        (
-            f"{total:,} statements in {sum(1 for c in counts if c[0]):,} of {len(counts):,} requests (token lookups "
-            f"{token:,}, flash-sale list {flash:,}, anything else {other:,})"
-        ),
-        total,
-        other,
-    )
+    summary = f"{total:,} statements in {sum(1 for c in counts if c[0]):,} of {len(counts):,} requests"
+    return f"{summary} (token lookups {token:,}, flash-sale list {flash:,}, anything else {other:,})", total, other
 
 
 def print_statuses(phase: h.Run) -> None:
@@ -176,33 +163,12 @@ def main(argv=None, results: dict | None = None) -> int:
     phases: dict[str, h.Run] = {}
     seen, stop = {}, threading.Event()
     writer = h.queue_writer(env) if queue else None
-    celery = h.Child(
-        "celery",
-        [
-            str(h.VENV_BIN / "celery"),
-            "-A",
-            "config",
-            "worker",
-            "--concurrency",
-            "1",
-            "--loglevel",
-            "WARNING",
-            "--hostname",
-            f"flash-drill-{run_id}@%h",
-        ],
-        env,
-        group=True,
-    )
+    worker = f"-A config worker --concurrency 1 --loglevel WARNING --hostname flash-drill-{run_id}@%h"
+    celery = h.Child("celery", [str(h.VENV_BIN / "celery"), *worker.split()], env, group=True)
+    load = {"record": True, "concurrency": args.concurrency, "threads": args.client_threads}
 
     def run(count: int, prefix: str, tokens=(), who=()) -> h.Run:
-        return h.run_wrk(
-            server,
-            numbered=(f"fd{run_id}-{prefix}-", tokens, who),
-            count=count,
-            record=True,
-            concurrency=args.concurrency,
-            threads=args.client_threads,
-        )
+        return h.run_wrk(server, numbered=(f"fd{run_id}-{prefix}-", tokens, who), count=count, **load)
 
     try:
         celery.start()
@@ -273,36 +239,29 @@ def main(argv=None, results: dict | None = None) -> int:
     )
 
     refused_5xx, stock_after = refused.by(lambda r: r[0] >= 500), f"{state['available']}/{state['reserved']}"
+    orders, gate_left, uses = state["orders"], state["counter"], f"{args.voucher_uses:,}"
+    in_db = f"{orders:,} orders for {SKU} in the DB ({ok} responses: {len(admitted):,}; at most "
     checks = [
-        (
-            "orders created (DB) == stock",
-            state["orders"] == args.stock,
-            f"{state['orders']:,} orders for {SKU} in "
-            f"the DB ({ok} responses: {len(admitted):,}; at most {state['max_per_customer']} per shopper)",
-        ),
+        ("orders created (DB) == stock", orders == args.stock, in_db + f"{state['max_per_customer']} per shopper)"),
         ("5xx == 0", not r5xx and not refused_5xx, f"{len(r5xx)} in the sale, {len(refused_5xx)} in the refused phase"),
         ("429s occur but do not dominate", 0 < len(r429) < sale.answered / 2, f"{len(r429):,} of {sale.answered:,}"),
         (f"DB available/reserved == 0/{args.stock}", stock_after == f"0/{args.stock}", stock_after),
         (
-            f"voucher redemptions == its {args.voucher_uses:,} uses or the orders",
-            redeemed == (min(args.voucher_uses, state["orders"]),) * 2,
-            f"{redeemed[0]:,} redemptions, uses {redeemed[1]:,}, limit {args.voucher_uses:,}, {state['orders']:,} orders",
+            f"voucher redemptions == its {uses} uses or the orders",
+            redeemed == (min(args.voucher_uses, orders),) * 2,
+            f"{redeemed[0]:,} redemptions, uses {redeemed[1]:,}, limit {uses}, {orders:,} orders",
         ),
         (
             "Redis gate counter == 0",
-            state["counter"] == 0,
-            f"{state['counter']} (gate refusals counted in Redis: {state['gate_refused']:,})",
+            gate_left == 0,
+            f"{gate_left} (gate refusals counted in Redis: {state['gate_refused']:,})",
         ),
     ]
-    last_admission = max((r[4] for r in admitted), default=None)
     if queue:
-        lag = seen["drained"] - last_admission if "drained" in seen and admitted else float("inf")
+        lag = seen["drained"] - max(r[4] for r in admitted) if "drained" in seen and admitted else float("inf")
+        detail = f"{lag:.2f} s (queue depth back to 0, polled every 5 ms; the last {ok} answered)"
         checks.append(
-            (
-                f"last order written <= {WRITE_LAG_GOAL:g} s after the last admission",
-                lag <= WRITE_LAG_GOAL,
-                f"{lag:.2f} s (queue depth back to 0, polled every 5 ms; the last {ok} answered)",
-            )
+            (f"last order written <= {WRITE_LAG_GOAL:g} s after the last admission", lag <= WRITE_LAG_GOAL, detail)
         )
 
     print(
@@ -321,22 +280,14 @@ def main(argv=None, results: dict | None = None) -> int:
     hz_rps = statistics.mean([hz[1].rps, hz[2].rps])
     ratio = len(ref409) / refused.seconds / hz_rps if refused.seconds and hz_rps else 0.0
     cpu_ratio = statistics.mean([hz[1].cpu_ms, hz[2].cpu_ms]) / refused.cpu_ms if refused.cpu_ms else 0.0
-    checks.append(
-        (
-            f"refused req/s / healthz req/s >= {RATIO_GOAL}",
-            ratio >= RATIO_GOAL,
-            f"{ratio * hz_rps:,.0f} / {hz_rps:,.0f} (mean of the two /healthz runs around it) = {ratio:.2f}; "
-            f"by gunicorn CPU per request (healthz's over the refusal's): {cpu_ratio:.2f}",
-        )
-    )
+    detail = f"{ratio * hz_rps:,.0f} / {hz_rps:,.0f} (mean of the two /healthz runs around it) = {ratio:.2f}; "
+    detail += f"by gunicorn CPU per request (healthz's over the refusal's): {cpu_ratio:.2f}"
+    checks.append((f"refused req/s / healthz req/s >= {RATIO_GOAL}", ratio >= RATIO_GOAL, detail))
     (sale_sql, sale_total, sale_other), (ref_sql, ref_total, ref_other) = sql(r409), sql(ref409)
-    if sale_total is not None:
+    refused_sql = None if sale_total is None else sale_total + (ref_total or 0)
+    if refused_sql is not None:
         checks += [
-            (
-                "SQL by refused requests == 0",
-                sale_total + (ref_total or 0) == 0,
-                f"sale: {sale_sql}; refused phase: {ref_sql}",
-            ),
+            ("SQL by refused requests == 0", refused_sql == 0, f"sale: {sale_sql}; refused phase: {ref_sql}"),
             (
                 "  ...other than token-cache loads == 0",
                 sale_other == 0 and not ref_other,
@@ -344,18 +295,12 @@ def main(argv=None, results: dict | None = None) -> int:
             ),
         ]
     if results is not None:
+        ms = [r[1] for r in admitted]
         results.update(
-            stock=args.stock,
-            orders=state["orders"],
-            r5xx=len(r5xx) + len(refused_5xx),
-            db=stock_after,
-            counter=state["counter"],
-            sql=None if sale_total is None else sale_total + (ref_total or 0),
-            p50=h.pct([r[1] for r in admitted], 50),
-            p99=h.pct([r[1] for r in admitted], 99),
-            lag=lag if queue else None,
-            missed=[label.strip() for label, good, _ in checks if not good],
+            stock=args.stock, orders=orders, r5xx=len(r5xx) + len(refused_5xx), db=stock_after, counter=gate_left
         )
+        results.update(sql=refused_sql, p50=h.pct(ms, 50), p99=h.pct(ms, 99), lag=lag if queue else None)
+        results["missed"] = [label.strip() for label, good, _ in checks if not good]
     return 0 if h.print_checks(checks, "CHECKS") else 1
 
 

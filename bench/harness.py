@@ -80,20 +80,31 @@ SHARED = {
     "warmup": (2.0, "unmeasured seconds per endpoint first"),
     "check": (False, "exit 1 when a goal is missed"),
 }
+ENDPOINTS = ("workers", "threads", "concurrency", "duration", "warmup", "rounds", "client_threads")  # measure_endpoints
 
 
 def parser(doc: str, *shared: str, **own) -> argparse.ArgumentParser:
-    """The `shared` options by name (name=default in `own` changes a default), then `own`: name=(default, help); a
-    help of None hides the option from --help (one a bench gives a child process of its own)."""
+    """The `shared` options by name (name=default in `own` changes a default), then `own`: name=(default, help[,
+    choices]); a help of None hides the option from --help (one a bench gives a child process of its own)."""
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     options = {name: SHARED[name] for name in shared}
     for name, spec in own.items():
         options[name] = spec if isinstance(spec, tuple) else (spec, options[name][1])
-    for name, (default, text) in options.items():
+    for name, (default, text, *choices) in options.items():
         kind = {"action": "store_true"} if default is False else {"type": type(default), "default": default}
         shown = "" if default is False or default == "" else f" (default {default})"
-        p.add_argument("--" + name.replace("_", "-"), help=argparse.SUPPRESS if text is None else text + shown, **kind)
+        help = argparse.SUPPRESS if text is None else text + shown
+        p.add_argument("--" + name.replace("_", "-"), help=help, **kind, **({"choices": choices[0]} if choices else {}))
     return p
+
+
+def parse(argv, doc: str, *shared: str, valid=None, **own) -> argparse.Namespace:
+    """parser(doc, *shared, **own)'s arguments; valid=(test, message): an error unless test(args)."""
+    p = parser(doc, *shared, **own)
+    args = p.parse_args(argv)
+    if valid and not valid[0](args):
+        p.error(valid[1])
+    return args
 
 
 def pg_connect(**kwargs):
@@ -110,6 +121,19 @@ def lock_or_exit(bench: str, cleanup=None):
     if cleanup:
         cleanup()
     return conn
+
+
+def next_order_ids(n: int) -> list[int]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT nextval(pg_get_serial_sequence('orders', 'id')) FROM generate_series(1, %s)", [n])
+        return [row[0] for row in cursor.fetchall()]
+
+
+def copy_rows(table: str, columns: str, rows) -> None:
+    """COPY through Django's connection (in its transaction, if one is open)."""
+    with connection.cursor() as cursor, cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(row)
 
 
 def vacuum(tables: str) -> None:
@@ -216,19 +240,8 @@ class Gunicorn(Child):
     def __init__(self, *, workers=2, threads=4, env=None, app="config.wsgi"):
         bind = f"{HOST}:{free_port()}"
         self.base_url = f"http://{bind}"
-        command = [
-            str(VENV_BIN / "gunicorn"),
-            app,
-            "--bind",
-            bind,
-            "--workers",
-            str(workers),
-            "--threads",
-            str(threads),
-            "--graceful-timeout",
-            "10",
-            "--no-control-socket",
-        ]  # the default may be a dev server's
+        options = f"--bind {bind} --workers {workers} --threads {threads} --graceful-timeout 10 --no-control-socket"
+        command = [str(VENV_BIN / "gunicorn"), app, *options.split()]  # no control socket: a dev server's may be there
         super().__init__("gunicorn", command, {**PRODUCTION_LIKE_ENV, **(env or {})})
 
     def start(self):
@@ -314,13 +327,11 @@ def ensure_shoppers(count: int, *, prefix: str) -> list[Shopper]:
         AuthToken.objects.filter(user_id__in=ids)._raw_delete(AuthToken.objects.db)
         tokens = [secrets.token_hex(32) for _ in ids]
         expiry = timezone.now() + timedelta(days=1)
-        AuthToken.objects.bulk_create(
-            [
-                AuthToken(digest=hash_token(t), token_key=t[:15], user_id=u, expiry=expiry)
-                for u, t in zip(ids, tokens, strict=True)
-            ],
-            batch_size=1000,
-        )
+        rows = [
+            AuthToken(digest=hash_token(t), token_key=t[:15], user_id=u, expiry=expiry)
+            for u, t in zip(ids, tokens, strict=True)
+        ]
+        AuthToken.objects.bulk_create(rows, batch_size=1000)
         remember_tokens(AuthToken.objects.filter(user_id__in=ids).select_related("user"))
     return [Shopper(uid, f"{prefix}{i:05d}", t) for i, (uid, t) in enumerate(zip(ids, tokens, strict=True), start=1)]
 
@@ -450,11 +461,7 @@ def produce(topic: str, messages, producer=None) -> int:
         while True:
             try:
                 producer.produce(
-                    topic,
-                    value,
-                    key,
-                    headers=headers[0] if headers else None,
-                    on_delivery=lambda e, m: e and errors.append(e),
+                    topic, value, key, headers=(headers or [None])[0], on_delivery=lambda e, m: e and errors.append(e)
                 )
                 break
             except BufferError:  # librdkafka's queue is full: serve deliveries and retry
@@ -506,20 +513,13 @@ class Run:
 
 
 def run_wrk(
-    server: Gunicorn,
-    *,
-    specs: Sequence[Spec] = (),
-    numbered: tuple = (),
-    count: int | None = None,
-    duration: float | None = None,
-    concurrency=16,
-    threads=1,
-    record=False,
-) -> Run:
+    server: Gunicorn, *, specs=(), numbered=(), count=None, duration=None, concurrency=16, threads=1, record=False
+):
     """wrk, closed loop, `count` requests or `duration` s: `specs` in turn, or numbered requests (bench/wrk.lua)."""
     if shutil.which("wrk") is None:
         raise SystemExit("wrk not found: apt-get install -y wrk (make bench-tools)")
     threads = max(1, min(threads, concurrency, count or concurrency))
+    connections = max(concurrency, threads)
     host = server.base_url.removeprefix("http://")
     prefix, tokens, who = numbered or ("", [], [])
     workdir = tempfile.mkdtemp(prefix="bench-wrk-")
@@ -536,23 +536,8 @@ def run_wrk(
         }
         script.write_text("".join(f"local {k} = {v}\n" for k, v in prelude.items()) + LUA.read_text())
         cap = duration if count is None else max(120, math.ceil(count / 100), duration or 0)
-        cmd = [
-            "wrk",
-            "--latency",
-            "-t",
-            str(threads),
-            "-c",
-            str(max(concurrency, threads)),
-            "-d",
-            f"{max(1, math.ceil(cap))}s",
-            "--timeout",
-            "10s",
-            "-s",
-            str(script),
-            server.base_url + "/",
-            "--",
-            str(threads),
-        ]
+        options = f"-t {threads} -c {connections} -d {max(1, math.ceil(cap))}s --timeout 10s -s {script}"
+        cmd = ["wrk", "--latency", *options.split(), server.base_url + "/", "--", str(threads)]
         cpu0, began = server.cpu_seconds(), time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         output, finished = [], 0
@@ -584,25 +569,16 @@ def run_wrk(
         seconds = data["elapsed_us"] / 1e6 if data["elapsed_us"] and answered >= count else wall
     ms = sorted(r[1] for r in records)
     latency = [pct(ms, 50), pct(ms, 99)] if ms else [data["p50_us"] / 1000, data["p99_us"] / 1000]
-    errors = data["connect"] + data["read"] + data["write"] + data["timeout"]
+    errors, bad = data["connect"] + data["read"] + data["write"] + data["timeout"], data["status"]
     return Run(
-        f"wrk -t{threads}",
-        max(concurrency, threads),
-        count or answered,
-        answered,
-        seconds,
-        errors,
-        data["status"],
-        *latency,
-        cpu,
-        records,
+        f"wrk -t{threads}", connections, count or answered, answered, seconds, errors, bad, *latency, cpu, records
     )
 
 
 def measure_endpoints(args, specs: dict[str, list[Spec]], *, env=None, app="config.wsgi", probe=None):
     """On a gunicorn of its own (--workers, --threads), each endpoint warmed up (--warmup s), then --rounds rounds of
     every endpoint in turn (--duration, --concurrency, --client-threads); the median run of each."""
-    load = {"duration": args.duration, "concurrency": args.concurrency, "threads": getattr(args, "client_threads", 1)}
+    load = {"duration": args.duration, "concurrency": args.concurrency, "threads": args.client_threads}
     runs: dict[str, list[Run]] = {name: [] for name in specs}
     with Gunicorn(workers=args.workers, threads=args.threads, env=env, app=app) as server:
         print(f"gunicorn {args.workers} x {args.threads} threads")
@@ -629,20 +605,11 @@ def print_endpoints(runs: dict[str, Run], args, ratio: str, goal: float, extra=N
         f"\nclient {base.client}, {base.concurrency} connections, {args.duration:g} s per endpoint"
         + (f", median of {args.rounds} rounds" if args.rounds > 1 else "")
     )
-    rows = [
-        [
-            name,
-            f"{r.answered:,}",
-            f"{r.rps:,.0f}",
-            f"{r.p50_ms:.2f}",
-            f"{r.p99_ms:.2f}",
-            f"{r.cpu_ms:.2f}",
-            f"{r.errors + r.bad_status}",
-            *(f(r) for f in extra.values()),
-            *("-" if x is None else f"{x:.2f}" for x in ratios.get(name, (None, None))),
-        ]
-        for name, r in runs.items()
-    ]
+    rows = []
+    for name, r in runs.items():
+        figures = f"{r.answered:,}", f"{r.rps:,.0f}", f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}", f"{r.cpu_ms:.2f}"
+        by = ("-" if x is None else f"{x:.2f}" for x in ratios.get(name, (None, None)))
+        rows.append([name, *figures, r.errors + r.bad_status, *(f(r) for f in extra.values()), *by])
     print_table(
         ["endpoint", "requests", "req/s", "p50 ms", "p99 ms", "CPU ms/req", "errors", *extra, ratio, "by CPU"], rows
     )

@@ -1,8 +1,7 @@
-"""Queue checkout for flash sales (issue 17; bench/README.md): 1. the writer's orders/s against place_order,
-2. the drill in direct then queue mode, 3. regular orders' p99 with no sale, in direct mode and during a drain.
+"""Queue checkout for flash sales: 1. the writer, 2. the drill, 3. regular orders' p99 (bench/README.md).
 
-    python -m bench.queue [--parts 1,3 --requests 10000 --rounds 1 --hot-orders 2000 --quiet-seconds 5]
-    python -m bench.queue --parts 2 --drill "--attempts 5000 --shoppers 500 --stock 100 --refused-requests 2000"
+python -m bench.queue [--parts 1,3 --requests 10000 --rounds 1 --hot-orders 2000 --quiet-seconds 5]
+python -m bench.queue --parts 2 --drill "--attempts 5000 --shoppers 500 --stock 100 --refused-requests 2000"
 """
 
 import os
@@ -18,7 +17,6 @@ from collections import Counter
 from pathlib import Path
 
 from django.conf import settings
-from django.db import connection
 from django_redis import get_redis_connection
 
 from bench import checkout as co
@@ -39,20 +37,14 @@ CHURNED = "orders, order_items, outbox_events, outbox_pending, order_pending_cou
 def background(n: int) -> None:
     """n CANCELLED orders by COPY: with the table empty when analysed, the foreign-key checks to it seq scan."""
     customer, now = h.ensure_users(1, prefix=f"{PREFIX}B")[0], time.strftime("%Y-%m-%d %H:%M:%S+00", time.gmtime())
-    with (
-        connection.cursor() as cursor,
-        cursor.cursor.copy(
-            "COPY orders (idempotency_key, request_hash, status, "
-            "total_amount, currency, expires_at, created_at, "
-            "customer_id) FROM STDIN"
-        ) as copy,
-    ):
-        for i in range(n):
-            copy.write_row((f"bg-{i}", "-", "CANCELLED", 0, settings.SHOP_CURRENCY, now, now, customer))
+    columns = "idempotency_key, request_hash, status, total_amount, currency, expires_at, created_at, customer_id"
+    rows = ((f"bg-{i}", "-", "CANCELLED", 0, settings.SHOP_CURRENCY, now, now, customer) for i in range(n))
+    h.copy_rows("orders", columns, rows)
 
 
 def parse_args(argv=None):
-    p = h.parser(
+    args = h.parse(
+        argv,
         __doc__,
         "check",
         parts=("1,2,3", "which parts to run"),
@@ -66,33 +58,28 @@ def parse_args(argv=None):
         background=(100_000, "CANCELLED orders in the table meanwhile"),
         drill=("", 'part 2: options for bench.flash_sale, e.g. "--attempts 5000"'),
         regular_child=("", None),
+        valid=(
+            lambda a: set(a.parts.split(",")) <= set("123") and a.requests >= 1000 and a.orders >= a.threads,
+            "--parts: some of 1,2,3; --requests >= 1000; --orders >= --threads",
+        ),
     )
-    args = p.parse_args(argv)
     args.parts = {int(x) for x in args.parts.split(",")}
-    if not args.parts <= {1, 2, 3} or args.requests < 1000 or args.orders < args.threads:
-        p.error("--parts: some of 1,2,3; --requests >= 1000; --orders >= --threads")
     return args
 
 
 def queued(n: int, customers: list[int], tag: str) -> tuple[list[int], list[tuple[bytes, bytes]]]:
     """n admitted checkouts of the hot SKU as the API hands them to Kafka, ids from the orders' sequence."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT nextval(pg_get_serial_sequence('orders', 'id')) FROM generate_series(1, %s)", [n])
-        ids = [row[0] for row in cursor.fetchall()]
+    ids = h.next_order_ids(n)
     currency, lines = settings.SHOP_CURRENCY, [PricedLine(HOT, NAME, 1, PRICE)]
     address = h.BENCH_ADDRESS  # each shopper's saved one (harness.ensure_users)
     digest = OrderDraft(0, "", lines, currency, address, 0).request_hash  # as checkout hashes the request
     redis, now = get_redis_connection("default"), time.time()  # pending, as queue_checkout counts them
     redis.zadd(pending_key(HOT), dict.fromkeys(ids, now)), redis.sadd(SKUS_KEY, HOT)
-    return ids, [
-        (
-            HOT.encode(),
-            QueuedRequest(
-                i, customers[k % len(customers)], f"{tag}-{k}", digest, currency, lines, {HOT: 1}, HOT, address
-            ).to_json(),
-        )
+    requests = (
+        QueuedRequest(i, customers[k % len(customers)], f"{tag}-{k}", digest, currency, lines, {HOT: 1}, HOT, address)
         for k, i in enumerate(ids)
-    ]
+    )
+    return ids, [(HOT.encode(), request.to_json()) for request in requests]
 
 
 def drain(env: dict, n: int, customers: list[int], tag: str) -> dict:
@@ -121,16 +108,9 @@ def drain(env: dict, n: int, customers: list[int], tag: str) -> dict:
                 last, cpu = time.monotonic(), writer.cpu_seconds() - cpu0
             time.sleep(0.02)
         written, rejected, batches = poll.execute(count, [ids[0], ids[-1]]).fetchone()
-    timed = n - before
-    return {
-        "rate": timed / (last - first),
-        "seconds": last - first,
-        "window": (first, last),
-        "written": written,
-        "rejected": rejected,
-        "cpu_ms": cpu * 1000 / timed,
-        "batches": batches,
-    }
+    timed, seconds = n - before, last - first
+    result = dict(rate=timed / seconds, seconds=seconds, window=(first, last), cpu_ms=cpu * 1000 / timed)
+    return result | dict(written=written, rejected=rejected, batches=batches)
 
 
 def place(customers: list[int], n: int, args, tag: str) -> co.RunResult:
@@ -174,11 +154,8 @@ def part2(args) -> list:
     for r in range(args.rounds):
         results: dict[str, dict] = {}
         for mode in ("direct", "queue"):
-            print(
-                f"\npart 2, round {r + 1} of {args.rounds}: python -m bench.flash_sale {args.drill} --mode {mode}".replace(
-                    "  ", " "
-                )
-            )
+            command = f"python -m bench.flash_sale {args.drill} --mode {mode}".replace("  ", " ")
+            print(f"\npart 2, round {r + 1} of {args.rounds}: {command}")
             flash_sale.main([*shlex.split(args.drill), "--mode", mode], results.setdefault(mode, {}))
         if any("p99" not in results[mode] for mode in results):
             return [("2. the drill", "runs", f"failed in round {r + 1}", False)]
@@ -191,49 +168,27 @@ def part2(args) -> list:
         )
     queues = [x["queue"] for x in rounds]
     median = {
-        (mode, key): statistics.median(x[mode][key] for x in rounds)
-        for mode in ("queue", "direct")
-        for key in ("p50", "p99")
+        (m, key): statistics.median(x[m][key] for x in rounds) for m in ("queue", "direct") for key in ("p50", "p99")
     }
     q_p99, d_p99, stock = median["queue", "p99"], median["direct", "p99"], queues[0]["stock"]
     missed = sorted({m for results in rounds for mode in ("queue", "direct") for m in results[mode]["missed"]})
-    return [
-        (
-            "2. queue mode: orders written, every round",
-            f"= {stock:,}",
-            h.each((q["orders"] for q in queues), ",", ", "),
-            all(q["orders"] == q["stock"] for q in queues),
-        ),
-        (
-            "2. queue mode: 5xx, every round",
-            "0",
-            h.each((q["r5xx"] for q in queues), "", ", "),
-            all(q["r5xx"] == 0 for q in queues),
-        ),
-        (
-            "2. queue mode: SQL statements in refused requests",
-            "0",
-            ", ".join(str(q["sql"]) for q in queues),
-            all(q["sql"] == 0 for q in queues),
-        ),
-        (
-            f"2. p99 of the 202s (queue) <= of the 201s (direct), medians of {len(rounds)}",
-            "<=",
-            f"{q_p99:.0f} ms vs {d_p99:.0f} ms (p50 {median['queue', 'p50']:.0f} vs {median['direct', 'p50']:.0f})",
-            q_p99 <= d_p99,
-        ),
-        (
-            "2. last order written after the last 202, worst round",
-            "<= 2 s",
-            f"{max(q['lag'] for q in queues):.2f} s",
-            all(q["lag"] <= 2 for q in queues),
-        ),
-        (
-            "2. DB available/reserved, gate after the sale",
-            f"0/{stock}, 0",
-            ", ".join(f"{q['db']}, {q['counter']}" for q in queues),
-            all(q["db"] == f"0/{q['stock']}" and q["counter"] == 0 for q in queues),
-        ),
+    every_round = {
+        "orders written": ("orders", stock, ","),
+        "5xx": ("r5xx", 0, ""),
+        "SQL statements in refused requests": ("sql", 0, ""),
+    }
+    rows = []
+    for name, (key, want, spec) in every_round.items():
+        shown, good = h.each((q[key] for q in queues), spec, ", "), all(q[key] == want for q in queues)
+        rows.append((f"2. queue mode: {name}, every round", f"= {want:,}" if want else "0", shown, good))
+    p50s, lag = f"(p50 {median['queue', 'p50']:.0f} vs {median['direct', 'p50']:.0f})", max(q["lag"] for q in queues)
+    p99s = f"{q_p99:.0f} ms vs {d_p99:.0f} ms {p50s}"
+    clean = all(q["db"] == f"0/{stock}" and q["counter"] == 0 for q in queues)
+    gates = ", ".join(f"{q['db']}, {q['counter']}" for q in queues)
+    return rows + [
+        (f"2. p99 of the 202s (queue) <= of the 201s (direct), medians of {len(rounds)}", "<=", p99s, q_p99 <= d_p99),
+        ("2. last order written after the last 202, worst round", "<= 2 s", f"{lag:.2f} s", lag <= 2),
+        ("2. DB available/reserved, gate after the sale", f"0/{stock}, 0", gates, clean),
         ("2. the drill's other checks, both modes", "ok", ", ".join(missed) or "ok", not missed),
     ]
 
@@ -303,10 +258,8 @@ def part3(args, env: dict, hot: list[int], run_id: str) -> list:
                 f"({len(run.errors)} errors); writer {d['rate']:,.0f} orders/s over {d['seconds']:.1f} s "
                 f"({d['rejected']} rejected)"
             )
-    records = [
-        (float(a), float(lat), e)
-        for a, lat, e in (x.split() for x in out.read_text().splitlines() if x.count(" ") == 2)
-    ]  # the last line may be cut
+    lines = [x.split() for x in out.read_text().splitlines() if x.count(" ") == 2]  # the last line may be cut
+    records = [(float(a), float(lat), e) for a, lat, e in lines]
     out.unlink()
     p99: dict[str, list[float]] = {}
     for (r, name), (a, b) in windows.items():
@@ -319,14 +272,9 @@ def part3(args, env: dict, hot: list[int], run_id: str) -> list:
             f"p50/p90/p99/max {'/'.join(f'{h.pct(ms, q):.1f}' for q in (50, 90, 99, 100))} ms"
         )
     quiet, direct, queue = (statistics.median(p99[name]) for name in ("no sale", "direct mode", "queue mode"))
-    n = f"medians of {args.rounds}"
+    n, twice = f"medians of {args.rounds}", f"{queue:.1f} ms vs 2 x {quiet:.1f} ms"
     return [
-        (
-            f"3. regular p99, queue mode <= 2 x no sale, {n}",
-            "<= 2 x",
-            f"{queue:.1f} ms vs 2 x {quiet:.1f} ms",
-            queue <= 2 * quiet,
-        ),
+        (f"3. regular p99, queue mode <= 2 x no sale, {n}", "<= 2 x", twice, queue <= 2 * quiet),
         (f"3. regular p99, queue mode < direct mode, {n}", "<", f"{queue:.1f} ms vs {direct:.1f} ms", queue < direct),
     ]
 

@@ -1,7 +1,6 @@
-"""Direct checkouts' p99 with the queue's broker down against up, 150 buyers retrying queue checkouts (goal
-<= 2, median of the rounds). Issue 24; bench/README.md.
+"""Direct checkouts' p99 with the queue's broker down against up, buyers retrying queue checkouts (bench/README.md).
 
-    python -m bench.queue_outage [--rounds 1 --seconds 5]"""
+python -m bench.queue_outage [--rounds 1 --seconds 5]"""
 
 import statistics
 import sys
@@ -38,30 +37,19 @@ def phase(server, args, direct: list, queue_buyers: list, tag: str):
         + [(s.user_id, {FLASH: 1}) for s in queue_buyers]
     )
     runs, loader = {}, None
+
+    def load(name: str, shoppers: list, who: list, **options) -> None:
+        numbered = (f"qo{tag}{name[0]}-", [s.token for s in shoppers], who)
+        runs[name] = h.run_wrk(server, numbered=numbered, record=True, **options)
+
     if queue_buyers:
         queue_seconds = args.seconds + 2
         who = [i % len(queue_buyers) for i in range(int(queue_seconds * 4000))]  # more than the server can answer
-        loader = threading.Thread(
-            target=lambda: runs.update(
-                queue=h.run_wrk(
-                    server,
-                    numbered=(f"qo{tag}q-", [s.token for s in queue_buyers], who),
-                    duration=queue_seconds,
-                    concurrency=QUEUE_BUYERS,
-                    threads=2,
-                    record=True,
-                )
-            )
-        )
+        options = {"duration": queue_seconds, "concurrency": QUEUE_BUYERS, "threads": 2}
+        loader = threading.Thread(target=load, args=("queue", queue_buyers, who), kwargs=options)
         loader.start()
         time.sleep(1)
-    runs["direct"] = h.run_wrk(
-        server,
-        numbered=(f"qo{tag}d-", [s.token for s in direct], list(range(len(direct)))),
-        duration=args.seconds,
-        concurrency=DIRECT_CONNECTIONS,
-        record=True,
-    )
+    load("direct", direct, list(range(len(direct))), duration=args.seconds, concurrency=DIRECT_CONNECTIONS)
     if loader:
         loader.join()
     return runs["direct"], runs.get("queue")

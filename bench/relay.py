@@ -1,7 +1,6 @@
-"""Outbox relay throughput against a producer encoding the same envelopes (goal >= 0.8) and the case study's
-relay (goal >= 20x); commit-to-consumer lag at a steady rate (goal p99 < 1 s). Issue 6; bench/README.md.
+"""The outbox relay's throughput against a producer and the case study's relay; the lag (bench/README.md).
 
-    python -m bench.relay [--events 10000 --rounds 1 --rate 100 --seconds 5]"""
+python -m bench.relay [--events 10000 --rounds 1 --rate 100 --seconds 5]"""
 
 import contextlib
 import itertools
@@ -36,7 +35,8 @@ GOALS = {"encoding": 0.8, "floor": 20.0, "p99_ms": 1000.0}
 
 
 def parse_args(argv=None):
-    p = h.parser(
+    args = h.parse(
+        argv,
         __doc__,
         "check",
         events=(50_000, "outbox events of part 1"),
@@ -46,7 +46,6 @@ def parse_args(argv=None):
         seconds=(20.0, "duration of part 2"),
         consumer_child=("", None),
     )
-    args = p.parse_args(argv)
     args.floor_events = min(args.floor_events, args.events)
     return args
 
@@ -87,33 +86,20 @@ def insert_events(count: int, aggregates: int, base: int = AGGREGATE_BASE) -> li
     expires = (timezone.now() + timedelta(minutes=15)).isoformat()
 
     def item(n: int, quantity: int) -> dict:
-        return {
-            "sku": f"{PREFIX}{1 + n % 20:04d}",
-            "name": f"Bench product {1 + n % 20}",
-            "quantity": quantity,
-            "unit_price": 1001 + n % 20,
-        }
+        k = 1 + n % 20
+        return {"sku": f"{PREFIX}{k:04d}", "name": f"Bench product {k}", "quantity": quantity, "unit_price": 1000 + k}
 
-    return OutboxEvent.objects.bulk_create(
-        [
-            OutboxEvent(
-                aggregate_type="order",
-                aggregate_id=str(base + i % aggregates),
-                event_type="OrderCreated",
-                payload={
-                    "order_id": base + i % aggregates,
-                    "customer_id": 100_000 + i % 5_000,
-                    "currency": "EUR",
-                    "items": [item(i, 1 + i % 3), item(i + 7, 1)],
-                    "total": 3003 + i % 50,
-                    "expires_at": expires,
-                    "bench": BENCH_MARK,
-                },
-            )
-            for i in range(count)
-        ],
-        batch_size=5000,
-    )
+    def event(i: int, order_id: int) -> OutboxEvent:
+        payload = {"order_id": order_id, "customer_id": 100_000 + i % 5_000, "currency": "EUR"}
+        payload |= {"items": [item(i, 1 + i % 3), item(i + 7, 1)], "total": 3003 + i % 50, "expires_at": expires}
+        return OutboxEvent(
+            aggregate_type="order",
+            aggregate_id=str(order_id),
+            event_type="OrderCreated",
+            payload=payload | {"bench": BENCH_MARK},
+        )
+
+    return OutboxEvent.objects.bulk_create([event(i, base + i % aggregates) for i in range(count)], batch_size=5000)
 
 
 def time_relay(topic: str, ids: list[int]) -> tuple[float, int, int]:
@@ -182,17 +168,9 @@ def part1(args, topic: str, original_topic: str) -> dict:
         floor_ids = [e.id for e in insert_events(args.floor_events, args.floor_events, AGGREGATE_BASE + 40_000_000)]
         floor_s, floor_published = time_case_study(topic, args.floor_events)
         OutboxEvent.objects.filter(id__in=floor_ids).delete()
-        runs.append(
-            run := {
-                "relay": args.events / relay_s,
-                "inline": args.events / inline_s,
-                "floor": floor_published / floor_s,
-                "floor_ms": floor_s / floor_published * 1000,
-                "failures": failures,
-                "extra": relay_published - args.events,
-                "errors": errors,
-            }
-        )
+        run = {"relay": args.events / relay_s, "inline": args.events / inline_s, "floor": floor_published / floor_s}
+        run |= {"floor_ms": floor_s / floor_published * 1000, "failures": failures, "errors": errors}
+        runs.append(run | {"extra": relay_published - args.events})
         print(
             f"  round {round_no}: relay {run['relay']:,.0f}/s, producer encoding the envelopes "
             f"{run['inline']:,.0f}/s (= {run['relay'] / run['inline']:.2f}), floor {run['floor']:,.0f}/s"
@@ -200,33 +178,20 @@ def part1(args, topic: str, original_topic: str) -> dict:
 
     med = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
     failed, extra = sum(r["failures"] for r in runs), sum(max(0, r["extra"]) for r in runs)
+    relay_note = f"batch {settings.OUTBOX_BATCH_SIZE}, {failed} failed batch(es)"
+    relay_note += f", +{extra // len(runs):,} others' events/round" if extra else ""
+    floor_note = f"{med['floor_ms']:.2f} ms per event: send-and-wait + UPDATE"
     rows = [
-        (
-            "relay: OutboxRelay().drain()",
-            args.events,
-            "relay",
-            f"batch {settings.OUTBOX_BATCH_SIZE}, {failed} "
-            "failed batch(es)" + (f", +{extra // len(runs):,} others' events/round" if extra else ""),
-        ),
+        ("relay: OutboxRelay().drain()", args.events, "relay", relay_note),
         ("(a) producer encoding the envelopes", args.events, "inline", "new_producer(), no database, 1 flush"),
-        (
-            "(b) floor: the case study's relay",
-            args.floor_events,
-            "floor",
-            f"{med['floor_ms']:.2f} ms per event: send-and-wait + UPDATE",
-        ),
+        ("(b) floor: the case study's relay", args.floor_events, "floor", floor_note),
     ]
+    spread = {key: f"{min(r[key] for r in runs):,.0f}..{max(r[key] for r in runs):,.0f}" for key in med}
     print()
     h.print_table(
         ["approach", "events", "events/s (median)", "range", "note"],
         [
-            [
-                label,
-                f"{n:,}",
-                f"{med[key]:,.0f}",
-                f"{min(r[key] for r in runs):,.0f}..{max(r[key] for r in runs):,.0f}" if len(runs) > 1 else "",
-                note,
-            ]
+            [label, f"{n:,}", f"{med[key]:,.0f}", spread[key] if len(runs) > 1 else "", note]
             for label, n, key, note in rows
         ],
     )
@@ -314,14 +279,8 @@ def part2(args, topic: str, run_id: str) -> dict:
             place_order(customer_id=shoppers[total + i], idempotency_key=f"bench-rl-{run_id}-w{i}").order.id
             for i in range(warmup)
         ]
-        h.wait_until(
-            lambda: all(o in seen for o in warm_ids),
-            90,
-            "warm-up orders did not reach the consumer",
-            relay,
-            consumer,
-            every=0.05,
-        )
+        warm, why = set(warm_ids), "warm-up orders did not reach the consumer"
+        h.wait_until(lambda: warm <= seen.keys(), 90, why, relay, consumer, every=0.05)
         commit_at: dict[int, float] = {}  # order id -> wall clock right after place_order returned
         tickets, errors, start = itertools.count(), [], time.perf_counter() + 0.2
 
@@ -355,13 +314,9 @@ def part2(args, topic: str, run_id: str) -> dict:
         + (f"\n  first error: {errors[0]}" if errors else "")
         + "\n"
     )
-    h.print_table(
-        ["lag (ms)", "orders", "p50", "p90", "p99", "max"],
-        [
-            [name, f"{len(v):,}", *(f"{h.pct(v, p):.0f}" for p in (50, 90, 99)), f"{max(v, default=0):.0f}"]
-            for name, v in lags.items()
-        ],
-    )
+    pcts = {name: [h.pct(v, p) for p in (50, 90, 99)] + [max(v, default=0)] for name, v in lags.items()}
+    rows = [[name, f"{len(lags[name]):,}", *(f"{x:.0f}" for x in xs)] for name, xs in pcts.items()]
+    h.print_table(["lag (ms)", "orders", "p50", "p90", "p99", "max"], rows)
     if mine:
         span = max(seen[o][3] for o in mine) - min(seen[o][1] for o in mine)
         print(
