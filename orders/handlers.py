@@ -15,7 +15,7 @@ from django.core.mail import send_mail
 from core.formatting import format_units
 from core.money import format_money
 from orders.models import Notification, Order, Payment
-from orders.money import applied_payment, held_payment
+from orders.money import applied_payment, held_payment, is_held
 from orders.services.payments import capture_payment, void_payment
 from orders.services.refunds import submit_refund
 from outbox.consumers import Event, register
@@ -144,11 +144,8 @@ def void_what_paid_no_order(event: Event) -> None:
     another amount, for no order): its money is released."""
     if event.data["applied"] or settings.PAYMENT_CAPTURE == "immediate":
         return  # immediate capture: the provider's capture follows, and is refunded then
-    payment = Payment.objects.filter(
-        provider_payment_id=event.data["payment_id"],
-        status__in=[Payment.Status.AUTHORIZED, Payment.Status.VOIDING],
-    ).first()
-    if payment is not None:
+    payment = Payment.objects.filter(provider_payment_id=event.data["payment_id"]).first()
+    if is_held(payment):
         void_payment(payment=payment)
 
 

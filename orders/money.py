@@ -97,18 +97,17 @@ def excess_captured(payment: Payment) -> int:
 # Writes
 
 
-def claim_refund(*, payment: Payment, amount: int) -> None:
-    """`amount` of the payment's capture claimed for a refund: one conditional
-    UPDATE, RefundExceedsCaptured when it would pass what was captured."""
-    claimed = Payment.objects.filter(id=payment.id, refunded_amount__lte=F("captured_amount") - amount)
-    if not claimed.update(refunded_amount=F("refunded_amount") + amount):
-        raise RefundExceedsCaptured(amount=amount, refundable=refundable(payment_id=payment.id))
-
-
 def try_claim_refund(*, payment_id: int, amount: int) -> bool:
-    """claim_refund, answering False instead of raising (a retry that no longer fits)."""
+    """`amount` of the payment's capture claimed for a refund: one conditional
+    UPDATE; False when it would pass what was captured (nothing claimed)."""
     claimed = Payment.objects.filter(id=payment_id, refunded_amount__lte=F("captured_amount") - amount)
     return bool(claimed.update(refunded_amount=F("refunded_amount") + amount))
+
+
+def claim_refund(*, payment: Payment, amount: int) -> None:
+    """try_claim_refund, raising RefundExceedsCaptured (with what is left) when it does not fit."""
+    if not try_claim_refund(payment_id=payment.id, amount=amount):
+        raise RefundExceedsCaptured(amount=amount, refundable=refundable(payment_id=payment.id))
 
 
 def release_refund_claim(*, payment_id: int, amount: int) -> None:
