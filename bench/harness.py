@@ -7,6 +7,7 @@ import contextlib
 import ctypes
 import functools
 import importlib
+import itertools
 import json
 import math
 import os
@@ -18,6 +19,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 import zlib
@@ -60,7 +62,7 @@ VENV_BIN = ROOT / ".venv" / "bin"
 LUA = Path(__file__).with_name("wrk.lua")
 HOST = "127.0.0.1"
 PASSWORD = "bench-password-not-secret"  # bench shoppers on the development database only
-LIBC = ctypes.CDLL("libc.so.6", use_errno=True)
+DIE_WITH_PARENT = functools.partial(ctypes.CDLL("libc.so.6").prctl, 1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def setup() -> None:
@@ -154,17 +156,9 @@ class Child:
 
     def start(self):
         out, err = (subprocess.PIPE, self.log) if self.pipe_stdout else (self.log, subprocess.STDOUT)
-        self.proc = subprocess.Popen(
-            self.command,
-            cwd=ROOT,
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            text=True,
-            start_new_session=self.group,
-            preexec_fn=lambda: LIBC.prctl(1, signal.SIGTERM),
-        )  # PR_SET_PDEATHSIG
+        streams = {"stdin": subprocess.DEVNULL, "stdout": out, "stderr": err, "text": True}
+        group = {"start_new_session": self.group, "preexec_fn": DIE_WITH_PARENT}
+        self.proc = subprocess.Popen(self.command, cwd=ROOT, env=self.env, **streams, **group)
         atexit.register(self.stop)
         return self
 
@@ -230,6 +224,25 @@ def wait_until(ready, seconds: float, failure: str, *children: Child, every: flo
         time.sleep(every)
 
 
+def open_loop(place, rate: float, threads: int, count: float = math.inf) -> tuple[float, list[threading.Thread]]:
+    """place(i, due) for i = 0, 1, ... `count` (or until the process ends), each due at start + i / rate (monotonic
+    clock), however long the ones before took; from `threads` daemon threads; returns (start, the threads)."""
+    tickets, start = itertools.count(), time.monotonic() + 0.2
+
+    def body() -> None:
+        try:
+            while (i := next(tickets)) < count:
+                time.sleep(max(0.0, start + i / rate - time.monotonic()))
+                place(i, start + i / rate)
+        finally:
+            connection.close()
+
+    pool = [threading.Thread(target=body, daemon=True) for _ in range(threads)]
+    for thread in pool:
+        thread.start()
+    return start, pool
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind((HOST, 0))
@@ -278,15 +291,8 @@ def wsgi_application():  # config.wsgi's, imported in a server only: it starts w
 
 
 Shopper = namedtuple("Shopper", "user_id username token")
-BENCH_ADDRESS = {
-    "name": "Bench shopper",
-    "line1": "Calle Mayor 1",
-    "line2": "",
-    "city": "Madrid",
-    "postal_code": "28013",
-    "country": "ES",
-    "phone": "+34 600 000 000",
-}
+BENCH_ADDRESS = dict(name="Bench shopper", line1="Calle Mayor 1", line2="", city="Madrid", postal_code="28013")
+BENCH_ADDRESS |= {"country": "ES", "phone": "+34 600 000 000"}
 
 
 def ensure_users(count: int, *, prefix: str, password: str | None = None) -> list[int]:
@@ -403,14 +409,13 @@ def delete_orders(customer_ids: list[int]) -> None:
         )
         give_back_holds(order_ids=ids)  # before the items go: it reads them
         give_back_vouchers(order_ids=ids)
+        tables = [m._meta.db_table for m in (Refund, Payment, Notification, OrderItem)] + ["order_queued_aliases"]
+        deletes = [f"{table} WHERE order_id = ANY(%s)" for table in tables] + ["orders WHERE id = ANY(%s)"]
         cursor.execute(
-            "DELETE FROM outbox_events WHERE aggregate_type = 'order' AND aggregate_id = ANY(%s)",
-            [[str(i) for i in ids]],
+            "DELETE FROM outbox_events WHERE aggregate_type = 'order' AND aggregate_id = ANY(%s::text[])", [ids]
         )
-        for model in (Refund, Payment, Notification, OrderItem):
-            cursor.execute(f"DELETE FROM {model._meta.db_table} WHERE order_id = ANY(%s)", [ids])
-        cursor.execute("DELETE FROM order_queued_aliases WHERE order_id = ANY(%s)", [ids])
-        cursor.execute("DELETE FROM orders WHERE id = ANY(%s)", [ids])
+        for delete in deletes:
+            cursor.execute(f"DELETE FROM {delete}", [ids])
         cursor.execute("UPDATE order_pending_counts SET pending = 0 WHERE customer_id = ANY(%s)", [customer_ids])
     redis, customers = get_redis_connection("default"), set(customer_ids)
     _delete_keys(redis, [k for c in customer_ids for k in (cart_key(c), window_key("checkout", f"user:{c}"))])
@@ -472,7 +477,11 @@ def produce(topic: str, messages, producer=None) -> int:
     return len(errors)
 
 
-def lua_string(value: str) -> str:
+def lua(value) -> str:  # a Lua literal: a number, a string, or a list of them
+    if isinstance(value, list | tuple):
+        return "{" + ",".join(map(lua, value)) + "}"
+    if isinstance(value, int):
+        return str(value)
     return '"' + "".join(c if c.isalnum() or c in " -_./:{}[],'" else f"\\{ord(c):03d}" for c in value) + '"'
 
 
@@ -525,16 +534,9 @@ def run_wrk(
     workdir = tempfile.mkdtemp(prefix="bench-wrk-")
     try:
         out, script = f"{workdir}/out-" if record else "", Path(workdir, "bench.lua")
-        prelude = {
-            "HOST": lua_string(host),
-            "COUNT": count or 0,
-            "OUT": lua_string(out),
-            "PREFIX": lua_string(prefix),
-            "REQUESTS": "{" + ",".join(lua_string(raw_request(s, host)) for s in specs) + "}",
-            "TOKENS": "{" + ",".join(map(lua_string, tokens)) + "}",
-            "WHO": "{" + ",".join(str(i + 1) for i in who) + "}",
-        }
-        script.write_text("".join(f"local {k} = {v}\n" for k, v in prelude.items()) + LUA.read_text())
+        values = {"HOST": host, "COUNT": count or 0, "OUT": out, "PREFIX": prefix, "TOKENS": tokens}
+        values |= {"REQUESTS": [raw_request(s, host) for s in specs], "WHO": [i + 1 for i in who]}
+        script.write_text("".join(f"local {k} = {lua(v)}\n" for k, v in values.items()) + LUA.read_text())
         cap = duration if count is None else max(120, math.ceil(count / 100), duration or 0)
         options = f"-t {threads} -c {connections} -d {max(1, math.ceil(cap))}s --timeout 10s -s {script}"
         cmd = ["wrk", "--latency", *options.split(), server.base_url + "/", "--", str(threads)]

@@ -3,7 +3,6 @@
 python -m bench.relay [--events 10000 --rounds 1 --rate 100 --seconds 5]"""
 
 import contextlib
-import itertools
 import json
 import math
 import os
@@ -63,23 +62,11 @@ def cleanup() -> None:  # the part-1 events, the part-2 orders and consumers
 
 def envelope(event) -> tuple[bytes, bytes, list]:
     """The relay's message (key, value, headers), encoded in Python."""
-    value = json.dumps(
-        {
-            "event_id": str(event.event_id),
-            "event_type": event.event_type,
-            "occurred_at": event.created_at.isoformat(),
-            "aggregate_type": event.aggregate_type,
-            "aggregate_id": event.aggregate_id,
-            "data": event.payload,
-        },
-        separators=(",", ":"),
-    )
-    headers = [
-        ("event_id", str(event.event_id)),
-        ("event_type", event.event_type),
-        ("request_id", event.request_id or ""),
-    ]
-    return event.aggregate_id.encode(), value.encode(), headers
+    ids = {"event_id": str(event.event_id), "event_type": event.event_type}
+    value = ids | {"occurred_at": event.created_at.isoformat(), "aggregate_type": event.aggregate_type}
+    value |= {"aggregate_id": event.aggregate_id, "data": event.payload}
+    headers = [*ids.items(), ("request_id", event.request_id or "")]
+    return event.aggregate_id.encode(), json.dumps(value, separators=(",", ":")).encode(), headers
 
 
 def insert_events(count: int, aggregates: int, base: int = AGGREGATE_BASE) -> list:  # OrderCreated-like events
@@ -92,11 +79,9 @@ def insert_events(count: int, aggregates: int, base: int = AGGREGATE_BASE) -> li
     def event(i: int, order_id: int) -> OutboxEvent:
         payload = {"order_id": order_id, "customer_id": 100_000 + i % 5_000, "currency": "EUR"}
         payload |= {"items": [item(i, 1 + i % 3), item(i + 7, 1)], "total": 3003 + i % 50, "expires_at": expires}
+        payload |= {"bench": BENCH_MARK}
         return OutboxEvent(
-            aggregate_type="order",
-            aggregate_id=str(order_id),
-            event_type="OrderCreated",
-            payload=payload | {"bench": BENCH_MARK},
+            aggregate_type="order", aggregate_id=str(order_id), event_type="OrderCreated", payload=payload
         )
 
     return OutboxEvent.objects.bulk_create([event(i, base + i % aggregates) for i in range(count)], batch_size=5000)
@@ -171,10 +156,8 @@ def part1(args, topic: str, original_topic: str) -> dict:
         run = {"relay": args.events / relay_s, "inline": args.events / inline_s, "floor": floor_published / floor_s}
         run |= {"floor_ms": floor_s / floor_published * 1000, "failures": failures, "errors": errors}
         runs.append(run | {"extra": relay_published - args.events})
-        print(
-            f"  round {round_no}: relay {run['relay']:,.0f}/s, producer encoding the envelopes "
-            f"{run['inline']:,.0f}/s (= {run['relay'] / run['inline']:.2f}), floor {run['floor']:,.0f}/s"
-        )
+        encoding = f"producer encoding the envelopes {run['inline']:,.0f}/s (= {run['relay'] / run['inline']:.2f})"
+        print(f"  round {round_no}: relay {run['relay']:,.0f}/s, {encoding}, floor {run['floor']:,.0f}/s")
 
     med = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
     failed, extra = sum(r["failures"] for r in runs), sum(max(0, r["extra"]) for r in runs)
@@ -187,21 +170,19 @@ def part1(args, topic: str, original_topic: str) -> dict:
         ("(b) floor: the case study's relay", args.floor_events, "floor", floor_note),
     ]
     spread = {key: f"{min(r[key] for r in runs):,.0f}..{max(r[key] for r in runs):,.0f}" for key in med}
+    table = [
+        [label, f"{n:,}", f"{med[key]:,.0f}", spread[key] if len(runs) > 1 else "", note]
+        for label, n, key, note in rows
+    ]
     print()
-    h.print_table(
-        ["approach", "events", "events/s (median)", "range", "note"],
-        [
-            [label, f"{n:,}", f"{med[key]:,.0f}", spread[key] if len(runs) > 1 else "", note]
-            for label, n, key, note in rows
-        ],
-    )
-    ratio_encoding, ratio_floor = med["relay"] / med["inline"], med["relay"] / med["floor"]
-    ok_c, ok_f = ratio_encoding >= GOALS["encoding"], ratio_floor >= GOALS["floor"]
+    h.print_table(["approach", "events", "events/s (median)", "range", "note"], table)
+    by_encoding, by_floor = med["relay"] / med["inline"], med["relay"] / med["floor"]
+    ok_c, ok_f = by_encoding >= GOALS["encoding"], by_floor >= GOALS["floor"]
+    verdicts = h.verdict(ok_c, "OK"), h.verdict(ok_f, "OK")
     print(
-        f"\n  relay / producer encoding the envelopes = {ratio_encoding:.2f}  (goal >= {GOALS['encoding']})  "
-        f"{h.verdict(ok_c, 'OK')}\n  relay / floor = {ratio_floor:.1f}x  (goal >= {GOALS['floor']:.0f}x)  "
-        f"{h.verdict(ok_f, 'OK')}"
+        f"\n  relay / producer encoding the envelopes = {by_encoding:.2f}  (goal >= {GOALS['encoding']})  {verdicts[0]}"
     )
+    print(f"  relay / floor = {by_floor:.1f}x  (goal >= {GOALS['floor']:.0f}x)  {verdicts[1]}")
     if errors := sum(r["errors"] for r in runs):
         print(f"  note: {errors} delivery error(s) in the producer's runs")
     return {"ok": ok_c and ok_f}
@@ -229,11 +210,8 @@ def consumer_child(name: str) -> int:
             state.clear()
             applied = super().apply(message)
             if "order" in state:  # CreateTime: set by the relay's producer at produce()
-                print(
-                    f"E {state['order']} {message.timestamp()[1]} {received:.6f} {state.get('effect', 0.0):.6f} "
-                    f"{time.time():.6f}",
-                    flush=True,
-                )
+                times = f"{received:.6f} {state.get('effect', 0.0):.6f} {time.time():.6f}"
+                print(f"E {state['order']} {message.timestamp()[1]} {times}", flush=True)
             return applied
 
     stop = stop_on_sigterm()
@@ -250,23 +228,20 @@ LAGS = {  # part 2's lags, from (produced, received, effect, done) of an order's
 
 def part2(args, topic: str, run_id: str) -> dict:
     total, warmup = math.ceil(args.rate * args.seconds), 20
-    print(
-        f"part 2: lag at {args.rate:g} orders/s for {args.seconds:g} s ({total:,} orders, {THREADS} threads), "
-        f"topic {topic}"
-    )
+    load = f"{args.rate:g} orders/s for {args.seconds:g} s ({total:,} orders, {THREADS} threads)"
+    print(f"part 2: lag at {load}, topic {topic}")
     skus = [f"{PREFIX}{i:04d}" for i in range(1, SKUS + 1)]
     h.ensure_products(skus, 1_000_000)
     shoppers = h.ensure_users(total + warmup, prefix=PREFIX)  # the consumer finds them by the prefix
     h.fill_carts([(cid, {skus[i % len(skus)]: 1}) for i, cid in enumerate(shoppers)])
     env = {"KAFKA_ORDERS_TOPIC": topic, "KAFKA_CONSUMER_GROUP_PREFIX": settings.KAFKA_CONSUMER_GROUP_PREFIX}
-    python = str(h.VENV_BIN / "python")
+    python, child = str(h.VENV_BIN / "python"), ["-m", "bench.relay", "--consumer-child", f"bench_lag_{run_id}"]
     seen: dict[int, tuple[float, float, float, float]] = {}  # order id -> produced, received, effect, done
-    with (
-        h.Child("relay", [python, "manage.py", "relay_outbox"], env) as relay,
-        h.Child(
-            "consumer", [python, "-m", "bench.relay", "--consumer-child", f"bench_lag_{run_id}"], env, pipe_stdout=True
-        ) as consumer,
-    ):
+    relay, consumer = (
+        h.Child("relay", [python, "manage.py", "relay_outbox"], env),
+        h.Child("consumer", [python, *child], env, pipe_stdout=True),
+    )
+    with relay, consumer:
 
         def read_consumer():
             for line in consumer.proc.stdout:
@@ -275,31 +250,20 @@ def part2(args, topic: str, run_id: str) -> dict:
                     seen[int(order)] = (int(produced_ms) / 1000, *map(float, times))
 
         threading.Thread(target=read_consumer, daemon=True).start()
-        warm_ids = [
-            place_order(customer_id=shoppers[total + i], idempotency_key=f"bench-rl-{run_id}-w{i}").order.id
-            for i in range(warmup)
-        ]
-        warm, why = set(warm_ids), "warm-up orders did not reach the consumer"
+        order = lambda i: place_order(customer_id=shoppers[i], idempotency_key=f"bench-rl-{run_id}-{i}").order.id  # noqa: E731
+        warm, why = {order(total + i) for i in range(warmup)}, "warm-up orders did not reach the consumer"
         h.wait_until(lambda: warm <= seen.keys(), 90, why, relay, consumer, every=0.05)
         commit_at: dict[int, float] = {}  # order id -> wall clock right after place_order returned
-        tickets, errors, start = itertools.count(), [], time.perf_counter() + 0.2
+        errors: list[str] = []
 
-        def shopper_thread():
+        def place(i: int, due: float) -> None:
             try:
-                while (i := next(tickets)) < total:  # open loop: order i is due at start + i / rate
-                    time.sleep(max(0.0, start + i / args.rate - time.perf_counter()))
-                    try:
-                        placed = place_order(customer_id=shoppers[i], idempotency_key=f"bench-rl-{run_id}-{i}")
-                        commit_at[placed.order.id] = time.time()
-                    except Exception as exc:  # noqa: BLE001 - reported, not fatal
-                        errors.append(f"{type(exc).__name__}: {exc}")
-            finally:
-                connection.close()
+                commit_at[order(i)] = time.time()
+            except Exception as exc:  # noqa: BLE001 - reported, not fatal
+                errors.append(f"{type(exc).__name__}: {exc}")
 
-        workers = [threading.Thread(target=shopper_thread) for _ in range(THREADS)]
-        t0_wall = time.time() + (start - time.perf_counter())
-        for w in workers:
-            w.start()
+        start, workers = h.open_loop(place, args.rate, THREADS, total)
+        t0_wall = time.time() + (start - time.monotonic())
         for w in workers:
             w.join()
         deadline = time.monotonic() + 30
@@ -309,25 +273,20 @@ def part2(args, topic: str, run_id: str) -> dict:
     mine = [o for o in commit_at if o in seen]
     lags = {name: [f(seen[o], commit_at[o]) * 1000 for o in mine] for name, f in LAGS.items()}
     missing, achieved = len(commit_at) - len(mine), len(commit_at) / max(load_s, 1e-9)
-    print(
-        f"  placed {len(commit_at):,} orders in {load_s:.1f} s = {achieved:.0f} orders/s ({len(errors)} errors)"
-        + (f"\n  first error: {errors[0]}" if errors else "")
-        + "\n"
-    )
+    print(f"  placed {len(commit_at):,} orders in {load_s:.1f} s = {achieved:.0f} orders/s ({len(errors)} errors)")
+    print(f"  first error: {errors[0]}\n" if errors else "")
     pcts = {name: [h.pct(v, p) for p in (50, 90, 99)] + [max(v, default=0)] for name, v in lags.items()}
     rows = [[name, f"{len(lags[name]):,}", *(f"{x:.0f}" for x in xs)] for name, xs in pcts.items()]
     h.print_table(["lag (ms)", "orders", "p50", "p90", "p99", "max"], rows)
     if mine:
         span = max(seen[o][3] for o in mine) - min(seen[o][1] for o in mine)
-        print(
-            f"  consumer: {len(mine):,} events applied in {span:.1f} s = {len(mine) / max(span, 1e-9):.0f} "
-            f"events/s (the input was {achieved:.0f}/s)"
-        )
+        applied = f"{len(mine):,} events applied in {span:.1f} s = {len(mine) / max(span, 1e-9):.0f} events/s"
+        print(f"  consumer: {applied} (the input was {achieved:.0f}/s)")
     p99 = h.pct(lags["commit -> consumer's effect committed"], 99) if mine else float("inf")
     ok = p99 < GOALS["p99_ms"] and missing == 0 and not errors
+    late = f"; {missing} order(s) did not reach the consumer within 30 s" if missing else ""
     print(
-        f"\n  p99 lag (commit -> effect) = {p99:.0f} ms  (goal < {GOALS['p99_ms']:.0f} ms)  {h.verdict(ok, 'OK')}"
-        + (f"; {missing} order(s) did not reach the consumer within 30 s" if missing else "")
+        f"\n  p99 lag (commit -> effect) = {p99:.0f} ms  (goal < {GOALS['p99_ms']:.0f} ms)  {h.verdict(ok, 'OK')}{late}"
     )
     return {"ok": ok}
 
@@ -342,10 +301,10 @@ def main(argv=None) -> int:
     original_topic, settings.KAFKA_ORDERS_TOPIC = settings.KAFKA_ORDERS_TOPIC, topic
     settings.KAFKA_CONSUMER_GROUP_PREFIX = f"bench.relay.{run_id}."
     lock = h.lock_or_exit("relay", cleanup)
-    print(
-        f"python -m bench.relay: {os.cpu_count()} CPU(s), broker {settings.KAFKA_BOOTSTRAP_SERVERS}, "
-        f"batch size {settings.OUTBOX_BATCH_SIZE}, DEBUG={settings.DEBUG}"
+    setup = (
+        f"broker {settings.KAFKA_BOOTSTRAP_SERVERS}, batch size {settings.OUTBOX_BATCH_SIZE}, DEBUG={settings.DEBUG}"
     )
+    print(f"python -m bench.relay: {os.cpu_count()} CPU(s), {setup}")
     topics = [topic, lag_topic, f"{lag_topic}.dlq"]
     ensure_topics(topics=topics)
     results: dict[str, dict] = {}
