@@ -108,17 +108,9 @@ def psycopg_order(conn, cur, job: Job) -> bool:
         cur.execute(HOLDS, [f"customer:{job.customer_id}", job.sku, 1, settings.MAX_UNPAID_UNITS_PER_SKU])
         if cur.fetchone() is None:
             raise RuntimeError(f"hold limit reached for {job.customer_id}")
-        payload = {
-            "order_id": row[0],
-            "customer_id": job.customer_id,
-            "subtotal": price,
-            "discounts": discounts,
-            "total": total,
-            "currency": currency,
-            "shipping_address": address,
-            "items": [{"sku": job.sku, "name": name, "quantity": 1, "unit_price": price, "discount": off}],
-            "expires_at": expires_at.isoformat(),
-        }
+        items = [{"sku": job.sku, "name": name, "quantity": 1, "unit_price": price, "discount": off}]
+        payload = dict(order_id=row[0], customer_id=job.customer_id, subtotal=price, discounts=discounts, total=total)
+        payload |= dict(currency=currency, shipping_address=address, items=items, expires_at=expires_at.isoformat())
         event = json.dumps(payload, cls=DjangoJSONEncoder)
         cur.execute(EVENT, [uuid.uuid4(), "order", str(row[0]), "OrderCreated", event, timezone.now(), ""])
         cur.fetchone()
@@ -246,9 +238,7 @@ def same_work(customer_id: int, sku: str, key: str, voucher: tuple | None) -> li
     return [f"{n}: Django {a!r}, psycopg {b!r}" for n, a, b in zip(names, *rows, strict=True) if a != b]
 
 
-def count_statements(
-    customer_id: int, skus: list[str], k: int, key: str, address: dict | None = None, voucher: str | None = None
-) -> tuple:
+def count_statements(customer_id: int, skus: list[str], k: int, key: str, address=None, voucher=None) -> tuple:
     """One checkout of a k-line cart outside any transaction: (CaptureQueriesContext, execute_wrapper) counts."""
     cached_products(skus=skus[:k])  # a checkout in steady state: the prices, promotions and voucher in the hot cache
     cached_promotions(), cached_voucher(VOUCHER)
@@ -304,50 +294,37 @@ def main(argv=None) -> int:
 
     titles, ok = {"a": "(a) 1 hot SKU", "b": f"(b) {args.skus} SKUs, random", "v": "(v) (b) with a voucher"}, True
     rounds = f"median of {args.rounds} interleaved runs" if args.rounds > 1 else "one run"
-    print(
-        f"\nplace_order vs the same work through plain psycopg: {args.threads} threads, {args.orders} orders a run,"
-        f" {rounds}; CPU ms/order: this process's"
-    )
-    print(
-        f"{'scenario':<24}{'side':<10}{'orders/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'CPU ms/order':>14}{'errors':>8}"
-        "   orders/s of each run"
-    )
+    work = f"{args.threads} threads, {args.orders} orders a run, {rounds}; CPU ms/order: this process's"
+    print(f"\nplace_order vs the same work through plain psycopg: {work}")
+    rows, ratios, errors = [], [], []
     for scenario, sides in results.items():
         median = {side: h.median(runs, lambda r: r.rate) for side, runs in sides.items()}
-        for i, (side, r) in enumerate(median.items()):
-            p50, p99 = (h.pct(r.latencies, p) * 1000 for p in (50, 99))
-            print(
-                f"{titles[scenario] if i == 0 else '':<24}{side:<10}{r.rate:>10.0f}{p50:>9.2f}{p99:>9.2f}"
-                f"{r.cpu_ms:>14.2f}{sum(len(x.errors) for x in sides[side]):>8}"
-                f"   {h.each((x.rate for x in sides[side]), '.0f')}"
-            )
+        for side, r in median.items():
+            p50, p99 = (f"{h.pct(r.latencies, p) * 1000:.2f}" for p in (50, 99))
+            each_run = h.each((x.rate for x in sides[side]), ".0f")
+            figures = [f"{r.rate:.0f}", p50, p99, f"{r.cpu_ms:.2f}", sum(len(x.errors) for x in sides[side]), each_run]
+            rows.append([titles[scenario] * (side == "django"), side, *figures])
+            errors += [f"  {titles[scenario]}, {side} error: {e}" for run in sides[side] for e in run.errors][:3]
         ratio = median["django"].rate / median["psycopg"].rate if median["psycopg"].rate else 0.0
         each = h.each(d.rate / p.rate for d, p in zip(sides["django"], sides["psycopg"], strict=True))
         ok &= (met := ratio >= GOALS[scenario])
-        print(
-            f"{'':<24}ratio django/psycopg = {ratio:.2f}  (goal >= {GOALS[scenario]})  {h.verdict(met)}"
-            f"   [each round: {each}]"
-        )
-        for side, runs in sides.items():
-            for error in [e for run in runs for e in run.errors][:3]:
-                print(f"{'':<24}{side} error: {error}")
+        goal = f"(goal >= {GOALS[scenario]})  {h.verdict(met)}   [each round: {each}]"
+        ratios.append(f"  {titles[scenario]}: ratio django/psycopg = {ratio:.2f}  {goal}")
+    h.print_table(["scenario", "side", "orders/s", "p50 ms", "p99 ms", "CPU ms/order", "errors", "each run"], rows)
+    print("\n".join(ratios + errors))
     if differences or (counts[1][1], counts["1, with a voucher"][1]) != (CEILING_STATEMENTS, CEILING_STATEMENTS + 1):
         ok = False
-        print(
-            f"the ceiling no longer does place_order's work: update bench/checkout.py. place_order sent "
-            f"{counts[1][1]} statements for a one-line cart, the ceiling {CEILING_STATEMENTS}; "
-            f"rows that differ: {differences or 'none'}"
-        )
+        sent = f"place_order sent {counts[1][1]} statements for a one-line cart, the ceiling {CEILING_STATEMENTS}"
+        why = f"{sent}; rows that differ: {differences or 'none'}"
+        print(f"the ceiling no longer does place_order's work: update bench/checkout.py. {why}")
     else:
         print("the ceiling wrote the same rows as place_order (an order each way, compared) with as many statements")
     print("\nSQL statements per checkout of a k-line cart (caches warm; execute_wrapper + BEGIN + COMMIT):")
     for label, (captured, wrapped) in counts.items():
         goal = int(str(label).split(",")[0]) + STATEMENT_GOAL_EXTRA + ("voucher" in str(label))
         ok &= (met := wrapped + 2 <= goal)
-        print(
-            f"  k={label}: execute_wrapper {wrapped} + BEGIN + COMMIT = {wrapped + 2}; CaptureQueriesContext "
-            f"{captured}  (goal <= {goal})  {h.verdict(met)}"
-        )
+        counted = f"execute_wrapper {wrapped} + BEGIN + COMMIT = {wrapped + 2}; CaptureQueriesContext {captured}"
+        print(f"  k={label}: {counted}  (goal <= {goal})  {h.verdict(met)}")
     return 1 if args.check and not ok else 0
 
 
