@@ -8,11 +8,13 @@ import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 
 import pytest
 from django.test import Client
 from django.urls import include, path
 
+from config import dev_provider
 from orders.signatures import verify_signature
 
 urlpatterns = [path("dev/payment-provider/", include("config.dev_provider_urls"))]
@@ -92,6 +94,22 @@ def open_session(**fields) -> dict:
 def pay_page(session: dict, action: str | None = None):
     page = f"/dev/payment-provider/pay/{session['id']}"
     return Client().post(page, {"action": action}) if action else Client().get(page)
+
+
+def acts_after_answering(monkeypatch) -> list[tuple]:
+    """What the provider starts to do after its answer, in a thread of its own (a refund's
+    confirmation): recorded when started, never run."""
+    started = []
+
+    class Recorded:
+        def __init__(self, *, target, args=(), daemon=None) -> None:
+            self.act = (target.__name__, args)
+
+        def start(self) -> None:
+            started.append(self.act)
+
+    monkeypatch.setattr(dev_provider, "threading", SimpleNamespace(Thread=Recorded))
+    return started
 
 
 def stored_session(redis, session: dict) -> dict:
@@ -217,15 +235,22 @@ def test_captures_and_voids_answer_and_a_retry_gets_the_same(redis, name, body, 
     assert redis.keys("dev-provider:*") == [b"dev-provider:key-1"]
 
 
+def test_a_refund_is_pending_and_confirmed_after_the_answer_once(monkeypatch):
+    later = acts_after_answering(monkeypatch)
+    first, again = call("refunds", REFUND), call("refunds", REFUND)
+    assert first.json() == {"id": "re_sim_7", "status": "pending"} and again.content == first.content
+    assert later == [("_confirm", (REFUND,))]  # the webhook, from a thread of its own
+
+
 @pytest.mark.parametrize("name, body", [("sessions", SESSION), ("captures", CAPTURE), ("voids", VOID),
                                         ("refunds", REFUND)])  # fmt: skip
-def test_the_fail_drill_answers_503_and_does_nothing(settings, redis, shop, name, body):
+def test_the_fail_drill_answers_503_and_does_nothing(settings, redis, shop, monkeypatch, name, body):
+    later = acts_after_answering(monkeypatch)
     settings.DEV_PROVIDER_FAILURE = "fail"
     answer = call(name, body)
     assert answer.status_code == 503 and answer.json() == {"error": "simulated outage"}
     assert redis.keys("dev-provider:*") == []
-    time.sleep(0.7)  # a refund would have been confirmed by now
-    assert shop.deliveries == []
+    assert later == [] and shop.deliveries == []
 
 
 def test_the_fail_drill_leaves_the_pay_page_alone(settings, shop):

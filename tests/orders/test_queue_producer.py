@@ -5,6 +5,7 @@ broker did not take. On a broker of the test's own, killed and restarted."""
 
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 from django.db import connection
@@ -27,17 +28,20 @@ def refused(reason: str) -> float:
     return REGISTRY.get_sample_value("shop_queue_unavailable_total", {"reason": reason}) or 0.0
 
 
-def test_the_breaker_lets_one_trial_through_after_its_open_period():
-    breaker = Breaker(open_seconds=0.2)
+def test_the_breaker_lets_one_trial_through_after_its_open_period(monkeypatch):
+    clock = SimpleNamespace(now=1000.0)  # the breaker's monotonic clock, moved by hand
+    monkeypatch.setattr("orders.queue_producer.time", SimpleNamespace(monotonic=lambda: clock.now))
+    breaker = Breaker(open_seconds=0.25)
     assert breaker.allow() and breaker.allow()  # closed
     breaker.failed()
+    clock.now += 0.125
     assert not breaker.allow()
-    time.sleep(0.25)
+    clock.now += 0.125
     assert breaker.allow()  # the trial
     assert not breaker.allow()  # only one at a time
     breaker.failed()
     assert not breaker.allow()
-    time.sleep(0.25)
+    clock.now += 0.25
     assert breaker.allow()
     breaker.succeeded()
     assert breaker.allow() and breaker.allow() and not breaker.is_open

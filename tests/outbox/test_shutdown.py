@@ -5,11 +5,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
+from confluent_kafka import ConsumerGroupState
 from django.conf import settings
 from django.db import connection
+
+from core.kafka import admin_client
+from orders.queue_writer import WRITER_GROUP
+from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.kafka, pytest.mark.slow]
 
@@ -30,16 +34,31 @@ def start(args, tmp_path, kafka_topic):
     return process, log
 
 
-@pytest.mark.parametrize("args", [["relay_outbox"], ["consume_events", "loyalty"], ["write_queued_orders"]])
-def test_sigterm_stops_the_process_cleanly(args, tmp_path, kafka_topic):
+def group_state(admin, group: str) -> ConsumerGroupState:
+    return admin.describe_consumer_groups([group])[group].result(timeout=10).state
+
+
+@pytest.mark.parametrize(
+    "args, group",
+    [(["relay_outbox"], None), (["consume_events", "loyalty"], "loyalty"), (["write_queued_orders"], WRITER_GROUP)],
+)
+def test_sigterm_stops_the_process_cleanly(args, group, tmp_path, kafka_topic):
     process, log = start(args, tmp_path, kafka_topic)
+    output = tmp_path / "process.log"
+    group, admin = group and f"{kafka_topic}.{group}", admin_client()  # the group prefix start() gives
+
+    def in_its_loop() -> bool:
+        """The relay says so; a consumer (the queue's writer too) has joined its group, by polling."""
+        if group is None:
+            return "relay: publishing outbox events" in output.read_text()
+        return group_state(admin, group) == ConsumerGroupState.STABLE
+
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and "Ctrl-C to stop" not in (tmp_path / "process.log").read_text():
-            time.sleep(0.2)
-        time.sleep(1)  # into its loop
+        assert wait_until(in_its_loop, 30), output.read_text()[-2000:]
         process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=20) == 0, (tmp_path / "process.log").read_text()[-2000:]
+        assert process.wait(timeout=20) == 0, output.read_text()[-2000:]
+        if group:
+            assert group_state(admin, group) == ConsumerGroupState.EMPTY  # it left the group, not timed out of it
     finally:
         if process.poll() is None:
             process.kill()

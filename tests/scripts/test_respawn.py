@@ -69,7 +69,7 @@ def test_respawn_stops_while_it_waits_to_restart():
     loop = start([sys.executable, "-c", "import sys; print(1, flush=True); sys.exit(3)"])
     try:
         assert next_pid(loop) == 1
-        time.sleep(0.3)  # the command has exited; the loop waits its backoff
+        assert "starting it again in 1 s" in loop.stderr.readline()  # the command has exited; the loop waits
         loop.send_signal(signal.SIGTERM)
         assert loop.wait(timeout=2) == 3
     finally:
