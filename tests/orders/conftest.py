@@ -10,6 +10,7 @@ from inventory.services.flash_sales import seed_flash_sale
 from orders.models import Order
 from orders.queue_producer import forget_queue_producer
 from orders.queue_writer import QueueWriter
+from orders.services import queue_admission
 from orders.services.queue_admission import queue_depths
 from outbox.topics import ensure_topics
 from tests.factories import UserFactory, product_with_stock
@@ -31,14 +32,18 @@ SKU = "FLASH-Q"
 
 @pytest.fixture
 def queue_topic(settings, run_id):
-    """A checkout topic and writer group of this test's own; a fresh producer."""
+    """A checkout topic and writer group of this test's own; a fresh producer, and a
+    fresh block of order ids (the process keeps one: a test that counts the statements
+    taking ids, or expects them in a row, does not start on one another test left)."""
     topic = f"test.{run_id}.checkout.{next(_topics)}"
     settings.KAFKA_CHECKOUT_TOPIC = topic
     settings.KAFKA_CONSUMER_GROUP_PREFIX = f"{topic}."
     ensure_topics(topics=[topic])
     forget_queue_producer()
+    queue_admission._ids = queue_admission._IdBlock()
     yield topic
     forget_queue_producer()
+    queue_admission._ids = queue_admission._IdBlock()
 
 
 def queue_sale(stock: int, *, mode: str = "queue", limit: int | None = None) -> None:
