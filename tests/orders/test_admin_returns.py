@@ -24,7 +24,7 @@ from orders.services import (
 from orders.services.payments import capture_payment
 from shop.models import LoyaltyEntry
 from tests.factories import UserFactory, product_with_stock
-from tests.helpers import place_pending_order, staff_client
+from tests.helpers import place_pending_order, staff_client, wall_clock_back_to_midday
 from tests.orders.test_admin_payments import said
 from tests.orders.test_payment_lifecycle import authorize
 from tests.orders.test_returns import ship
@@ -381,7 +381,10 @@ def test_returns_are_for_order_managers_only(stock_manager, order_manager, provi
 # --- the dashboard ----------------------------------------------------------------------------------------
 
 
-def test_dashboard_shows_loyalty_entries_and_the_returns_awaiting_staff(order_manager, stock_manager, provider, order):
+def test_dashboard_shows_loyalty_entries_and_the_returns_awaiting_staff(
+    order_manager, stock_manager, provider, order, monkeypatch
+):
+    wall_clock_back_to_midday(monkeypatch)  # the entries below and the page's "today" are one day
     shipped(order)
     first, second = return_of(order, A=1), return_of(order, B=1)
     return_of(order, A=1)
