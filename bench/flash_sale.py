@@ -77,16 +77,10 @@ def sale_state(customer_ids: list[int]) -> dict:
         )
         per_customer = dict(cursor.fetchall())
     stock = Stock.objects.filter(product_id=SKU).values("available", "reserved").first() or {}
-    counter = gate.counters(skus=[SKU])[SKU]
-    return {
-        "orders": sum(per_customer.values()),
-        "winners": set(per_customer),
-        "available": stock.get("available"),
-        "max_per_customer": max(per_customer.values(), default=0),
-        "reserved": stock.get("reserved"),
-        "counter": counter["remaining"],
-        "gate_refused": counter["refused"],
-    }
+    counter, orders = gate.counters(skus=[SKU])[SKU], per_customer.values()
+    state = dict(orders=sum(orders), winners=set(per_customer), max_per_customer=max(orders, default=0))
+    state |= dict(available=stock.get("available"), reserved=stock.get("reserved"))
+    return state | dict(counter=counter["remaining"], gate_refused=counter["refused"])
 
 
 def watch_queue(stop: threading.Event, seen: dict) -> None:
@@ -175,16 +169,14 @@ def main(argv=None, results: dict | None = None) -> int:
         if writer:  # its consumer group joined: it has skipped a message that is not a checkout request
             writer.start()
             h.produce(settings.KAFKA_CHECKOUT_TOPIC, [h.WARM_UP])
-            h.wait_until(
-                lambda: "not a checkout request" in writer.tail(), 60, "write_queued_orders not reading", writer
-            )
+            reading = lambda: "not a checkout request" in writer.tail()  # noqa: E731
+            h.wait_until(reading, 60, "write_queued_orders not reading", writer)
         app = "config.wsgi" if args.no_sql_probe else "bench.flash_sale:sql_probe"
         with h.Gunicorn(workers=args.workers, threads=args.threads, env=env, app=app) as server:
-            print(
-                f"flash-sale drill {run_id}, {args.mode} mode: {SKU} with {args.stock} units, {len(shoppers):,} "
-                f"shoppers; gunicorn {args.workers} x {args.threads} threads, RATE_LIMIT_CHECKOUT={RATE_LIMIT}, "
-                f"{'no SQL probe' if args.no_sql_probe else 'SQL probe on'}; wrk, {args.concurrency} connections"
-            )
+            item = f"{SKU} with {args.stock} units, {len(shoppers):,} shoppers"
+            server_ = f"gunicorn {args.workers} x {args.threads} threads, RATE_LIMIT_CHECKOUT={RATE_LIMIT}"
+            probe = f"{'no SQL probe' if args.no_sql_probe else 'SQL probe on'}; wrk, {args.concurrency} connections"
+            print(f"flash-sale drill {run_id}, {args.mode} mode: {item}; {server_}, {probe}")
             run(2000, "w")  # warm-up: connections and /healthz only
             phases["healthz0"] = run(args.healthz_requests, "h0")
             tokens, who = plan(shoppers, args.attempts, WAVE, rng)
@@ -225,57 +217,42 @@ def main(argv=None, results: dict | None = None) -> int:
     ok = 202 if queue else 201  # the status of an admitted checkout
     admitted, r409, r429 = (sale.by(lambda r, s=s: r[0] == s) for s in (ok, 409, 429))
     r5xx = sale.by(lambda r: r[0] >= 500)
-    print(
-        f"\nTHE SALE: {sale.answered:,} of {sale.sent:,} checkout attempts answered in {sale.seconds:.1f} s = "
-        f"{sale.rps:,.0f} requests/s ({sale.client} -c{sale.concurrency}); {sale.errors} socket errors/timeouts; "
-        f"gunicorn CPU {sale.cpu_ms:.2f} ms/request"
-    )
+    answered = f"{sale.answered:,} of {sale.sent:,} checkout attempts answered in {sale.seconds:.1f} s"
+    client = f"({sale.client} -c{sale.concurrency}); {sale.errors} socket errors/timeouts"
+    print(f"\nTHE SALE: {answered} = {sale.rps:,.0f} requests/s {client}; gunicorn CPU {sale.cpu_ms:.2f} ms/request")
     print_statuses(sale)
     began = min(r[4] - r[1] / 1000 for r in sale.records)  # when the first request was sent
     first = [r for r in admitted if r[4] - r[1] / 1000 < began + 1]
-    print(
-        f"  admitted ({ok}) sent in the sale's first second: {len(first):,}, {lat(first)}; later: "
-        f"{len(admitted) - len(first):,}, {lat([r for r in admitted if r not in first])}"
-    )
+    later = f"{len(admitted) - len(first):,}, {lat([r for r in admitted if r not in first])}"
+    print(f"  admitted ({ok}) sent in the sale's first second: {len(first):,}, {lat(first)}; later: {later}")
 
     refused_5xx, stock_after = refused.by(lambda r: r[0] >= 500), f"{state['available']}/{state['reserved']}"
     orders, gate_left, uses = state["orders"], state["counter"], f"{args.voucher_uses:,}"
+    vouchers = f"{redeemed[0]:,} redemptions, uses {redeemed[1]:,}, limit {uses}, {orders:,} orders"
+    want, refusals = (min(args.voucher_uses, orders),) * 2, state["gate_refused"]
     in_db = f"{orders:,} orders for {SKU} in the DB ({ok} responses: {len(admitted):,}; at most "
     checks = [
         ("orders created (DB) == stock", orders == args.stock, in_db + f"{state['max_per_customer']} per shopper)"),
         ("5xx == 0", not r5xx and not refused_5xx, f"{len(r5xx)} in the sale, {len(refused_5xx)} in the refused phase"),
         ("429s occur but do not dominate", 0 < len(r429) < sale.answered / 2, f"{len(r429):,} of {sale.answered:,}"),
         (f"DB available/reserved == 0/{args.stock}", stock_after == f"0/{args.stock}", stock_after),
-        (
-            f"voucher redemptions == its {uses} uses or the orders",
-            redeemed == (min(args.voucher_uses, orders),) * 2,
-            f"{redeemed[0]:,} redemptions, uses {redeemed[1]:,}, limit {uses}, {orders:,} orders",
-        ),
-        (
-            "Redis gate counter == 0",
-            gate_left == 0,
-            f"{gate_left} (gate refusals counted in Redis: {state['gate_refused']:,})",
-        ),
+        (f"voucher redemptions == its {uses} uses or the orders", redeemed == want, vouchers),
+        ("Redis gate counter == 0", gate_left == 0, f"{gate_left} (gate refusals counted in Redis: {refusals:,})"),
     ]
     if queue:
         lag = seen["drained"] - max(r[4] for r in admitted) if "drained" in seen and admitted else float("inf")
         detail = f"{lag:.2f} s (queue depth back to 0, polled every 5 ms; the last {ok} answered)"
-        checks.append(
-            (f"last order written <= {WRITE_LAG_GOAL:g} s after the last admission", lag <= WRITE_LAG_GOAL, detail)
-        )
+        label = f"last order written <= {WRITE_LAG_GOAL:g} s after the last admission"
+        checks.append((label, lag <= WRITE_LAG_GOAL, detail))
 
-    print(
-        f"\nREFUSED PHASE (after the sale, rate-limit windows reset, {len(losers):,} shoppers without an order, "
-        f"{per_loser} checkouts each at most): {refused.answered:,} answered in {refused.seconds:.1f} s = "
-        f"{refused.rps:,.0f} requests/s; gunicorn CPU {refused.cpu_ms:.2f} ms/request"
-    )
+    who = f"after the sale, rate-limit windows reset, {len(losers):,} shoppers without an order, {per_loser} checkouts"
+    answered = f"{refused.answered:,} answered in {refused.seconds:.1f} s = {refused.rps:,.0f} requests/s"
+    print(f"\nREFUSED PHASE ({who} each at most): {answered}; gunicorn CPU {refused.cpu_ms:.2f} ms/request")
     print_statuses(refused)
     hz = [phases[f"healthz{i}"] for i in range(3)]
     for label, phase in zip(("before the sale", "just before the refused phase", "just after it"), hz, strict=True):
-        print(
-            f"GET /healthz {label}: {phase.rps:,.0f} requests/s, CPU {phase.cpu_ms:.2f} ms/request, "
-            f"{lat(phase.records)}, non-200: {len(phase.by(lambda r: r[0] != 200))}"
-        )
+        served = f"{phase.rps:,.0f} requests/s, CPU {phase.cpu_ms:.2f} ms/request, {lat(phase.records)}"
+        print(f"GET /healthz {label}: {served}, non-200: {len(phase.by(lambda r: r[0] != 200))}")
     ref409 = refused.by(lambda r: r[0] == 409)
     hz_rps = statistics.mean([hz[1].rps, hz[2].rps])
     ratio = len(ref409) / refused.seconds / hz_rps if refused.seconds and hz_rps else 0.0
@@ -286,19 +263,12 @@ def main(argv=None, results: dict | None = None) -> int:
     (sale_sql, sale_total, sale_other), (ref_sql, ref_total, ref_other) = sql(r409), sql(ref409)
     refused_sql = None if sale_total is None else sale_total + (ref_total or 0)
     if refused_sql is not None:
-        checks += [
-            ("SQL by refused requests == 0", refused_sql == 0, f"sale: {sale_sql}; refused phase: {ref_sql}"),
-            (
-                "  ...other than token-cache loads == 0",
-                sale_other == 0 and not ref_other,
-                f"sale {sale_other}, refused phase {ref_other}",
-            ),
-        ]
+        checks.append(("SQL by refused requests == 0", refused_sql == 0, f"sale: {sale_sql}; refused phase: {ref_sql}"))
+        others = f"sale {sale_other}, refused phase {ref_other}"
+        checks.append(("  ...other than token-cache loads == 0", sale_other == 0 and not ref_other, others))
     if results is not None:
         ms = [r[1] for r in admitted]
-        results.update(
-            stock=args.stock, orders=orders, r5xx=len(r5xx) + len(refused_5xx), db=stock_after, counter=gate_left
-        )
+        results.update(stock=args.stock, orders=orders, r5xx=len(r5xx + refused_5xx), db=stock_after, counter=gate_left)
         results.update(sql=refused_sql, p50=h.pct(ms, 50), p99=h.pct(ms, 99), lag=lag if queue else None)
         results["missed"] = [label.strip() for label, good, _ in checks if not good]
     return 0 if h.print_checks(checks, "CHECKS") else 1

@@ -299,25 +299,20 @@ def ensure_users(count: int, *, prefix: str, password: str | None = None) -> lis
     """Users {prefix}00001... in bulk with the account signal's pending-order counter and a saved address; ids."""
     user_model = get_user_model()
     names = [f"{prefix}{i:05d}" for i in range(1, count + 1)]
+    bulk = {"batch_size": 2000, "ignore_conflicts": True}
     with transaction.atomic():
         existing = set(user_model.objects.filter(username__in=names).values_list("username", flat=True))
         if missing := [name for name in names if name not in existing]:
             hashed = make_password(password)
-            user_model.objects.bulk_create(
-                [user_model(username=n, password=hashed, is_active=True) for n in missing],
-                batch_size=2000,
-                ignore_conflicts=True,
-            )
+            user_model.objects.bulk_create([user_model(username=n, password=hashed) for n in missing], **bulk)
         for user in user_model.objects.filter(username__in=names, is_active=False):  # signals bump the hot cache
             user.is_active = True
             user.save(update_fields=["is_active"])
         ids = dict(user_model.objects.filter(username__in=names).values_list("username", "id"))
         PendingOrderCount.objects.bulk_create(
-            [PendingOrderCount(customer_id=i, pending=0) for i in ids.values()], ignore_conflicts=True
+            [PendingOrderCount(customer_id=i, pending=0) for i in ids.values()], **bulk
         )
-        Address.objects.bulk_create(
-            [Address(customer_id=i, **BENCH_ADDRESS) for i in ids.values()], batch_size=2000, ignore_conflicts=True
-        )
+        Address.objects.bulk_create([Address(customer_id=i, **BENCH_ADDRESS) for i in ids.values()], **bulk)
     return [ids[name] for name in names]
 
 
@@ -331,15 +326,11 @@ def ensure_shoppers(count: int, *, prefix: str) -> list[Shopper]:
     with transaction.atomic():
         # No signals: these tokens are in no process's cache (a bench starts its own servers).
         AuthToken.objects.filter(user_id__in=ids)._raw_delete(AuthToken.objects.db)
-        tokens = [secrets.token_hex(32) for _ in ids]
-        expiry = timezone.now() + timedelta(days=1)
-        rows = [
-            AuthToken(digest=hash_token(t), token_key=t[:15], user_id=u, expiry=expiry)
-            for u, t in zip(ids, tokens, strict=True)
-        ]
+        pairs, expiry = [(i, secrets.token_hex(32)) for i in ids], timezone.now() + timedelta(days=1)
+        rows = [AuthToken(digest=hash_token(t), token_key=t[:15], user_id=u, expiry=expiry) for u, t in pairs]
         AuthToken.objects.bulk_create(rows, batch_size=1000)
         remember_tokens(AuthToken.objects.filter(user_id__in=ids).select_related("user"))
-    return [Shopper(uid, f"{prefix}{i:05d}", t) for i, (uid, t) in enumerate(zip(ids, tokens, strict=True), start=1)]
+    return [Shopper(uid, f"{prefix}{i:05d}", t) for i, (uid, t) in enumerate(pairs, start=1)]
 
 
 def ensure_products(skus: list[str], min_available: int) -> None:
@@ -347,28 +338,21 @@ def ensure_products(skus: list[str], min_available: int) -> None:
         existing = dict(Product.objects.filter(sku__in=skus).values_list("sku", "is_active"))
         missing = [sku for sku in skus if sku not in existing]
         inactive = [sku for sku, active in existing.items() if not active]
-        Product.objects.bulk_create(
-            [Product(sku=sku, name=f"Bench product {sku}", price=1000 + i) for i, sku in enumerate(missing)],
-            ignore_conflicts=True,
-        )
+        products = [Product(sku=sku, name=f"Bench product {sku}", price=1000 + i) for i, sku in enumerate(missing)]
+        Product.objects.bulk_create(products, ignore_conflicts=True)
         Product.objects.filter(sku__in=inactive).update(is_active=True)
         if missing or inactive:  # bulk writes send no signals: drop the hot caches ourselves
             transaction.on_commit(bump_generation)
         Stock.objects.bulk_create([Stock(product_id=sku) for sku in skus], ignore_conflicts=True)
         available = dict(Stock.objects.filter(product_id__in=skus).values_list("product_id", "available"))
         if top_up := {sku: min_available - available[sku] for sku in skus if available[sku] < min_available}:
+            received = {"note": "bench", "reason": StockMovement.Reason.RECEIVED}
             StockMovement.objects.bulk_create(
-                [
-                    StockMovement(product_id=sku, delta=delta, note="bench", reason=StockMovement.Reason.RECEIVED)
-                    for sku, delta in top_up.items()
-                ]
+                [StockMovement(product_id=s, delta=d, **received) for s, d in top_up.items()]
             )
+            update = "UPDATE inventory AS s SET available = s.available + d.delta FROM unnest(%s::text[], %s::int[])"
             with connection.cursor() as cursor:
-                cursor.execute(
-                    "UPDATE inventory AS s SET available = s.available + d.delta "
-                    "FROM unnest(%s::text[], %s::int[]) AS d(sku, delta) WHERE s.sku = d.sku",
-                    [list(top_up), list(top_up.values())],
-                )
+                cursor.execute(f"{update} AS d(sku, delta) WHERE s.sku = d.sku", [list(top_up), list(top_up.values())])
 
 
 def _delete_keys(redis, keys: list) -> None:

@@ -10,7 +10,6 @@ import shlex
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections import Counter
@@ -121,10 +120,9 @@ def place(customers: list[int], n: int, args, tag: str) -> co.RunResult:
 
 
 def part1(args, env: dict, hot: list[int], run_id: str) -> list:
-    print(
-        f"\npart 1: {args.rounds} round(s) of place_order ({args.threads} threads, {args.orders:,} orders, direct "
-        f"mode) and of write_queued_orders draining {args.requests:,} queued checkouts, on {HOT}"
-    )
+    placing = f"place_order ({args.threads} threads, {args.orders:,} orders, direct mode)"
+    draining = f"write_queued_orders draining {args.requests:,} queued checkouts"
+    print(f"\npart 1: {args.rounds} round(s) of {placing} and of {draining}, on {HOT}")
     runs, drains = [], []
     for r in range(args.rounds):
         h.vacuum(CHURNED)
@@ -132,12 +130,10 @@ def part1(args, env: dict, hot: list[int], run_id: str) -> list:
         h.vacuum(CHURNED)
         drains.append(d := drain(env, args.requests, hot, f"{PREFIX}{run_id}-q{r}"))
         h.delete_orders(hot)
-        print(
-            f"  round {r + 1}: place_order {p.rate:,.0f} orders/s ({h.latency([x * 1000 for x in p.latencies])}, "
-            f"{p.cpu_ms:.2f} CPU ms/order, {len(p.errors)} errors); writer {d['rate']:,.0f} orders/s "
-            f"({d['seconds']:.2f} s, {d['batches']} batches, {d['cpu_ms']:.3f} writer CPU ms/order, "
-            f"{d['written']:,} written, {d['rejected']} rejected)"
-        )
+        placing = f"{p.rate:,.0f} orders/s ({h.latency([x * 1000 for x in p.latencies])}, {p.cpu_ms:.2f} CPU ms/order"
+        writer = f"{d['rate']:,.0f} orders/s ({d['seconds']:.2f} s, {d['batches']} batches, {d['cpu_ms']:.3f} writer"
+        written = f"CPU ms/order, {d['written']:,} written, {d['rejected']} rejected)"
+        print(f"  round {r + 1}: place_order {placing}, {len(p.errors)} errors); writer {writer} {written}")
     p, d = h.median(runs, lambda x: x.rate), h.median(drains, lambda x: x["rate"])
     ratio = d["rate"] / p.rate if p.rate else 0.0
     ok = all(x["written"] == args.requests and not x["rejected"] for x in drains)
@@ -162,10 +158,8 @@ def part2(args) -> list:
         rounds.append(results)
     for r, results in enumerate(rounds):
         d, q = results["direct"], results["queue"]
-        print(
-            f"  round {r + 1}: p99 of the 202s (queue) {q['p99']:.0f} ms (p50 {q['p50']:.0f}), of the 201s (direct) "
-            f"{d['p99']:.0f} ms (p50 {d['p50']:.0f})"
-        )
+        direct = f"of the 201s (direct) {d['p99']:.0f} ms (p50 {d['p50']:.0f})"
+        print(f"  round {r + 1}: p99 of the 202s (queue) {q['p99']:.0f} ms (p50 {q['p50']:.0f}), {direct}")
     queues = [x["queue"] for x in rounds]
     median = {
         (m, key): statistics.median(x[m][key] for x in rounds) for m in ("queue", "direct") for key in ("p50", "p99")
@@ -194,28 +188,24 @@ def part2(args) -> list:
 
 
 def regular_child(args) -> int:
-    """Part 3's regular orders: 8 threads, latency from the scheduled start; "scheduled latency error" lines."""
+    """Part 3's regular orders: 8 threads, latency from the scheduled start; "scheduled latency error" lines. Each
+    shopper's cart is filled for its next order (REGULAR / RATE s later) after each order, outside the timing."""
     h.setup()
-    customers, threads = h.user_ids(f"{PREFIX}R"), 8
+    customers, rng = h.user_ids(f"{PREFIX}R"), random.Random(3)
     cached_products(skus=SKUS)  # the hot cache warm, as a server's
-    out, t0 = open(args.regular_child, "w", buffering=1), time.monotonic() + 0.2  # noqa: SIM115 - until killed
+    h.fill_carts([(customer, {rng.choice(SKUS): 1}) for customer in customers])
+    out = open(args.regular_child, "w", buffering=1)  # noqa: SIM115 - until killed
 
-    def body(slot: int) -> None:
-        rng, k = random.Random(slot), slot
-        while True:
-            at, customer = t0 + k / RATE, customers[k % len(customers)]
-            h.fill_carts([(customer, {rng.choice(SKUS): 1})])
-            time.sleep(max(0.0, at - time.monotonic()))
-            try:
-                co.django_order(co.Job(customer, f"{PREFIX}r{os.getpid()}-{k}", ""))
-                error = "-"
-            except Exception as exc:  # noqa: BLE001 - counted
-                error = type(exc).__name__
-            out.write(f"{at} {time.monotonic() - at} {error}\n")
-            k += threads
+    def place(k: int, due: float) -> None:
+        customer, error = customers[k % len(customers)], "-"
+        try:
+            co.django_order(co.Job(customer, f"{PREFIX}r{os.getpid()}-{k}", ""))
+        except Exception as exc:  # noqa: BLE001 - counted
+            error = type(exc).__name__
+        out.write(f"{due} {time.monotonic() - due} {error}\n")
+        h.fill_carts([(customer, {random.choice(SKUS): 1})])
 
-    for slot in range(threads):
-        threading.Thread(target=body, args=(slot,), daemon=True).start()
+    h.open_loop(place, RATE, 8)
     print("ready", flush=True)
     try:
         while True:
@@ -225,16 +215,14 @@ def regular_child(args) -> int:
 
 
 def part3(args, env: dict, hot: list[int], run_id: str) -> list:
-    print(
-        f"\npart 3: regular place_order calls on {len(SKUS):,} other SKUs at {RATE:g}/s (a child process, 8 "
-        f"threads) with no sale for {args.quiet_seconds:g} s, during place_order on {HOT} ({args.threads} threads, "
-        f"{args.hot_orders:,} orders) and during write_queued_orders draining {args.requests:,} requests"
-    )
+    regular = f"regular place_order calls on {len(SKUS):,} other SKUs at {RATE:g}/s (a child process, 8 threads)"
+    hot_load = f"during place_order on {HOT} ({args.threads} threads, {args.hot_orders:,} orders)"
+    queued = f"during write_queued_orders draining {args.requests:,} requests"
+    print(f"\npart 3: {regular} with no sale for {args.quiet_seconds:g} s, {hot_load} and {queued}")
     out = Path(tempfile.mkdtemp(prefix="bench-queue-")) / "regular.txt"
     windows = {}  # (round, name) -> (start, end) in time.monotonic()
-    with h.Child(
-        "regular", [str(h.VENV_BIN / "python"), "-m", "bench.queue", "--regular-child", str(out)], pipe_stdout=True
-    ) as child:
+    command = [str(h.VENV_BIN / "python"), "-m", "bench.queue", "--regular-child", str(out)]
+    with h.Child("regular", command, pipe_stdout=True) as child:
         if child.proc.stdout.readline().strip() != "ready":
             raise RuntimeError(f"the regular orders' process failed:\n{child.tail()}")
         h.vacuum(CHURNED)
@@ -253,11 +241,9 @@ def part3(args, env: dict, hot: list[int], run_id: str) -> list:
             windows[r, "queue mode"] = d["window"]
             h.delete_orders(hot)
             h.vacuum(CHURNED)
-            print(
-                f"  round {r + 1}: hot load: direct {run.rate:,.0f} orders/s over {run.seconds:.1f} s "
-                f"({len(run.errors)} errors); writer {d['rate']:,.0f} orders/s over {d['seconds']:.1f} s "
-                f"({d['rejected']} rejected)"
-            )
+            direct = f"direct {run.rate:,.0f} orders/s over {run.seconds:.1f} s ({len(run.errors)} errors)"
+            writer = f"writer {d['rate']:,.0f} orders/s over {d['seconds']:.1f} s ({d['rejected']} rejected)"
+            print(f"  round {r + 1}: hot load: {direct}; {writer}")
     lines = [x.split() for x in out.read_text().splitlines() if x.count(" ") == 2]  # the last line may be cut
     records = [(float(a), float(lat), e) for a, lat, e in lines]
     out.unlink()
@@ -266,11 +252,12 @@ def part3(args, env: dict, hot: list[int], run_id: str) -> list:
         inside = [x for x in records if a <= x[0] <= b]
         ms = [x[1] * 1000 for x in inside]
         p99.setdefault(name, []).append(h.pct(ms, 99))
-        print(
-            f"  round {r + 1}, regular orders, {name}: {len(inside):,} in {b - a:.1f} s "
-            f"({len(inside) / (b - a):.0f}/s), errors {dict(Counter(x[2] for x in inside if x[2] != '-')) or 0}, "
-            f"p50/p90/p99/max {'/'.join(f'{h.pct(ms, q):.1f}' for q in (50, 90, 99, 100))} ms"
+        errors, pcts = (
+            dict(Counter(x[2] for x in inside if x[2] != "-")) or 0,
+            [h.pct(ms, q) for q in (50, 90, 99, 100)],
         )
+        counted = f"{len(inside):,} in {b - a:.1f} s ({len(inside) / (b - a):.0f}/s), errors {errors}"
+        print(f"  round {r + 1}, regular orders, {name}: {counted}, p50/p90/p99/max {h.each(pcts, '.1f', '/')} ms")
     quiet, direct, queue = (statistics.median(p99[name]) for name in ("no sale", "direct mode", "queue mode"))
     n, twice = f"medians of {args.rounds}", f"{queue:.1f} ms vs 2 x {quiet:.1f} ms"
     return [
@@ -286,11 +273,9 @@ def main(argv=None) -> int:
     h.setup()
     run_id, began = uuid.uuid4().hex[:8], time.perf_counter()
     lock = h.lock_or_exit("queue", lambda: h.delete_orders(h.user_ids(PREFIX)))
-    print(
-        f"queue bench {run_id}: parts {sorted(args.parts)}, {os.cpu_count()} CPUs, broker "
-        f"{settings.KAFKA_BOOTSTRAP_SERVERS}, QUEUE_BATCH_SIZE {settings.QUEUE_BATCH_SIZE}, QUEUE_BATCH_WAIT_MS "
-        f"{settings.QUEUE_BATCH_WAIT_MS}"
-    )
+    batches = f"QUEUE_BATCH_SIZE {settings.QUEUE_BATCH_SIZE}, QUEUE_BATCH_WAIT_MS {settings.QUEUE_BATCH_WAIT_MS}"
+    broker = f"{os.cpu_count()} CPUs, broker {settings.KAFKA_BOOTSTRAP_SERVERS}"
+    print(f"queue bench {run_id}: parts {sorted(args.parts)}, {broker}, {batches}")
     rows, env, topic = [], {}, f"bench.queue.{run_id}"
     try:
         if args.parts & {1, 3}:
