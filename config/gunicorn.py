@@ -2,9 +2,11 @@
 
 import os
 
-bind = os.environ.get("WEB_BIND", "127.0.0.1:8000")
-workers = int(os.environ.get("WEB_WORKERS", "2"))
-threads = int(os.environ.get("WEB_THREADS", "4"))
+from config.env import env, env_int
+
+bind = env("WEB_BIND", "127.0.0.1:8000")
+workers = env_int("WEB_WORKERS", 2)
+threads = env_int("WEB_THREADS", 4)
 graceful_timeout = 10
 accesslog = None  # the request-id middleware writes one JSON line per request
 

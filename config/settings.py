@@ -13,6 +13,8 @@ from urllib.parse import urlsplit
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from config.env import env, env_bool, env_int, env_list
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 # The test suite runs on config.test_settings, named in pyproject.toml (pytest-django
@@ -20,27 +22,6 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 # tests' own Redis databases, development secrets, no HTTPS redirect. Nothing else in
 # the environment (a test runner's PYTEST_VERSION, say) turns any of that on.
 TESTING = os.environ.get("DJANGO_SETTINGS_MODULE") == "config.test_settings"
-
-
-def env(name: str, default: str) -> str:
-    return os.environ.get(name, default)
-
-
-def env_bool(name: str, default: bool) -> bool:
-    return env(name, "1" if default else "0").strip().lower() in {"1", "true", "yes", "on"}
-
-
-def env_int(name: str, default: int) -> int:
-    raw = env(name, str(default))
-    try:
-        return int(raw)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name} must be an integer, got {raw!r}") from None
-
-
-def env_list(name: str, default: str) -> list[str]:
-    return [item.strip() for item in env(name, default).split(",") if item.strip()]
-
 
 DEV_SECRET_KEY = "dev-only-insecure-secret-key-change-me"
 DEV_PAYMENT_WEBHOOK_SECRET = "dev-only-payment-webhook-secret"
@@ -368,6 +349,9 @@ LOW_STOCK_THRESHOLD = env_int("LOW_STOCK_THRESHOLD", 10)
 HEALTH_CHECK_TIMEOUT_SECONDS = float(env("HEALTH_CHECK_TIMEOUT_SECONDS", "1.0"))
 # GET /metrics needs `Authorization: Bearer <METRICS_TOKEN>`; unset, it is open with DEBUG on and 404 without.
 METRICS_TOKEN = env("METRICS_TOKEN", "")
+# The relay, the consumers and the queue's writer on a host of their own serve their own /metrics
+# on this port (core.metrics.serve_own_metrics); 0, the default, serves none.
+METRICS_PORT = env_int("METRICS_PORT", 0)
 
 # Proxies in front of the shop that append the client's address to X-Forwarded-For
 # (a load balancer, nginx): 0 trusts no such header and keys limits on the peer.

@@ -65,6 +65,7 @@ def metrics_allowed(request) -> bool:
 
 def serve_own_metrics() -> None:
     """For relay and consumer processes on their own host: METRICS_PORT=9101 etc."""
-    port = os.environ.get("METRICS_PORT")
-    if port:
-        start_http_server(int(port), registry=registry())
+    from django.conf import settings
+
+    if settings.METRICS_PORT:
+        start_http_server(settings.METRICS_PORT, registry=registry())

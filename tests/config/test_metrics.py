@@ -7,7 +7,7 @@ from prometheus_client import REGISTRY
 
 from outbox.services import record_event
 from tests.factories import product_with_stock
-from tests.helpers import checkout, fill_cart
+from tests.helpers import checkout, fill_cart, wall_clock_ahead
 
 pytestmark = pytest.mark.django_db
 
@@ -71,14 +71,28 @@ def test_rate_limited_checkout_is_counted(shopper, settings):
     assert sample("shop_checkout_refusals_total", reason="rate_limited") == before + 1
 
 
-def test_backlog_gauge_grows_while_nothing_relays(client):
-    assert gauge(scrape(client), "shop_outbox_backlog") == 0
+def test_backlog_gauge_grows_while_nothing_relays(client, monkeypatch):
+    text = scrape(client)
+    assert gauge(text, "shop_outbox_backlog") == 0 and gauge(text, "shop_outbox_oldest_age_seconds") == 0
     for _ in range(3):
         with transaction.atomic():
             record_event(aggregate_type="order", aggregate_id=1, event_type="X", data={})
+    wall_clock_ahead(monkeypatch, 90)  # the oldest has waited a minute and a half
     text = scrape(client)
     assert gauge(text, "shop_outbox_backlog") == 3
-    assert gauge(text, "shop_outbox_oldest_age_seconds") >= 0
+    assert 90 <= gauge(text, "shop_outbox_oldest_age_seconds") < 100
+
+
+def test_a_process_serves_its_own_metrics_only_with_a_metrics_port(settings, monkeypatch):
+    from core import metrics
+
+    served = []
+    monkeypatch.setattr(metrics, "start_http_server", lambda port, registry: served.append(port))
+    settings.METRICS_PORT = 0
+    metrics.serve_own_metrics()
+    settings.METRICS_PORT = 9101
+    metrics.serve_own_metrics()
+    assert served == [9101]
 
 
 @pytest.mark.parametrize(

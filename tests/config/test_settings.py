@@ -182,6 +182,22 @@ def test_process_refuses_to_start_with_debug_off_on_dev_secret():
     assert "SECRET_KEY is a value committed to this repository" in result.stderr
 
 
+@pytest.mark.parametrize("name", ["WEB_WORKERS", "WEB_THREADS"])
+def test_gunicorn_stops_on_a_setting_that_is_not_an_integer_and_names_it(name):
+    result = subprocess.run(
+        [sys.executable, "-m", "gunicorn", "--check-config", "--config", "python:config.gunicorn", "config.wsgi"],
+        env={**os.environ, name: "two"}, capture_output=True, text=True, cwd=settings.BASE_DIR, timeout=60,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert f"{name} must be an integer, got 'two'" in result.stderr, result.stderr
+
+
+def test_a_process_stops_on_a_metrics_port_that_is_not_an_integer_and_names_it():
+    result = _start_django(DEBUG="1", METRICS_PORT="91o1")
+    assert result.returncode != 0
+    assert "METRICS_PORT must be an integer, got '91o1'" in result.stderr
+
+
 def test_make_run_turns_debug_on():
     result = subprocess.run(
         ["make", "-n", "run"], capture_output=True, text=True, cwd=settings.BASE_DIR, env={**os.environ, "DEBUG": ""}
