@@ -74,13 +74,25 @@ def test_every_committed_secret_is_refused_for_both_settings(secret):
     [
         ("", STRONG_WEBHOOK_SECRET, "SECRET_KEY is not set"),
         (STRONG_KEY, "", "PAYMENT_WEBHOOK_SECRET is not set"),
-        ("k" * 60, STRONG_WEBHOOK_SECRET, "SECRET_KEY is too short"),  # long, but one character
-        (STRONG_KEY, "short-secret", "PAYMENT_WEBHOOK_SECRET is too short"),
+        ("k" * 60, STRONG_WEBHOOK_SECRET, "SECRET_KEY is too weak"),  # long, but one character
+        ("abcd" * 15, STRONG_WEBHOOK_SECRET, "SECRET_KEY is too weak"),  # four different
+        (STRONG_KEY[:49], STRONG_WEBHOOK_SECRET, "SECRET_KEY is too weak"),
+        (STRONG_KEY, "short-secret", "PAYMENT_WEBHOOK_SECRET is too weak"),
+        (STRONG_KEY, "a" * 32, "PAYMENT_WEBHOOK_SECRET is too weak"),  # long enough, but one character
+        (STRONG_KEY, "abcd" * 10, "PAYMENT_WEBHOOK_SECRET is too weak"),
     ],
 )
 def test_weak_or_missing_secrets_are_refused(key, webhook, message):
     with pytest.raises(ImproperlyConfigured, match=message):
         refuse_development_secrets(debug=False, secret_key=key, webhook_secret=webhook)
+
+
+def test_both_secrets_follow_one_strength_rule_each_with_its_own_length():
+    refuse_development_secrets(debug=False, secret_key="abcde" * 10, webhook_secret="abcde" * 7 + "ab")  # 50, 37
+    with pytest.raises(ImproperlyConfigured, match="PAYMENT_WEBHOOK_SECRET is too weak: 32 or more characters, 5 "):
+        refuse_development_secrets(debug=False, secret_key=STRONG_KEY, webhook_secret="abcde" * 6 + "a")  # 31
+    with pytest.raises(ImproperlyConfigured, match="SECRET_KEY is too weak: 50 or more characters, 5 of them"):
+        refuse_development_secrets(debug=False, secret_key="abcd" * 20, webhook_secret=STRONG_WEBHOOK_SECRET)
 
 
 # SECRET_KEY = "x", "SECRET_KEY": "x", SECRET_KEY: x, and a shell default ${SECRET_KEY:-x}
