@@ -454,7 +454,10 @@ LOG_FORMAT = env("LOG_FORMAT", "json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"request_id": {"()": "core.requestid.RequestIdFilter"}},
+    "filters": {
+        "request_id": {"()": "core.requestid.RequestIdFilter"},
+        "client_mistake": {"()": "config.logs.ClientMistakeFilter"},
+    },
     "formatters": {
         "json": {
             "()": "pythonjsonlogger.json.JsonFormatter",
@@ -475,5 +478,7 @@ LOGGING = {
         # The request id middleware logs one line per request; Django's own would repeat it.
         "django.request": {"level": "ERROR"},
         "django.server": {"level": "ERROR"},
+        # A foreign Host header is answered 400: a WARNING line, not an ERROR with a traceback.
+        "django.security.DisallowedHost": {"filters": ["client_mistake"]},
     },
 }

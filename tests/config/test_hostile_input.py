@@ -2,6 +2,7 @@
 writes nothing: never a 500, never an HTML page, never a traceback."""
 
 import json
+import logging
 import time
 
 import pytest
@@ -298,3 +299,12 @@ def test_options_and_head_answer_without_an_error(client, redis, method, path):
     product_with_stock(sku="MUG", price=1200, available=3)
     response = getattr(client, method)(path)
     assert response.status_code < 500, (response.status_code, response.content[:300])
+
+
+@pytest.mark.parametrize("path", ["/api/products", "/admin/login/"])
+def test_a_foreign_host_is_a_400_and_one_warning_line_without_a_traceback(client, caplog, path):
+    response = client.get(path, HTTP_HOST="evil.example")
+    assert response.status_code == 400
+    told = [record for record in caplog.records if record.levelno >= logging.WARNING]
+    assert [(record.name, record.levelname) for record in told] == [("django.security.DisallowedHost", "WARNING")]
+    assert "evil.example" in told[0].getMessage() and told[0].exc_info is None and told[0].exc_text is None
