@@ -3,6 +3,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.fields import StrictIntegerField
 from core.openapi import BODY_ERRORS, ERRORS
 from orders.services import ReturnLineRequest, customer_returns, request_return
 
@@ -12,7 +13,7 @@ class ReturnLineInputSerializer(serializers.Serializer):
         ref_name = "ReturnLineInput"
 
     sku = serializers.CharField(max_length=64)
-    quantity = serializers.IntegerField(min_value=1, max_value=10_000)
+    quantity = StrictIntegerField(min_value=1, max_value=10_000)  # as the cart: "1" and 1.0 are refused
 
 
 class ReturnInputSerializer(serializers.Serializer):

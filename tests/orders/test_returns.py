@@ -122,6 +122,15 @@ def test_what_cannot_be_returned_is_refused_with_its_code_and_nothing_written(sh
     assert error(ask(client, pending, [{"sku": "B", "quantity": 1}])) == "order_not_shipped"
 
 
+@pytest.mark.parametrize("quantity", ["1", 1.0, True, 1.5])
+def test_a_quantity_is_a_json_integer_as_in_the_cart(shipped, quantity):
+    client, order = shipped
+    refused = ask(client, order, [{"sku": "A", "quantity": quantity}])
+    assert refused.status_code == 400 and error(refused) == "invalid", refused.content
+    assert "A JSON integer is required." in refused.content.decode()  # the cart's words (core.fields)
+    assert not Return.objects.exists() and OrderItem.objects.filter(in_returns__gt=0).count() == 0
+
+
 def test_the_window_closes_return_window_days_after_shipping(shipped, settings):
     client, order = shipped
     settings.RETURN_WINDOW_DAYS = 30
