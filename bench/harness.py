@@ -583,14 +583,10 @@ def print_endpoints(runs: dict[str, Run], args, ratio: str, goal: float, extra=N
     """The endpoints' table, each but the first with its ratios to it (requests/s, and CPU per request inverted), and
     the goal (every ratio by requests/s >= `goal`); the exit code: 1 on errors, or on a missed goal with --check."""
     (_, base), extra = next(iter(runs.items())), extra or {}
-    ratios = {
-        name: (r.rps / base.rps if base.rps else 0.0, base.cpu_ms / r.cpu_ms if r.cpu_ms else None)
-        for name, r in list(runs.items())[1:]
-    }
-    print(
-        f"\nclient {base.client}, {base.concurrency} connections, {args.duration:g} s per endpoint"
-        + (f", median of {args.rounds} rounds" if args.rounds > 1 else "")
-    )
+    against = lambda r: (r.rps / base.rps if base.rps else 0.0, base.cpu_ms / r.cpu_ms if r.cpu_ms else None)  # noqa: E731
+    ratios = {name: against(r) for name, r in list(runs.items())[1:]}
+    rounds = f", median of {args.rounds} rounds" if args.rounds > 1 else ""
+    print(f"\nclient {base.client}, {base.concurrency} connections, {args.duration:g} s per endpoint{rounds}")
     rows = []
     for name, r in runs.items():
         figures = f"{r.answered:,}", f"{r.rps:,.0f}", f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}", f"{r.cpu_ms:.2f}"

