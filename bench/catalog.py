@@ -33,16 +33,14 @@ def build_specs(skus: list[str]) -> dict[str, list[h.Spec]]:
 
 
 def main(argv=None) -> int:
-    args = h.parse(
-        argv, __doc__, *h.ENDPOINTS, check=(False, f"exit 1 when a ratio is below {GOAL} or a request sent SQL")
-    )
+    check = (False, f"exit 1 when a ratio is below {GOAL} or a request sent SQL")
+    args = h.parse(argv, __doc__, *h.ENDPOINTS, check=check)
     h.setup()
     skus = [f"{PREFIX}{i:04d}" for i in range(1, PRODUCTS + 1)]
     h.ensure_products(skus, 1000)
     redis = get_redis_connection("default")
-    summary = h.measure_endpoints(
-        args, build_specs(skus), app="bench.catalog:sql_probe", probe=lambda: int(redis.get(SQL_KEY) or 0)
-    )
+    probe = lambda: int(redis.get(SQL_KEY) or 0)  # noqa: E731
+    summary = h.measure_endpoints(args, build_specs(skus), app="bench.catalog:sql_probe", probe=probe)
     redis.delete(SQL_KEY)
     column = {"SQL statements": lambda r: f"{r.probe} ({r.probe / max(r.answered, 1):.5f}/req)"}
     return h.print_endpoints(summary, args, "catalog/healthz", GOAL, column)

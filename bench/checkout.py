@@ -257,9 +257,8 @@ def main(argv=None) -> int:
     skus = [f"{PREFIX}{i:04d}" for i in range(1, args.skus + 1)]
     h.ensure_products([HOT_SKU, *skus], STOCK + 2 * args.rounds * per_run + 100)  # a run reserves per_run at most
     shoppers = h.ensure_users(per_run + 1, prefix=PREFIX)
-    found = Promotion.objects.filter(code=VOUCHER).first() or create_voucher(
-        code=VOUCHER, percent=10, usage_limit=10**9, per_customer_limit=10**6
-    )
+    limits = {"percent": 10, "usage_limit": 10**9, "per_customer_limit": 10**6}
+    found = Promotion.objects.filter(code=VOUCHER).first() or create_voucher(code=VOUCHER, **limits)
     voucher = (found.id, found.name)
     products = Product.objects.filter(sku__in=[HOT_SKU, *skus], is_active=True)
     PRICES.update({sku: (name, price) for sku, name, price in products.values_list("sku", "name", "price")})
@@ -269,13 +268,12 @@ def main(argv=None) -> int:
         differences = same_work(shoppers[-1], skus[0], f"{PREFIX}{run_id}-same", None)
         differences += same_work(shoppers[-1], skus[1], f"{PREFIX}{run_id}-same-v", voucher)
         body = {**h.BENCH_ADDRESS, "line2": "Bench address in the body"}
-        other = {"1, address in the body": (body,), "1, with a voucher": (None, VOUCHER)}  # k = 1, 3, 5: plain
-        counts = {
-            label: count_statements(
-                shoppers[-1], skus[10:], int(str(label)[0]), f"{PREFIX}{run_id}-c{n}", *other.get(label, ())
+        cases = {1: (), 3: (), 5: (), "1, address in the body": (body,), "1, with a voucher": (None, VOUCHER)}
+        counts = {}  # label -> counts, k (the cart's lines) from the label
+        for n, (label, extra) in enumerate(cases.items()):
+            counts[label] = count_statements(
+                shoppers[-1], skus[10:], int(str(label)[0]), f"{PREFIX}{run_id}-c{n}", *extra
             )
-            for n, label in enumerate([1, 3, 5, *other])
-        }
         # Django then psycopg, same threads, same orders; rounds interleaved (a machine shared with other work
         # drifts: each side gets the same share of it).
         scenarios = [s for s in "abv" if s in args.scenarios]

@@ -27,12 +27,10 @@ def probe(accounts: list[int], *, caps: dict, run: str) -> tuple[int, float]:
         for attempt in range(settings.MAX_PENDING_ORDERS_PER_CUSTOMER):
             for quantity in (99, 50, 20, 10, 5, 2, 1):
                 h.fill_carts([(customer, {SKU: quantity})])
+                key = f"{run}-{n}-{attempt}-{quantity}"
                 try:
                     place_order(
-                        customer_id=customer,
-                        idempotency_key=f"{run}-{n}-{attempt}-{quantity}",
-                        client_address=ADDRESS,
-                        account_created_at=joined,
+                        customer_id=customer, idempotency_key=key, client_address=ADDRESS, account_created_at=joined
                     )
                 except DomainError:
                     continue
@@ -59,10 +57,8 @@ def main(argv=None) -> int:
             h.delete_orders(accounts)
             set_available_stock(sku=SKU, available=args.stock, note="hoard probe")
             held, hold_seconds = probe(accounts, caps=caps, run=f"{run}-{name[:5]}")
-            print(
-                f"  {name}: {held} of {args.stock} units held unpaid ({held / args.stock:.0%}), for "
-                f"{hold_seconds:.0f} s; caps {caps}"
-            )
+            held_units = f"{held} of {args.stock} units held unpaid ({held / args.stock:.0%})"
+            print(f"  {name}: {held_units}, for {hold_seconds:.0f} s; caps {caps}")
     finally:
         h.delete_orders(accounts)
     return 0

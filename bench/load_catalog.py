@@ -38,10 +38,8 @@ def main() -> None:
                 out, started = StringIO(), time.perf_counter()
                 call_command("load_catalog", str(path), stdout=out, stderr=StringIO())
                 seconds = time.perf_counter() - started
-                print(
-                    f"{label:<14} {args.rows:>9,} rows in {seconds:6.2f} s = {args.rows / seconds:>9,.0f} rows/s  "
-                    f"({out.getvalue().strip()})"
-                )
+                rate = f"{args.rows:>9,} rows in {seconds:6.2f} s = {args.rows / seconds:>9,.0f} rows/s"
+                print(f"{label:<14} {rate}  ({out.getvalue().strip()})")
             skus = [f"{PREFIX}{i:07d}" for i in range(0, args.rows, max(1, args.rows // 1000))]
             unbalanced = [row for row in stock_audit(skus=skus) if row["difference"]]
             print(f"stock audit on {len(skus)} sampled SKUs: {len(unbalanced)} unbalanced")
