@@ -526,13 +526,10 @@ def run_wrk(
         cmd = ["wrk", "--latency", *options.split(), server.base_url + "/", "--", str(threads)]
         cpu0, began = server.cpu_seconds(), time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        output, finished = [], 0
-        for line in proc.stdout:
-            if line.startswith("P "):  # progress
-                continue
+        output, done = [], 0
+        for line in (line for line in proc.stdout if not line.startswith("P ")):  # "P ...": progress
             output.append(line)
-            finished += line.startswith("BENCH_THREAD_DONE")
-            if finished == threads and line.startswith("BENCH_THREAD_DONE"):
+            if line.startswith("BENCH_THREAD_DONE") and (done := done + 1) == threads:
                 proc.send_signal(signal.SIGINT)  # wrk stops sleeping and reports
         proc.wait(timeout=60)
         wall, cpu = time.perf_counter() - began, server.cpu_seconds() - cpu0
@@ -540,12 +537,10 @@ def run_wrk(
         if match is None:
             raise RuntimeError(f"wrk failed ({proc.returncode}):\n{''.join(output)}")
         data, records = json.loads(match.group(1)), []
-        for path in Path(workdir).glob("out-*"):
-            for status, micros, code, sql, at in (
-                x.split(" ") for x in path.read_text().splitlines() if x.count(" ") == 4
-            ):  # a thread's last line may be cut
-                counts = None if sql == "-" else tuple(map(int, sql.split(",")))
-                records.append((int(status), int(micros) / 1000, code, counts, int(at) / 1e6))
+        rows = [x.split(" ") for path in Path(workdir).glob("out-*") for x in path.read_text().splitlines()]
+        for status, micros, code, sql, at in (row for row in rows if len(row) == 5):  # a thread's last may be cut
+            counts = None if sql == "-" else tuple(map(int, sql.split(",")))
+            records.append((int(status), int(micros) / 1000, code, counts, int(at) / 1e6))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     answered = len(records) if record else data["requests"]
@@ -556,9 +551,8 @@ def run_wrk(
     ms = sorted(r[1] for r in records)
     latency = [pct(ms, 50), pct(ms, 99)] if ms else [data["p50_us"] / 1000, data["p99_us"] / 1000]
     errors, bad = data["connect"] + data["read"] + data["write"] + data["timeout"], data["status"]
-    return Run(
-        f"wrk -t{threads}", connections, count or answered, answered, seconds, errors, bad, *latency, cpu, records
-    )
+    sent, client = count or answered, f"wrk -t{threads}"
+    return Run(client, connections, sent, answered, seconds, errors, bad, *latency, cpu, records)
 
 
 def measure_endpoints(args, specs: dict[str, list[Spec]], *, env=None, app="config.wsgi", probe=None):

@@ -161,16 +161,11 @@ def part2(args) -> list:
         direct = f"of the 201s (direct) {d['p99']:.0f} ms (p50 {d['p50']:.0f})"
         print(f"  round {r + 1}: p99 of the 202s (queue) {q['p99']:.0f} ms (p50 {q['p50']:.0f}), {direct}")
     queues = [x["queue"] for x in rounds]
-    median = {
-        (m, key): statistics.median(x[m][key] for x in rounds) for m in ("queue", "direct") for key in ("p50", "p99")
-    }
+    median = {(m, k): statistics.median(x[m][k] for x in rounds) for m in ("queue", "direct") for k in ("p50", "p99")}
     q_p99, d_p99, stock = median["queue", "p99"], median["direct", "p99"], queues[0]["stock"]
     missed = sorted({m for results in rounds for mode in ("queue", "direct") for m in results[mode]["missed"]})
-    every_round = {
-        "orders written": ("orders", stock, ","),
-        "5xx": ("r5xx", 0, ""),
-        "SQL statements in refused requests": ("sql", 0, ""),
-    }
+    every_round = {"orders written": ("orders", stock, ","), "5xx": ("r5xx", 0, "")}
+    every_round["SQL statements in refused requests"] = ("sql", 0, "")
     rows = []
     for name, (key, want, spec) in every_round.items():
         shown, good = h.each((q[key] for q in queues), spec, ", "), all(q[key] == want for q in queues)
