@@ -2,6 +2,7 @@
 
 python -m bench.checkout [--orders 3000 --rounds 1 --skus 1000]"""
 
+import functools
 import hashlib
 import itertools
 import json
@@ -76,10 +77,8 @@ def parse_args(argv=None):
         warmup=(10, "unmeasured orders per thread before each run"),
         skus=(1000, "SKUs of scenario (b)"),
         scenarios=("abv", "which scenarios to run: any of a, b, v"),
-        valid=(
-            lambda a: a.orders >= a.threads and a.skus >= 15 and set(a.scenarios) <= set("abv"),
-            "need --orders >= --threads, --skus >= 15, --scenarios of a, b, v",
-        ),
+        valid=lambda a: a.orders >= a.threads and a.skus >= 15 and set(a.scenarios) <= set("abv"),
+        error="need --orders >= --threads, --skus >= 15, --scenarios of a, b, v",
     )
 
 
@@ -161,38 +160,34 @@ class RunResult:
 
 def run_threads(side: str, jobs: list[Job], warm: list[Job], threads: int) -> RunResult:
     """`threads` threads, each warmed up with its share of `warm`, then timed from a common start to the last order."""
-    gate = threading.Barrier(threads + 1)
-    latencies: list[list[float]] = [[] for _ in range(threads)]
-    errors: list[str] = []
-    ends = [0.0] * threads
+    gate, latencies, errors, ends = threading.Barrier(threads + 1), [], [], [0.0] * threads
 
     def body(slot: int) -> None:
         if side == "django":
-            connection.ensure_connection()
-            one, close = (lambda job: django_order(job).replayed), connection.close
+            conn, one = connection, lambda job: django_order(job).replayed
         else:
             conn = h.pg_connect(autocommit=False)
-            cur = django_cursor(conn)
-            one, close = (lambda job: psycopg_order(conn, cur, job)), conn.close
+            one = functools.partial(psycopg_order, conn, django_cursor(conn))
         try:
-            for job in warm[slot::threads]:
-                one(job)
-            gate.wait()
-        except BaseException as exc:  # reported below, never swallowed
-            errors.append(f"thread {slot}: {exc!r}")
-            gate.abort()
-            return close()
-        for job in jobs[slot::threads]:
-            began = time.perf_counter()
             try:
-                if one(job):
-                    errors.append(f"replayed order for {job.key}")
-            except Exception as exc:  # noqa: BLE001 - counted, the run goes on
-                errors.append(repr(exc))
-                continue
-            latencies[slot].append(time.perf_counter() - began)
-        ends[slot] = time.perf_counter()
-        close()
+                for job in warm[slot::threads]:
+                    one(job)
+                gate.wait()
+            except BaseException as exc:  # reported below, never swallowed
+                errors.append(f"thread {slot}: {exc!r}")
+                return gate.abort()
+            for job in jobs[slot::threads]:
+                began = time.perf_counter()
+                try:
+                    if one(job):
+                        errors.append(f"replayed order for {job.key}")
+                except Exception as exc:  # noqa: BLE001 - counted, the run goes on
+                    errors.append(repr(exc))
+                    continue
+                latencies.append(time.perf_counter() - began)
+            ends[slot] = time.perf_counter()
+        finally:
+            conn.close()
 
     pool = [threading.Thread(target=body, args=(slot,), daemon=True) for slot in range(threads)]
     for t in pool:
@@ -206,7 +201,7 @@ def run_threads(side: str, jobs: list[Job], warm: list[Job], threads: int) -> Ru
     began, cpu_began = time.perf_counter(), time.process_time()
     for t in pool:
         t.join()
-    return RunResult([v for x in latencies for v in x], max(ends) - began, errors, time.process_time() - cpu_began)
+    return RunResult(latencies, max(ends) - began, errors, time.process_time() - cpu_began)
 
 
 def cart(job: Job) -> dict:

@@ -39,10 +39,8 @@ def parse_args(argv=None):
         batch_size=(500, "expire_unpaid_orders batch size"),
         keep=(False, "leave the bench data in place at the end"),
         check=h.SHARED["check"],
-        valid=(
-            lambda a: a.orders >= 1 and 3 <= a.skus <= 999 and a.batch_size >= 1,
-            "need --orders >= 1, 3 <= --skus <= 999, --batch-size >= 1",
-        ),
+        valid=lambda a: a.orders >= 1 and 3 <= a.skus <= 999 and a.batch_size >= 1,
+        error="need --orders >= 1, 3 <= --skus <= 999, --batch-size >= 1",
     )
 
 
@@ -77,9 +75,8 @@ def create_data(args, rng: random.Random) -> tuple[int, list[int], int, int, dat
                 item_rows.append((order_id, sku, names[sku], quantity, prices[sku]))
             expires_at, key = BASE_EXPIRES_AT + timedelta(milliseconds=n), f"bench-exp-{run:08x}-{n}"
             order_rows.append((order_id, key, "0" * 64, pending, total, currency, expires_at, expires_at - window))
-        Stock.objects.bulk_create(
-            [Stock(product_id=s, available=STOCK - reserved[s], reserved=reserved[s]) for s in skus]
-        )
+        stock = [Stock(product_id=s, available=STOCK - reserved[s], reserved=reserved[s]) for s in skus]
+        Stock.objects.bulk_create(stock)
         columns = "id, idempotency_key, request_hash, status, total_amount, currency, expires_at, created_at"
         h.copy_rows("orders", columns + ", customer_id", (row + (user.id,) for row in order_rows))
         h.copy_rows("order_items", "order_id, sku, name, quantity, unit_price", item_rows)

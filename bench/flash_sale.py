@@ -50,10 +50,8 @@ def parse_args(argv=None):
         voucher_uses=(1_000, "the usage limit of the voucher every cart holds (10%% off, once a shopper)"),
         no_sql_probe=(False, "serve config.wsgi unwrapped (no per-request SQL count)"),
         mode=("direct", mode, ("direct", "queue")),
-        valid=(
-            lambda a: 1 <= a.stock < a.shoppers <= a.attempts and a.voucher_uses >= a.stock,
-            "need 1 <= --stock < --shoppers <= --attempts (somebody has to be refused), --voucher-uses >= --stock",
-        ),
+        valid=lambda a: 1 <= a.stock < a.shoppers <= a.attempts and a.voucher_uses >= a.stock,
+        error="need 1 <= --stock < --shoppers <= --attempts (somebody has to be refused), --voucher-uses >= --stock",
     )
 
 
@@ -148,12 +146,8 @@ def main(argv=None, results: dict | None = None) -> int:
     h.fill_carts([(cid, cart) for cid in customer_ids])
 
     metrics_dir = tempfile.mkdtemp(prefix="bench-flash-metrics-")
-    env = {
-        **h.PRODUCTION_LIKE_ENV,
-        "RATE_LIMIT_CHECKOUT": RATE_LIMIT,
-        "PROMETHEUS_MULTIPROC_DIR": metrics_dir,
-        **topic_env,
-    }
+    env = {**h.PRODUCTION_LIKE_ENV, "RATE_LIMIT_CHECKOUT": RATE_LIMIT, "PROMETHEUS_MULTIPROC_DIR": metrics_dir}
+    env |= topic_env
     phases: dict[str, h.Run] = {}
     seen, stop = {}, threading.Event()
     writer = h.queue_writer(env) if queue else None
@@ -189,10 +183,8 @@ def main(argv=None, results: dict | None = None) -> int:
             stop.set()
 
             state = sale_state(customer_ids)
-            redeemed = (
-                VoucherRedemption.objects.filter(voucher=voucher).count(),
-                Promotion.objects.get(pk=voucher.pk).uses,
-            )
+            voucher.refresh_from_db(fields=["uses"])
+            redeemed = VoucherRedemption.objects.filter(voucher=voucher).count(), voucher.uses
             losers = [s for s in shoppers if s.user_id not in state["winners"]]
             per_loser = min(rate_count, max(1, math.ceil(args.refused_requests / max(1, len(losers)))))
             refused_count = min(args.refused_requests, per_loser * len(losers))

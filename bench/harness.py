@@ -100,12 +100,12 @@ def parser(doc: str, *shared: str, **own) -> argparse.ArgumentParser:
     return p
 
 
-def parse(argv, doc: str, *shared: str, valid=None, **own) -> argparse.Namespace:
-    """parser(doc, *shared, **own)'s arguments; valid=(test, message): an error unless test(args)."""
+def parse(argv, doc: str, *shared: str, valid=None, error="", **own) -> argparse.Namespace:
+    """parser(doc, *shared, **own)'s arguments; `error` unless valid(args) (when given)."""
     p = parser(doc, *shared, **own)
     args = p.parse_args(argv)
-    if valid and not valid[0](args):
-        p.error(valid[1])
+    if valid and not valid(args):
+        p.error(error)
     return args
 
 

@@ -22,16 +22,14 @@ def probe(accounts: list[int], *, caps: dict, run: str) -> tuple[int, float]:
     """(units held, seconds until the first of them is back on sale)."""
     for name, value in caps.items():
         setattr(settings, name, value)
-    held, joined = 0, timezone.now()
+    held, who = 0, dict(client_address=ADDRESS, account_created_at=timezone.now())
     for n, customer in enumerate(accounts):
         for attempt in range(settings.MAX_PENDING_ORDERS_PER_CUSTOMER):
             for quantity in (99, 50, 20, 10, 5, 2, 1):
                 h.fill_carts([(customer, {SKU: quantity})])
                 key = f"{run}-{n}-{attempt}-{quantity}"
                 try:
-                    place_order(
-                        customer_id=customer, idempotency_key=key, client_address=ADDRESS, account_created_at=joined
-                    )
+                    place_order(customer_id=customer, idempotency_key=key, **who)
                 except DomainError:
                     continue
                 held += quantity

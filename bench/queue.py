@@ -57,10 +57,8 @@ def parse_args(argv=None):
         background=(100_000, "CANCELLED orders in the table meanwhile"),
         drill=("", 'part 2: options for bench.flash_sale, e.g. "--attempts 5000"'),
         regular_child=("", None),
-        valid=(
-            lambda a: set(a.parts.split(",")) <= set("123") and a.requests >= 1000 and a.orders >= a.threads,
-            "--parts: some of 1,2,3; --requests >= 1000; --orders >= --threads",
-        ),
+        valid=lambda a: set(a.parts.split(",")) <= set("123") and a.requests >= 1000 and a.orders >= a.threads,
+        error="--parts: some of 1,2,3; --requests >= 1000; --orders >= --threads",
     )
     args.parts = {int(x) for x in args.parts.split(",")}
     return args
@@ -97,9 +95,8 @@ def drain(env: dict, n: int, customers: list[int], tag: str) -> dict:
         deadline = time.monotonic() + 120 + n / 500
         while last is None:
             if not writer.alive() or time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"write_queued_orders {'exited' if not writer.alive() else 'too slow'}:\n{writer.tail()}"
-                )
+                why = "exited" if not writer.alive() else "too slow"
+                raise RuntimeError(f"write_queued_orders {why}:\n{writer.tail()}")
             if first is None and exists(ids[0]):
                 first, cpu0 = time.monotonic(), writer.cpu_seconds()
                 before = poll.execute(count, [ids[0], ids[-1]]).fetchone()[0]  # the first batch (or more)
@@ -247,10 +244,8 @@ def part3(args, env: dict, hot: list[int], run_id: str) -> list:
         inside = [x for x in records if a <= x[0] <= b]
         ms = [x[1] * 1000 for x in inside]
         p99.setdefault(name, []).append(h.pct(ms, 99))
-        errors, pcts = (
-            dict(Counter(x[2] for x in inside if x[2] != "-")) or 0,
-            [h.pct(ms, q) for q in (50, 90, 99, 100)],
-        )
+        errors = dict(Counter(x[2] for x in inside if x[2] != "-")) or 0
+        pcts = [h.pct(ms, q) for q in (50, 90, 99, 100)]
         counted = f"{len(inside):,} in {b - a:.1f} s ({len(inside) / (b - a):.0f}/s), errors {errors}"
         print(f"  round {r + 1}, regular orders, {name}: {counted}, p50/p90/p99/max {h.each(pcts, '.1f', '/')} ms")
     quiet, direct, queue = (statistics.median(p99[name]) for name in ("no sale", "direct mode", "queue mode"))

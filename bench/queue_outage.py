@@ -69,11 +69,8 @@ def main(argv=None) -> int:
     broker = start_broker(port)
     ratios, p99s = [], {"alone": [], "up": [], "down": []}
     try:
-        env = {
-            **h.queue_topic(f"bench.qo.{run_id}"),
-            "RATE_LIMIT_CHECKOUT": "1000000/min",
-            "KAFKA_BOOTSTRAP_SERVERS": address,
-        }
+        env = {**h.queue_topic(f"bench.qo.{run_id}"), "RATE_LIMIT_CHECKOUT": "1000000/min"}
+        env["KAFKA_BOOTSTRAP_SERVERS"] = address
         direct = h.ensure_shoppers(args.direct_shoppers, prefix=f"{PREFIX}D")
         buyers = h.ensure_shoppers(QUEUE_BUYERS, prefix=f"{PREFIX}Q")
         everyone = [s.user_id for s in direct + buyers]

@@ -169,20 +169,15 @@ def part1(args, topic: str, original_topic: str) -> dict:
         ("(a) producer encoding the envelopes", args.events, "inline", "new_producer(), no database, 1 flush"),
         ("(b) floor: the case study's relay", args.floor_events, "floor", floor_note),
     ]
-    spread = {key: f"{min(r[key] for r in runs):,.0f}..{max(r[key] for r in runs):,.0f}" for key in med}
-    table = [
-        [label, f"{n:,}", f"{med[key]:,.0f}", spread[key] if len(runs) > 1 else "", note]
-        for label, n, key, note in rows
-    ]
+    spread = {k: f"{min(r[k] for r in runs):,.0f}..{max(r[k] for r in runs):,.0f}" for k in med if len(runs) > 1}
+    table = [[label, f"{n:,}", f"{med[key]:,.0f}", spread.get(key, ""), note] for label, n, key, note in rows]
     print()
     h.print_table(["approach", "events", "events/s (median)", "range", "note"], table)
     by_encoding, by_floor = med["relay"] / med["inline"], med["relay"] / med["floor"]
     ok_c, ok_f = by_encoding >= GOALS["encoding"], by_floor >= GOALS["floor"]
-    verdicts = h.verdict(ok_c, "OK"), h.verdict(ok_f, "OK")
-    print(
-        f"\n  relay / producer encoding the envelopes = {by_encoding:.2f}  (goal >= {GOALS['encoding']})  {verdicts[0]}"
-    )
-    print(f"  relay / floor = {by_floor:.1f}x  (goal >= {GOALS['floor']:.0f}x)  {verdicts[1]}")
+    goal = f"(goal >= {GOALS['encoding']})  {h.verdict(ok_c, 'OK')}"
+    print(f"\n  relay / producer encoding the envelopes = {by_encoding:.2f}  {goal}")
+    print(f"  relay / floor = {by_floor:.1f}x  (goal >= {GOALS['floor']:.0f}x)  {h.verdict(ok_f, 'OK')}")
     if errors := sum(r["errors"] for r in runs):
         print(f"  note: {errors} delivery error(s) in the producer's runs")
     return {"ok": ok_c and ok_f}
@@ -237,11 +232,8 @@ def part2(args, topic: str, run_id: str) -> dict:
     env = {"KAFKA_ORDERS_TOPIC": topic, "KAFKA_CONSUMER_GROUP_PREFIX": settings.KAFKA_CONSUMER_GROUP_PREFIX}
     python, child = str(h.VENV_BIN / "python"), ["-m", "bench.relay", "--consumer-child", f"bench_lag_{run_id}"]
     seen: dict[int, tuple[float, float, float, float]] = {}  # order id -> produced, received, effect, done
-    relay, consumer = (
-        h.Child("relay", [python, "manage.py", "relay_outbox"], env),
-        h.Child("consumer", [python, *child], env, pipe_stdout=True),
-    )
-    with relay, consumer:
+    relay = h.Child("relay", [python, "manage.py", "relay_outbox"], env)
+    with relay, h.Child("consumer", [python, *child], env, pipe_stdout=True) as consumer:
 
         def read_consumer():
             for line in consumer.proc.stdout:
@@ -285,9 +277,8 @@ def part2(args, topic: str, run_id: str) -> dict:
     p99 = h.pct(lags["commit -> consumer's effect committed"], 99) if mine else float("inf")
     ok = p99 < GOALS["p99_ms"] and missing == 0 and not errors
     late = f"; {missing} order(s) did not reach the consumer within 30 s" if missing else ""
-    print(
-        f"\n  p99 lag (commit -> effect) = {p99:.0f} ms  (goal < {GOALS['p99_ms']:.0f} ms)  {h.verdict(ok, 'OK')}{late}"
-    )
+    goal = f"(goal < {GOALS['p99_ms']:.0f} ms)  {h.verdict(ok, 'OK')}{late}"
+    print(f"\n  p99 lag (commit -> effect) = {p99:.0f} ms  {goal}")
     return {"ok": ok}
 
 
@@ -301,10 +292,8 @@ def main(argv=None) -> int:
     original_topic, settings.KAFKA_ORDERS_TOPIC = settings.KAFKA_ORDERS_TOPIC, topic
     settings.KAFKA_CONSUMER_GROUP_PREFIX = f"bench.relay.{run_id}."
     lock = h.lock_or_exit("relay", cleanup)
-    setup = (
-        f"broker {settings.KAFKA_BOOTSTRAP_SERVERS}, batch size {settings.OUTBOX_BATCH_SIZE}, DEBUG={settings.DEBUG}"
-    )
-    print(f"python -m bench.relay: {os.cpu_count()} CPU(s), {setup}")
+    setup = f"batch size {settings.OUTBOX_BATCH_SIZE}, DEBUG={settings.DEBUG}"
+    print(f"python -m bench.relay: {os.cpu_count()} CPU(s), broker {settings.KAFKA_BOOTSTRAP_SERVERS}, {setup}")
     topics = [topic, lag_topic, f"{lag_topic}.dlq"]
     ensure_topics(topics=topics)
     results: dict[str, dict] = {}
