@@ -59,9 +59,8 @@ def send_cancellation_notice(event: Event) -> None:
     )
 
 
-# Refunds the shopper hears of in another e-mail: a return's, removed lines' (and the
-# capture beyond them that the provider took, given back at once: its receipt told it).
-TOLD_ELSEWHERE = {"return", "lines_cancelled", "excess_capture"}
+# Refunds the shopper hears of in another e-mail: a return's, removed lines'.
+TOLD_ELSEWHERE = {"return", "lines_cancelled"}
 
 
 @register("email", "RefundRequested")

@@ -5,7 +5,7 @@ that locks several kinds calls these top to bottom."""
 from collections.abc import Iterable
 
 from core.locks import for_update
-from orders.models import Order, OrderItem, Payment, PendingOrderCount
+from orders.models import Order, OrderItem, PendingOrderCount
 
 
 def lock_order(order_id: int, **filters) -> Order | None:
@@ -21,10 +21,6 @@ def lock_orders(order_ids: Iterable[int], **filters) -> list[Order]:
 def lock_items(*, order_id: int) -> list[OrderItem]:
     """The order's lines, locked in id order (the order every writer of them takes)."""
     return list(for_update(OrderItem.objects.filter(order_id=order_id)))
-
-
-def lock_payment(payment_id: int) -> Payment:
-    return for_update(Payment.objects.filter(id=payment_id)).get()
 
 
 def lock_pending_counts(*, customer_ids: Iterable[int]) -> None:

@@ -58,6 +58,11 @@ def is_taken(payment: Payment | None) -> bool:
     return payment is not None and payment.status in TAKEN
 
 
+def is_settling(payment: Payment | None) -> bool:
+    """A capture or a void claimed, the provider not answered yet: the amounts must not move under it."""
+    return payment is not None and payment.status in (Payment.Status.CAPTURING, Payment.Status.VOIDING)
+
+
 def captured_payment(*, order_id: int, free_ok: bool = False) -> Payment | None:
     """The payment that paid the order, if its money was taken; else PaymentNotCaptured.
     With `free_ok`, None for an order that cost nothing (no money to give back)."""

@@ -28,16 +28,16 @@ def award_points(event: Event) -> None:
 # Refunds of a payment that paid no order (late, wrong amount, unknown order): it earned nothing.
 NOT_THE_ORDERS_MONEY = {"order_not_pending", "amount_mismatch", "unknown_order"}
 # What the provider captured beyond the order after lines were removed: their points went
-# with OrderLinesCancelled.
-NO_POINTS_BACK = NOT_THE_ORDERS_MONEY | {"excess_capture"}
+# with OrderLinesCancelled (unless it is the last money of the order to go back: then all).
+EXCESS_CAPTURE = "excess_capture"
 
 
 @register("loyalty", "RefundCompleted")
 def take_back_refunded_points(event: Event) -> None:
     data = event.data
-    if data.get("reason") in NO_POINTS_BACK:
-        return
     every = data.get("payment_refunded", False)
+    if data.get("reason") in NOT_THE_ORDERS_MONEY or (data.get("reason") == EXCESS_CAPTURE and not every):
+        return
     _take_back(event, LoyaltyEntry.Reason.ORDER_REFUNDED, source=f"refund-{data['refund_id']}",
                points=None if every else data["amount"] // MINOR_UNITS_PER_POINT)  # fmt: skip
 

@@ -1,10 +1,12 @@
 """Records the row locks a piece of code takes, transaction by transaction, and
-says where it goes against core/locks.py's LOCK_ORDER.
+says where it goes against core/locks.py's LOCK_ORDER (kinds of rows; the key
+order within a kind is each lock call's own `order_by`, not checked here).
 
 A statement locks rows when it is a SELECT … FOR UPDATE (the tables after OF,
 or every table it reads), an UPDATE, a DELETE, or an INSERT … ON CONFLICT DO
-UPDATE. A plain INSERT is not counted: the rows it writes are new, nobody else
-can be waiting for them. Going back to a kind of row the transaction locked
+UPDATE. A plain INSERT is not counted: the rows it writes are new, and the
+KEY SHARE lock it takes on the rows it refers to never waits on the shop's
+locks (core.locks.for_update takes FOR NO KEY UPDATE). Going back to a kind of row the transaction locked
 already (or one of its group) is allowed: its rows are held; locking a kind
 that ranks before one already held is what can deadlock, and is reported."""
 
@@ -16,22 +18,40 @@ from django.db import connection
 
 from core.locks import RANK
 
-_NAME = r'"?(\w+)"?'
-_FOR_UPDATE = re.compile(r"\bFOR (?:NO KEY )?UPDATE\b(?: OF ([^;]+?))?(?: SKIP LOCKED| NOWAIT)?\s*$", re.I)
-_UPDATE = re.compile(r"(?<!FOR )(?<!KEY )(?<!DO )\bUPDATE\s+" + _NAME, re.I)
+_NAME = r'(?:ONLY\s+)?(?:"?\w+"?\.)?"?(\w+)"?'  # a table, perhaps ONLY and schema-qualified
+_ROW_LOCK = re.compile(
+    r"\bFOR (?:NO KEY UPDATE|UPDATE|SHARE|KEY SHARE)\b"  # the lock
+    r"((?:\s+OF\s+[\w\",\s.]+?)?)"  # the tables it names, if any
+    r"(?=\s+SKIP LOCKED|\s+NOWAIT|\)|$)",
+    re.I,
+)
+_UPDATE = re.compile(r"(?<!FOR )(?<!KEY )(?<!DO )\bUPDATE\s+(?!SET\b)" + _NAME, re.I)
 _DELETE = re.compile(r"\bDELETE\s+FROM\s+" + _NAME, re.I)
-_UPSERT = re.compile(r"\bINSERT\s+INTO\s+" + _NAME + r"[^;]*?\bON CONFLICT\b[^;]*?\bDO UPDATE\b", re.I)
+_INSERT = re.compile(r"\bINSERT\s+INTO\s+" + _NAME, re.I)
 _READS = re.compile(r"\b(?:FROM|JOIN)\s+" + _NAME, re.I)
 
 
 def locked_tables(sql: str) -> list[str]:
-    """The tables whose rows `sql` locks, in the order the statement names them."""
+    """The tables whose rows `sql` locks, in the order the statement names them:
+    SELECT … FOR UPDATE / NO KEY UPDATE / SHARE / KEY SHARE, also inside a
+    subquery (the tables after OF, or every table read before the clause),
+    UPDATE, DELETE, and an INSERT whose own part has ON CONFLICT … DO UPDATE."""
+    sql = sql.strip().rstrip(";")
     tables = []
-    if found := _FOR_UPDATE.search(sql):
-        named = found.group(1)
-        tables += [t.strip().strip('"') for t in named.split(",")] if named else _READS.findall(sql[: found.start()])
-    tables += _UPDATE.findall(sql) + _DELETE.findall(sql) + _UPSERT.findall(sql)
-    return [table for table in tables if table.upper() not in ("OF", "SET")]
+    for found in _ROW_LOCK.finditer(sql):
+        named = found.group(1).strip()
+        if named:
+            tables += [name.strip().strip('"').split(".")[-1].strip('"') for name in named[2:].split(",")]
+        else:
+            tables += _READS.findall(sql[: found.start()])
+    tables += _UPDATE.findall(sql) + _DELETE.findall(sql)
+    inserts = list(_INSERT.finditer(sql))
+    ends = [each.start() for each in inserts[1:]] + [len(sql)]
+    for each, end in zip(inserts, ends[: len(inserts)], strict=True):
+        own = sql[each.start() : end]
+        if re.search(r"\bON CONFLICT\b.*?\bDO UPDATE\b", own, re.I | re.S):
+            tables.append(each.group(1))
+    return tables
 
 
 @dataclass

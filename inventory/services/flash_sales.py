@@ -8,6 +8,7 @@ from redis.exceptions import RedisError
 
 from core.exceptions import NotFound
 from core.hotcache import StaleCache, hot_cache
+from core.locks import for_update
 from inventory import gate
 from inventory.gate import GateRule
 from inventory.models import FlashSale, Stock
@@ -153,7 +154,7 @@ def update_flash_sale(*, sku: str, **changes) -> FlashSale:
         raise ValueError(f"not a rule field: {', '.join(sorted(unknown))}")
     if "mode" in changes and changes["mode"] not in FlashSale.Mode.values:
         raise ValueError(f"mode must be one of {', '.join(FlashSale.Mode.values)}")
-    sale = FlashSale.objects.select_for_update().filter(product_id=sku).first()
+    sale = for_update(FlashSale.objects.filter(product_id=sku)).first()
     if sale is None:
         raise NotFound(f"{sku} is not in a flash sale", sku=sku)
     for name, value in changes.items():
@@ -205,7 +206,7 @@ def sync_flash_sale(*, sku: str) -> int:
 @transaction.atomic
 def end_flash_sale(*, sku: str) -> None:
     """The sale gone, its gate after the commit, and its price (orders placed in it keep theirs)."""
-    sale = FlashSale.objects.select_for_update().filter(product_id=sku).first()
+    sale = for_update(FlashSale.objects.filter(product_id=sku)).first()
     if sale is None:
         raise NotFound(f"{sku} is not in a flash sale", sku=sku)
     sale.delete()

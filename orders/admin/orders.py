@@ -145,7 +145,7 @@ class OrderAdmin(PerOrderAction, PaymentActions, OrderTimeline, admin.ModelAdmin
         order = self._order_to_change(request, object_id)
         payment = money.applied_payment(order_id=order.id)
         if money.is_taken(payment):
-            left = format_money(payment.captured_amount - payment.refunded_amount, payment.currency)
+            left = format_money(money.refundable(payment_id=payment.id), payment.currency)
             held = (f"Payment {payment.provider_payment_id}: {format_money(payment.captured_amount, payment.currency)} "
                     f"captured, {format_money(payment.refunded_amount, payment.currency)} refunded or being refunded: "
                     f"up to {left} can be given back.")  # fmt: skip

@@ -2,6 +2,19 @@
 
 from django.conf import settings
 from django.db import migrations, models
+from django.db.models import Count
+
+
+def refuse_orders_paid_twice(apps, schema_editor):
+    """The index below fails on an order with two applied payments; say which, so
+    staff decide which one paid it (the other is refunded) before migrating."""
+    Payment = apps.get_model("orders", "Payment")
+    twice = list(
+        Payment.objects.filter(outcome="applied").values("order_id").annotate(n=Count("id")).filter(n__gt=1)
+        .values_list("order_id", flat=True)[:20]
+    )
+    if twice:
+        raise RuntimeError(f"orders with two applied payments, settle them first: {twice}")
 
 
 class Migration(migrations.Migration):
@@ -21,6 +34,7 @@ class Migration(migrations.Migration):
             name='reason',
             field=models.CharField(choices=[('order_not_pending', 'Order was no longer awaiting payment'), ('amount_mismatch', 'Amount or currency did not match the order'), ('unknown_order', 'No such order'), ('staff', 'Refunded by staff'), ('return', 'Returned items received'), ('goodwill', 'Goodwill refund by staff'), ('lines_cancelled', 'Lines removed before shipping'), ('excess_capture', 'Captured beyond what the order costs')], max_length=20),
         ),
+        migrations.RunPython(refuse_orders_paid_twice, migrations.RunPython.noop),
         migrations.AddConstraint(
             model_name='payment',
             constraint=models.UniqueConstraint(condition=models.Q(('outcome', 'applied')), fields=('order',), name='payment_one_applied_per_order'),

@@ -13,7 +13,7 @@ from inventory.services import return_reserved_stock
 from orders import money
 from orders.exceptions import LinesNotRemovable, OrderNotFound, PaymentNotCaptured, SkuNotOnOrder
 from orders.locks import lock_items, lock_order
-from orders.models import Order, OrderItem, OrderStatus, Payment, Refund
+from orders.models import Order, OrderItem, OrderStatus, Refund
 from orders.services.cancellation import reopen_gate_lines, reserved_lines
 from orders.services.refunds import price_units, refund_priced_units
 from outbox.services import record_event
@@ -42,7 +42,7 @@ def remove_order_lines(*, order_id: int, lines: Mapping[str, int], user=None) ->
     if left <= 0:
         raise LinesNotRemovable(remaining_units=left + sum(lines.values()))
     payment = money.applied_payment(order_id=order.id, lock=True)
-    if payment is not None and payment.status not in (Payment.Status.AUTHORIZED, Payment.Status.CAPTURED):
+    if money.is_settling(payment):
         raise PaymentNotCaptured("The order's payment is being captured or voided: try again in a moment.")
 
     priced = price_units((items[sku], count) for sku, count in sorted(lines.items()))
@@ -59,7 +59,7 @@ def remove_order_lines(*, order_id: int, lines: Mapping[str, int], user=None) ->
     reopen_gate_lines(customer_id=order.customer_id, lines=removed)
 
     refund = None
-    if payment is not None and payment.status == Payment.Status.CAPTURED:
+    if money.is_taken(payment):
         refund = refund_priced_units(payment=payment, order=order, reason=Refund.Reason.LINES_CANCELLED,
                                      priced=priced, user=user)  # fmt: skip
     order.refresh_from_db()
@@ -71,7 +71,7 @@ def remove_order_lines(*, order_id: int, lines: Mapping[str, int], user=None) ->
         data={"order_id": order.id, "customer_id": order.customer_id, "lines": [each.as_line() for each in priced],
               "amount": amount, "currency": order.currency, "total": order.total_amount,
               "refund_id": refund.id if refund else None, "refund_amount": refund.amount if refund else 0,
-              "captured": payment is not None and payment.status == Payment.Status.CAPTURED,
+              "captured": money.is_taken(payment),
               "items": [{"sku": sku, "quantity": units} for sku, units in sorted(still.items())]},  # fmt: skip
     )
     return order

@@ -9,13 +9,12 @@ import logging
 from dataclasses import dataclass
 
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
 from core.db import insert_unless_exists
 from core.locks import for_update
 from orders import money, provider
-from orders.locks import lock_order
+from orders.locks import lock_orders
 from orders.metrics import PAYMENTS
 from orders.models import Order, OrderStatus, Payment, Refund
 from orders.services.holds import give_back_holds
@@ -73,17 +72,18 @@ def handle_payment_webhook(
         raw_body=raw_body,
     )
     if insert_unless_exists(payment, conflict_fields=["provider_payment_id"]) is None:
-        known = _lock_known(payment_id)
+        known = _lock_known(payment_id, order)
         if known.status == Payment.Status.FAILED and status != FAILED:
-            # Failed, then succeeded under the same id: the payment as if told now.
+            # Failed, then succeeded under the same id: the payment as if told now (for the order it names now).
             Payment.objects.filter(id=known.id).update(
                 status=payment.status, authorized_at=now, captured_at=payment.captured_at, amount=amount,
                 captured_amount=payment.captured_amount, currency=currency, received_at=now, raw_body=raw_body,
+                order=order,
             )  # fmt: skip
             payment.id = known.id
             return _apply(payment, order, captured=captured, now=now)
         if captured:
-            _captured_by_the_provider(known, now=now)
+            _captured_by_the_provider(known, amount=amount, now=now)
             known.refresh_from_db()
         return PaymentResult(known, redelivered=True)
     if status == FAILED:
@@ -92,12 +92,12 @@ def handle_payment_webhook(
     return _apply(payment, order, captured=captured, now=now)
 
 
-def _lock_known(payment_id: str) -> Payment:
-    """A payment the shop knows, locked after its order (core/locks.py): a refund
-    of the order, which locks the order first, cannot deadlock with this."""
-    order_id = Payment.objects.filter(provider_payment_id=payment_id).values_list("order_id", flat=True).get()
-    if order_id is not None:
-        lock_order(order_id)
+def _lock_known(payment_id: str, order: Order | None) -> Payment:
+    """A payment the shop knows, locked after its order and the order the
+    webhook names (core/locks.py): a refund or a removal of lines, which lock
+    the order first, cannot deadlock with this."""
+    known_order = Payment.objects.filter(provider_payment_id=payment_id).values_list("order_id", flat=True).get()
+    lock_orders({known_order, order.id if order else None} - {None})
     known = Payment.objects.filter(provider_payment_id=payment_id).select_related("order")
     return for_update(known, of=("self",)).get()
 
@@ -132,15 +132,18 @@ def _apply(payment: Payment, order: Order | None, *, captured: bool, now) -> Pay
     return PaymentResult(payment, redelivered=False)
 
 
-def _captured_by_the_provider(known: Payment, *, now) -> None:
+def _captured_by_the_provider(known: Payment, *, amount: int, now) -> None:
     """The provider's `captured` for a payment the shop knows (an automatic
     capture): AUTHORIZED -> CAPTURED. Money it took for no order goes back; so
     does money it took after the shop had claimed a void (its capture won at the
     provider: the void will be refused there), which staff see in the log; and
     so does what it took beyond what the order costs now (lines removed before
-    the capture), at once."""
-    if move_payment(known.id, Payment.Status.CAPTURED, at=now, captured_amount=F("amount")):
-        known.captured_amount = known.amount
+    the capture), at once. `amount` is what the provider says it took (never
+    past the authorization): the whole of it on its own, or the shop's own
+    capture (CAPTURING) confirmed before the shop marked it."""
+    taken = min(amount, known.amount)
+    if move_payment(known.id, Payment.Status.CAPTURED, at=now, captured_amount=taken):
+        known.captured_amount = taken
         _announce_captured(known, captured_at=now)
         if known.outcome == Payment.Outcome.VOIDED:  # it paid no order
             Payment.objects.filter(id=known.id).update(outcome=Payment.Outcome.REFUNDED)
@@ -151,8 +154,8 @@ def _captured_by_the_provider(known: Payment, *, now) -> None:
         logger.error("payment %s captured by the provider after the shop claimed a void: refunded",
                      known.provider_payment_id)  # fmt: skip
         # The money is taken after all: counted as captured, so that its refund claims it.
-        Payment.objects.filter(id=known.id).update(captured_amount=known.amount)
-        known.captured_amount = known.amount
+        Payment.objects.filter(id=known.id).update(captured_amount=taken)
+        known.captured_amount = taken
         reason = Refund.Reason.ORDER_NOT_PENDING if known.outcome != Payment.Outcome.APPLIED else Refund.Reason.STAFF
         request_refund(payment=known, order=known.order, reason=reason)
 

@@ -79,6 +79,15 @@ def test_the_recorder_reads_each_kind_of_locking_statement():
     ) == ["order_unpaid_holds"]
     assert locked_tables('INSERT INTO "orders" ("id") VALUES (1) ON CONFLICT DO NOTHING') == []
     assert locked_tables('SELECT "id" FROM "orders" WHERE "id" = 1') == []
+    assert locked_tables('SELECT "id" FROM "orders" WHERE "id" = 1 FOR NO KEY UPDATE;') == ["orders"]
+    assert locked_tables('SELECT COUNT(*) FROM (SELECT "id" FROM "orders" FOR UPDATE) subquery') == ["orders"]
+    assert locked_tables('SELECT 1 FROM "orders" FOR KEY SHARE SKIP LOCKED') == ["orders"]
+    assert locked_tables("UPDATE public.orders SET status = 'PAID'") == ["orders"]
+    assert locked_tables('UPDATE ONLY "orders" SET status = 1') == ["orders"]
+    assert locked_tables(
+        "WITH a AS (INSERT INTO inventory (x) VALUES (1) RETURNING 1), b AS (INSERT INTO order_unpaid_holds AS h "
+        "(y) VALUES (1) ON CONFLICT (k) DO UPDATE SET y = 1 RETURNING 1) SELECT 1"
+    ) == ["order_unpaid_holds"]
 
 
 def test_checkout_with_a_voucher_then_its_cancellation(redis, goods):
@@ -199,24 +208,37 @@ def test_the_recorder_fails_a_service_made_to_lock_out_of_order(redis, goods, pr
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_duplicate_payments_webhook_and_a_goodwill_refund_of_the_same_order_at_once(redis, provider):
-    """Real connections: the webhook (order, then its payment) and the refund
-    (order, then the payment that paid it) never deadlock, and each does its own."""
+def test_a_providers_capture_webhook_and_a_removal_of_lines_of_the_same_order_at_once(redis, provider, monkeypatch):
+    """Real connections, the interleaving forced: the webhook holds its locks
+    while staff remove a line. It used to lock the payment, then wait on the
+    order (its refund's insert) while the removal held the order and waited on
+    the payment: PostgreSQL killed one. Now both lock the order first."""
+    import threading
+    import time
+
+    from orders.services import payments
+
     product_with_stock(sku="A", price=1250, available=50)
-    for round_ in range(3):
-        order = place_pending_order(redis, UserFactory(), {"A": 2}, key=f"dl-{round_}")
-        ship(order, payment_id=f"pay_first_{round_}")
-        duplicate = {"payment_id": f"pay_dup_{round_}", "order_id": order.id, "amount": 2500, "currency": "EUR",
-                     "status": "captured"}  # fmt: skip
+    order = place_pending_order(redis, UserFactory(), {"A": 3}, key="dl")
+    pay(order, payment_id="pay_dl")
+    remove_order_lines(order_id=order.id, lines={"A": 1})  # 3750 authorized, the order now 2500
+    inside, real = threading.Event(), payments._captured_by_the_provider
 
-        def webhook(body=duplicate):
-            return post_signed(Client(), body).status_code
+    def slow(known, **kwargs):
+        inside.set()
+        time.sleep(0.5)  # holding what the webhook locked, while the removal starts
+        return real(known, **kwargs)
 
-        def goodwill(order_id=order.id):
-            return refund_goodwill(order_id=order_id, amount=500, note="sorry").amount
+    monkeypatch.setattr(payments, "_captured_by_the_provider", slow)
+    body = {"payment_id": "pay_dl", "order_id": order.id, "amount": 3750, "currency": "EUR", "status": "captured"}
 
-        assert run_in_threads([webhook, goodwill]) == [200, 500]
-        assert Order.objects.get(id=order.id).status == OrderStatus.SHIPPED
-        refunds = dict(Refund.objects.filter(order=order).values_list("payment__provider_payment_id", "amount"))
-        assert refunds == {f"pay_first_{round_}": 500, f"pay_dup_{round_}": 2500}
+    def removal():
+        assert inside.wait(10)
+        return remove_order_lines(order_id=order.id, lines={"A": 1}).total_amount
+
+    assert run_in_threads([lambda: post_signed(Client(), body).status_code, removal]) == [200, 1250]
+    refunds = sorted(Refund.objects.filter(order=order).values_list("reason", "amount"))
+    assert refunds == [("excess_capture", 1250), ("lines_cancelled", 1250)]
+    payment = Payment.objects.get(provider_payment_id="pay_dl")
+    assert (payment.captured_amount, payment.refunded_amount) == (3750, 2500)
     connection.close()

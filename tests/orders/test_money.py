@@ -125,3 +125,65 @@ def test_at_most_one_payment_pays_an_order(redis, provider):
     post_webhook(Client(), payment_id="pay_b", order_id=order.id, amount=2500, status="authorized")
     with pytest.raises(IntegrityError), transaction.atomic():
         Payment.objects.filter(provider_payment_id="pay_b").update(outcome=Payment.Outcome.APPLIED)
+
+
+def test_the_providers_word_on_the_shops_own_capture_records_what_it_took(redis, provider):
+    """The provider's `captured` webhook arrives while the shop's capture of the
+    new total is in flight (CAPTURING): what it took is the new total, not the
+    authorization, and nothing is given back."""
+    product_with_stock(sku="A", price=3999, available=10)
+    order = place_pending_order(redis, UserFactory(), {"A": 3})
+    post_webhook(Client(), payment_id="pay_c", order_id=order.id, amount=11997, status="authorized")
+    remove_order_lines(order_id=order.id, lines={"A": 1})
+    Payment.objects.filter(provider_payment_id="pay_c").update(status=Payment.Status.CAPTURING)  # the claim made
+
+    post_webhook(Client(), payment_id="pay_c", order_id=order.id, amount=7998, status="captured")
+
+    payment = Payment.objects.get(provider_payment_id="pay_c")
+    assert (payment.status, payment.captured_amount, payment.refunded_amount) == (Payment.Status.CAPTURED, 7998, 0)
+    assert not Refund.objects.exists()
+
+
+def test_a_payment_that_failed_then_succeeded_under_its_id_for_another_order_pays_that_order(redis, provider):
+    product_with_stock(sku="A", price=1250, available=10)
+    first = place_pending_order(redis, UserFactory(), {"A": 2})
+    second = place_pending_order(redis, UserFactory(), {"A": 2})
+    post_webhook(Client(), payment_id="pay_f", order_id=first.id, amount=2500, status="failed")
+    response = post_webhook(Client(), payment_id="pay_f", order_id=second.id, amount=2500, status="authorized")
+    assert response.status_code == 200, response.content
+    assert money.applied_payment(order_id=second.id).provider_payment_id == "pay_f"
+    assert money.applied_payment(order_id=first.id) is None
+    assert Order.objects.get(id=second.id).status == OrderStatus.PAID
+
+
+@pytest.mark.django_db(transaction=True)
+def test_three_payments_for_one_order_at_once_pay_it_once(redis, provider):
+    from django.db import connection
+
+    from tests.helpers import post_signed, run_in_threads
+
+    product_with_stock(sku="A", price=1250, available=50)
+    for round_ in range(3):
+        order = place_pending_order(redis, UserFactory(), {"A": 2}, key=f"three-{round_}")
+        bodies = [{"payment_id": f"pay_{round_}_{n}", "order_id": order.id, "amount": 2500, "currency": "EUR",
+                   "status": "captured"} for n in range(3)]  # fmt: skip
+        answers = run_in_threads([lambda body=body: post_signed(Client(), body).json()["outcome"] for body in bodies])
+        assert sorted(answers) == ["applied", "refunded", "refunded"]
+        assert Payment.objects.filter(order=order, outcome=Payment.Outcome.APPLIED).count() == 1
+        assert Refund.objects.filter(order=order, reason="order_not_pending").count() == 2
+        assert Order.objects.get(id=order.id).status == OrderStatus.PAID
+    connection.close()
+
+
+def test_an_excess_capture_refund_takes_back_points_only_when_it_is_the_last_of_the_money():
+    from shop.handlers import take_back_refunded_points
+    from shop.models import LoyaltyEntry
+
+    customer = UserFactory()
+    LoyaltyEntry.objects.create(order_id=7, customer=customer, reason=LoyaltyEntry.Reason.ORDER_PAID, points=79)
+    done = {"order_id": 7, "customer_id": customer.id, "payment_id": "p", "amount": 3999, "currency": "EUR",
+            "reason": "excess_capture", "lines": []}  # fmt: skip
+    take_back_refunded_points(consumer_event("RefundCompleted", refund_id=1, payment_refunded=False, **done))
+    assert LoyaltyEntry.objects.filter(order_id=7).count() == 1  # its points went with the removed lines
+    take_back_refunded_points(consumer_event("RefundCompleted", refund_id=2, payment_refunded=True, **done))
+    assert sum(LoyaltyEntry.objects.filter(order_id=7).values_list("points", flat=True)) == 0
