@@ -309,9 +309,8 @@ def ensure_users(count: int, *, prefix: str, password: str | None = None) -> lis
             user.is_active = True
             user.save(update_fields=["is_active"])
         ids = dict(user_model.objects.filter(username__in=names).values_list("username", "id"))
-        PendingOrderCount.objects.bulk_create(
-            [PendingOrderCount(customer_id=i, pending=0) for i in ids.values()], **bulk
-        )
+        counters = [PendingOrderCount(customer_id=i, pending=0) for i in ids.values()]
+        PendingOrderCount.objects.bulk_create(counters, **bulk)
         Address.objects.bulk_create([Address(customer_id=i, **BENCH_ADDRESS) for i in ids.values()], **bulk)
     return [ids[name] for name in names]
 
@@ -347,9 +346,8 @@ def ensure_products(skus: list[str], min_available: int) -> None:
         available = dict(Stock.objects.filter(product_id__in=skus).values_list("product_id", "available"))
         if top_up := {sku: min_available - available[sku] for sku in skus if available[sku] < min_available}:
             received = {"note": "bench", "reason": StockMovement.Reason.RECEIVED}
-            StockMovement.objects.bulk_create(
-                [StockMovement(product_id=s, delta=d, **received) for s, d in top_up.items()]
-            )
+            movements = [StockMovement(product_id=s, delta=d, **received) for s, d in top_up.items()]
+            StockMovement.objects.bulk_create(movements)
             update = "UPDATE inventory AS s SET available = s.available + d.delta FROM unnest(%s::text[], %s::int[])"
             with connection.cursor() as cursor:
                 cursor.execute(f"{update} AS d(sku, delta) WHERE s.sku = d.sku", [list(top_up), list(top_up.values())])
@@ -394,10 +392,8 @@ def delete_orders(customer_ids: list[int]) -> None:
         give_back_holds(order_ids=ids)  # before the items go: it reads them
         give_back_vouchers(order_ids=ids)
         tables = [m._meta.db_table for m in (Refund, Payment, Notification, OrderItem)] + ["order_queued_aliases"]
-        deletes = [f"{table} WHERE order_id = ANY(%s)" for table in tables] + ["orders WHERE id = ANY(%s)"]
-        cursor.execute(
-            "DELETE FROM outbox_events WHERE aggregate_type = 'order' AND aggregate_id = ANY(%s::text[])", [ids]
-        )
+        deletes = ["outbox_events WHERE aggregate_type = 'order' AND aggregate_id = ANY(%s::text[])"]
+        deletes += [f"{table} WHERE order_id = ANY(%s)" for table in tables] + ["orders WHERE id = ANY(%s)"]
         for delete in deletes:
             cursor.execute(f"DELETE FROM {delete}", [ids])
         cursor.execute("UPDATE order_pending_counts SET pending = 0 WHERE customer_id = ANY(%s)", [customer_ids])
@@ -446,12 +442,11 @@ WARM_UP = (b"warm-up", b"warm-up")  # a producer's first message: connected, wit
 def produce(topic: str, messages, producer=None) -> int:
     """(key, value[, headers]) messages, all delivered on return; the errors."""
     producer, errors = producer or new_producer(), []
+    delivered = lambda error, message: error and errors.append(error)  # noqa: E731
     for key, value, *headers in messages:
         while True:
             try:
-                producer.produce(
-                    topic, value, key, headers=(headers or [None])[0], on_delivery=lambda e, m: e and errors.append(e)
-                )
+                producer.produce(topic, value, key, headers=(headers or [None])[0], on_delivery=delivered)
                 break
             except BufferError:  # librdkafka's queue is full: serve deliveries and retry
                 producer.poll(0.05)
@@ -505,9 +500,7 @@ class Run:
         return [r for r in self.records if predicate(r)]
 
 
-def run_wrk(
-    server: Gunicorn, *, specs=(), numbered=(), count=None, duration=None, concurrency=16, threads=1, record=False
-):
+def run_wrk(server, *, specs=(), numbered=(), count=None, duration=None, concurrency=16, threads=1, record=False):
     """wrk, closed loop, `count` requests or `duration` s: `specs` in turn, or numbered requests (bench/wrk.lua)."""
     if shutil.which("wrk") is None:
         raise SystemExit("wrk not found: apt-get install -y wrk (make bench-tools)")
@@ -586,9 +579,8 @@ def print_endpoints(runs: dict[str, Run], args, ratio: str, goal: float, extra=N
         figures = f"{r.answered:,}", f"{r.rps:,.0f}", f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}", f"{r.cpu_ms:.2f}"
         by = ("-" if x is None else f"{x:.2f}" for x in ratios.get(name, (None, None)))
         rows.append([name, *figures, r.errors + r.bad_status, *(f(r) for f in extra.values()), *by])
-    print_table(
-        ["endpoint", "requests", "req/s", "p50 ms", "p99 ms", "CPU ms/req", "errors", *extra, ratio, "by CPU"], rows
-    )
+    headers = ["endpoint", "requests", "req/s", "p50 ms", "p99 ms", "CPU ms/req", "errors", *extra, ratio, "by CPU"]
+    print_table(headers, rows)
     ok = all(by_rps >= goal for by_rps, _ in ratios.values())
     print(f"goal {ratio} >= {goal}: {verdict(ok, 'met', 'NOT met')}")
     return 1 if any(r.errors or r.bad_status for r in runs.values()) or (args.check and not ok) else 0

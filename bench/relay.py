@@ -25,6 +25,7 @@ from outbox.shutdown import stop_on_sigterm
 from outbox.topics import ensure_topics
 
 PREFIX = "BENCH-RL-"
+ORDER_CREATED = {"aggregate_type": "order", "event_type": "OrderCreated"}  # the part-1 events', besides their payload
 BENCH_MARK = "relay"  # payload["bench"] of the part-1 events: how a killed run's leftovers are found
 AGGREGATE_BASE = 9_100_000_000  # fake order ids of the part-1 events (aggregate_id only, no FK)
 AGGREGATES, THREADS, SKUS = 10_000, 8, 20  # part 1's distinct aggregate_ids; part 2's place_order threads, products
@@ -77,12 +78,9 @@ def insert_events(count: int, aggregates: int, base: int = AGGREGATE_BASE) -> li
         return {"sku": f"{PREFIX}{k:04d}", "name": f"Bench product {k}", "quantity": quantity, "unit_price": 1000 + k}
 
     def event(i: int, order_id: int) -> OutboxEvent:
-        payload = {"order_id": order_id, "customer_id": 100_000 + i % 5_000, "currency": "EUR"}
+        payload = {"order_id": order_id, "customer_id": 100_000 + i % 5_000, "currency": "EUR", "bench": BENCH_MARK}
         payload |= {"items": [item(i, 1 + i % 3), item(i + 7, 1)], "total": 3003 + i % 50, "expires_at": expires}
-        payload |= {"bench": BENCH_MARK}
-        return OutboxEvent(
-            aggregate_type="order", aggregate_id=str(order_id), event_type="OrderCreated", payload=payload
-        )
+        return OutboxEvent(aggregate_id=str(order_id), payload=payload, **ORDER_CREATED)
 
     return OutboxEvent.objects.bulk_create([event(i, base + i % aggregates) for i in range(count)], batch_size=5000)
 
