@@ -43,6 +43,7 @@ seed: install
 
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 
 # The benchmarks' load generator (bench/README.md): wrk, from the distribution's packages.

@@ -77,8 +77,13 @@ def _price(cart: StoredCart, products: Mapping[str, CachedProduct | None], avail
         for line in result.lines
     ]
     return PricedCart(
-        items=items, currency=currency, warnings=warnings, subtotal=result.subtotal, discounts=result.discounts(),
-        total=result.total, voucher=voucher_json,
+        items=items,
+        currency=currency,
+        warnings=warnings,
+        subtotal=result.subtotal,
+        discounts=result.discounts(),
+        total=result.total,
+        voucher=voucher_json,
     )
 
 
@@ -180,17 +185,26 @@ def set_guest_cart_item(*, token: str | None, sku: str, quantity: int, address: 
     if create:
         token = secrets.token_urlsafe(32)
     cart = storage.guest_write_line(
-        digest=_guest_digest(token), sku=sku, quantity=quantity, generation=hot_cache.ensure_generation(),
-        address=address, create=create, counted=counted,
-    )  # fmt: skip
+        digest=_guest_digest(token),
+        sku=sku,
+        quantity=quantity,
+        generation=hot_cache.ensure_generation(),
+        address=address,
+        create=create,
+        counted=counted,
+    )
     return _price(cart, *catalog_for(list(cart.lines))), token
 
 
 def remove_guest_cart_item(*, token: str, sku: str, address: str) -> None:
     storage.guest_write_line(
-        digest=_guest_digest(token), sku=sku, quantity=0, generation=hot_cache.ensure_generation(),
-        address=address, create=False,
-    )  # fmt: skip
+        digest=_guest_digest(token),
+        sku=sku,
+        quantity=0,
+        generation=hot_cache.ensure_generation(),
+        address=address,
+        create=False,
+    )
 
 
 def merge_guest_cart(*, token: str, customer_id: int) -> int:
@@ -211,9 +225,12 @@ def set_voucher(*, code: str, address: str, customer_id: int | None = None, toke
     cart_key, live, per_shopper = _voucher_target(customer_id=customer_id, token=token)
     generation = hot_cache.ensure_generation()
     cart = storage.voucher_attempt(
-        cart=cart_key, live=live, generation=generation, per_shopper=per_shopper,
+        cart=cart_key,
+        live=live,
+        generation=generation,
+        per_shopper=per_shopper,
         per_address=ratelimit.window("voucher_address", address),
-    )  # fmt: skip
+    )
     products, _ = catalog_for(list(cart.lines))
     on_sale = {sku: q for sku, q in cart.lines.items() if products.get(sku) is not None and products[sku].is_active}
     voucher = find_voucher(code, now=timezone.now(), customer_id=customer_id, lines=on_sale, products=products)

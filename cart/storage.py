@@ -129,9 +129,7 @@ def count_write(*, customer_id: int | None = None, address: str | None = None) -
         check_status(LIMITED, wait * 1000)
 
 
-def write_line(
-    *, customer_id: int, sku: str, quantity: int, generation: str, counted: bool = False
-) -> StoredCart:
+def write_line(*, customer_id: int, sku: str, quantity: int, generation: str, counted: bool = False) -> StoredCart:
     """Set (or with 0, remove) one line; refresh the TTL; return the whole cart.
     The write is counted against the shopper's limit in the same call unless `counted`."""
     limit = ratelimit.shopper_window(None if counted else "cart_write", customer_id)
@@ -192,9 +190,21 @@ def guest_write_line(
     return _run(
         _GUEST_WRITE,
         [cart, live, GENERATION_KEY, per_token.key, per_address.key, new_carts.key],
-        [generation, sku, quantity, ttl, settings.CART_MAX_LINES, per_token.limit, per_token.ms,
-         per_address.limit, per_address.ms, "1" if create else "0", new_carts.limit, new_carts.ms,
-         min(settings.GUEST_CART_NEW_TTL_SECONDS, ttl)],  # fmt: skip
+        [
+            generation,
+            sku,
+            quantity,
+            ttl,
+            settings.CART_MAX_LINES,
+            per_token.limit,
+            per_token.ms,
+            per_address.limit,
+            per_address.ms,
+            "1" if create else "0",
+            new_carts.limit,
+            new_carts.ms,
+            min(settings.GUEST_CART_NEW_TTL_SECONDS, ttl),
+        ],
     )
 
 

@@ -56,9 +56,11 @@ class ShopAdminSite(admin.AdminSite):
         if sale is None:
             raise Http404("No flash sale of this SKU")
         context = {
-            **self.each_context(request), "title": f"Flash sale {sku}, live", "sale": sale,
+            **self.each_context(request),
+            "title": f"Flash sale {sku}, live",
+            "sale": sale,
             "stale_after": settings.QUEUE_STALE_AFTER_SECONDS,
-        }  # fmt: skip
+        }
         return TemplateResponse(request, "admin/flash_sale_live.html", context)
 
     def flash_sale_json(self, request, sku: str):
@@ -73,8 +75,11 @@ class ShopAdminSite(admin.AdminSite):
         from outbox.services import backlog
 
         waiting = backlog()
-        context = {"outbox_waiting": waiting.waiting, "outbox_oldest_age": waiting.oldest_age_seconds,
-                   **(extra_context or {})}  # fmt: skip
+        context = {
+            "outbox_waiting": waiting.waiting,
+            "outbox_oldest_age": waiting.oldest_age_seconds,
+            **(extra_context or {}),
+        }
         return super().index(request, extra_context=context)
 
 

@@ -58,9 +58,12 @@ def per_minute(orders, *, minutes: int, now) -> list[tuple]:
     """(minute, orders) for each of the last `minutes` minutes, oldest first, zeros included: one query."""
     start = (now - timedelta(minutes=minutes - 1)).replace(second=0, microsecond=0)
     counted = dict(
-        orders.filter(created_at__gte=start).annotate(minute=TruncMinute("created_at"))
-        .values_list("minute").annotate(n=Count("id")).values_list("minute", "n")
-    )  # fmt: skip
+        orders.filter(created_at__gte=start)
+        .annotate(minute=TruncMinute("created_at"))
+        .values_list("minute")
+        .annotate(n=Count("id"))
+        .values_list("minute", "n")
+    )
     return [(start + timedelta(minutes=i), counted.get(start + timedelta(minutes=i), 0)) for i in range(minutes)]
 
 
@@ -76,15 +79,25 @@ def bars(series: list[tuple], *, width: int = 840, height: int = 120, every: int
         return round(value * height / top, 1)
 
     shapes = [
-        Bar(x=round(i * step, 1), y=round(height - tall(value), 1), height=tall(value),
-            center=round((i + 0.4) * step, 1), minute=f"{moment:%H:%M}", value=value)  # fmt: skip
+        Bar(
+            x=round(i * step, 1),
+            y=round(height - tall(value), 1),
+            height=tall(value),
+            center=round((i + 0.4) * step, 1),
+            minute=f"{moment:%H:%M}",
+            value=value,
+        )
         for i, (moment, value) in enumerate(series)
     ]
     return {
-        "bars": shapes, "width": width, "height": height, "bar_width": round(step * 0.8, 1), "top": top,
+        "bars": shapes,
+        "width": width,
+        "height": height,
+        "bar_width": round(step * 0.8, 1),
+        "top": top,
         "y_ticks": [Tick(at=round(height - tall(value), 1), label=str(value)) for value in sorted({0, top // 2, top})],
         "x_ticks": [Tick(at=bar.center, label=bar.minute) for bar in shapes[::every]],
-    }  # fmt: skip
+    }
 
 
 def dashboard(*, now=None) -> dict:
@@ -95,26 +108,35 @@ def dashboard(*, now=None) -> dict:
     now = now or timezone.now()
     midnight = timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
     today = Order.objects.filter(created_at__gte=midnight).aggregate(
-        orders=Count("id"), paid=Count("id", filter=Q(status__in=PAID)),
+        orders=Count("id"),
+        paid=Count("id", filter=Q(status__in=PAID)),
         revenue=Sum("total_amount", filter=Q(status__in=PAID), default=0),
-    )  # fmt: skip
+    )
     outbox = backlog(now=now)
     refunds = dict(
-        Refund.objects.exclude(status=Refund.Status.COMPLETED).values_list("status").annotate(n=Count("id"))
+        Refund.objects.exclude(status=Refund.Status.COMPLETED)
+        .values_list("status")
+        .annotate(n=Count("id"))
         .values_list("status", "n")
-    )  # fmt: skip
+    )
     returns = dict(
-        Return.objects.filter(status__in=[Return.Status.REQUESTED, Return.Status.APPROVED]).values_list("status")
-        .annotate(n=Count("id")).values_list("status", "n")
-    )  # fmt: skip
+        Return.objects.filter(status__in=[Return.Status.REQUESTED, Return.Status.APPROVED])
+        .values_list("status")
+        .annotate(n=Count("id"))
+        .values_list("status", "n")
+    )
     loyalty = [
         LoyaltyFigures(label=LoyaltyEntry.Reason(reason).label, entries=entries, earned=earned, taken_back=-taken)
         for reason, entries, earned, taken in LoyaltyEntry.objects.filter(created_at__gte=midnight)
-        .values_list("reason").order_by("reason")
-        .annotate(n=Count("id"), earned=Sum("points", filter=Q(points__gt=0), default=0),
-                  taken=Sum("points", filter=Q(points__lt=0), default=0))
+        .values_list("reason")
+        .order_by("reason")
+        .annotate(
+            n=Count("id"),
+            earned=Sum("points", filter=Q(points__gt=0), default=0),
+            taken=Sum("points", filter=Q(points__lt=0), default=0),
+        )
         .values_list("reason", "n", "earned", "taken")
-    ]  # fmt: skip
+    ]
     return {
         "today": {
             **today,
@@ -130,9 +152,11 @@ def dashboard(*, now=None) -> dict:
         "returns_requested": returns.get(Return.Status.REQUESTED, 0),
         "returns_approved": returns.get(Return.Status.APPROVED, 0),
         "loyalty_today": {
-            "entries": sum(each.entries for each in loyalty), "earned": sum(each.earned for each in loyalty),
-            "taken_back": sum(each.taken_back for each in loyalty), "by_reason": loyalty,
-        },  # fmt: skip
+            "entries": sum(each.entries for each in loyalty),
+            "earned": sum(each.earned for each in loyalty),
+            "taken_back": sum(each.taken_back for each in loyalty),
+            "by_reason": loyalty,
+        },
     }
 
 

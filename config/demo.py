@@ -36,8 +36,15 @@ DEMO_ADMIN = DemoLogin("staff (admin)", "admin", "admin")
 DEMO_STOCK_MANAGER = DemoLogin("stock manager", "stockmanager", "stockmanager")
 DEMO_ORDER_MANAGER = DemoLogin("order manager", "ordermanager", "ordermanager")
 DEMO_SHOPPER = DemoLogin("shopper", "shopper", "shopper")
-DEMO_ADDRESS = {"name": "Demo Shopper", "line1": "Calle Mayor 1", "line2": "", "city": "Madrid",
-                "postal_code": "28013", "country": "ES", "phone": "+34 600 000 000"}  # fmt: skip
+DEMO_ADDRESS = {
+    "name": "Demo Shopper",
+    "line1": "Calle Mayor 1",
+    "line2": "",
+    "city": "Madrid",
+    "postal_code": "28013",
+    "country": "ES",
+    "phone": "+34 600 000 000",
+}
 
 
 def _ensure_user(login: DemoLogin, *, random_password: bool, **flags) -> DemoLogin:

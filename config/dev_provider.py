@@ -155,8 +155,10 @@ def _send_webhook(body: dict) -> int | None:
     """POST one signed event to the shop's webhook: the shop's HTTP status, or None
     when it could not be delivered (logged; the caller says so)."""
     data = json.dumps(body).encode()
-    headers = {"Content-Type": "application/json",
-               "Payment-Signature": sign(body=data, secret=settings.PAYMENT_WEBHOOK_SECRET)}  # fmt: skip
+    headers = {
+        "Content-Type": "application/json",
+        "Payment-Signature": sign(body=data, secret=settings.PAYMENT_WEBHOOK_SECRET),
+    }
     name = f"{body['type']} {body.get('refund_id') or body['payment_id']} {body['status']}"
     try:
         response = urllib3.request("POST", settings.DEV_PROVIDER_WEBHOOK_URL, body=data, headers=headers, timeout=10)
@@ -183,8 +185,11 @@ def pay(request, session_id: str):
         session = _decide(session_id, outcome)
         if session and session["status"] == "open":
             events = _payment_events(session_id, session, outcome)
-            context = {**_page({**session, "status": outcome}), "url": settings.DEV_PROVIDER_WEBHOOK_URL,
-                       "deliveries": [(event["status"], _send_webhook(event)) for event in events]}  # fmt: skip
+            context = {
+                **_page({**session, "status": outcome}),
+                "url": settings.DEV_PROVIDER_WEBHOOK_URL,
+                "deliveries": [(event["status"], _send_webhook(event)) for event in events],
+            }
             return render(request, "dev_provider/result.html", context)
     if session is None or _expired(session):
         context = {"session_id": session_id, "expired": session is not None}
@@ -231,8 +236,13 @@ def _payment_events(session_id: str, session: dict, outcome: str) -> list[dict]:
         payment_id, statuses = f"pay_sim_{session_id}", ["authorized", "captured"]
     else:
         payment_id, statuses = f"pay_sim_{session_id}", ["authorized"]
-    event = {"type": "payment", "payment_id": payment_id, "order_id": session["order_id"],
-             "amount": session["amount"], "currency": session["currency"]}  # fmt: skip
+    event = {
+        "type": "payment",
+        "payment_id": payment_id,
+        "order_id": session["order_id"],
+        "amount": session["amount"],
+        "currency": session["currency"],
+    }
     return [{**event, "status": status} for status in statuses]
 
 

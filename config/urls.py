@@ -16,9 +16,14 @@ urlpatterns = [
     path("readyz", readyz, name="readyz"),
     path("metrics", metrics_view, name="metrics"),
     path("admin/", admin.site.urls),
-    *([path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-       path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs")]
-      if settings.API_DOCS else []),  # fmt: skip
+    *(
+        [
+            path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+            path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+        ]
+        if settings.API_DOCS
+        else []
+    ),
     path("api/", include("shop.urls")),
     path("api/", include("inventory.urls")),
     path("api/", include("cart.urls")),

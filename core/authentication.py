@@ -55,9 +55,14 @@ def remember_tokens(tokens: Iterable[AuthToken]) -> None:
             ttl = REDIS_TOKEN_SECONDS if expiry is None else min(REDIS_TOKEN_SECONDS, int(expiry - now))
             if ttl <= 0:
                 continue
-            fields = {"id": user.id, "username": user.username, "email": user.email,
-                      "is_active": user.is_active, "is_staff": user.is_staff,
-                      "date_joined": user.date_joined.isoformat()}  # fmt: skip
+            fields = {
+                "id": user.id,
+                "username": user.username,
+                "email": user.email,
+                "is_active": user.is_active,
+                "is_staff": user.is_staff,
+                "date_joined": user.date_joined.isoformat(),
+            }
             pipe.set(_redis_key(token.digest), json.dumps({"user": fields, "expiry": expiry}), ex=ttl)
         pipe.execute()
 

@@ -150,9 +150,16 @@ def _prepared(fields: list[models.Field], instance: models.Model) -> list:
 
 _TEXT = {"CharField", "TextField", "SlugField", "EmailField"}
 _INTEGERS = {
-    "IntegerField", "BigIntegerField", "SmallIntegerField", "PositiveIntegerField", "PositiveBigIntegerField",
-    "PositiveSmallIntegerField", "AutoField", "BigAutoField", "SmallAutoField",
-}  # fmt: skip (get_db_prep_value of each: int(value), then the backend's adapter if it has one)
+    "IntegerField",
+    "BigIntegerField",
+    "SmallIntegerField",
+    "PositiveIntegerField",
+    "PositiveBigIntegerField",
+    "PositiveSmallIntegerField",
+    "AutoField",
+    "BigAutoField",
+    "SmallAutoField",
+}  # get_db_prep_value of each: int(value), then the backend's adapter if it has one
 
 
 @cache

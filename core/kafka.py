@@ -73,8 +73,11 @@ class BrokerFailureFilter(logging.Filter):
         for (client, address), state in back.items():
             logger.info(
                 "%s: Kafka broker %s reachable again after %.1f s (%d failed connects not logged)",
-                client, address, time.monotonic() - state.since, state.repeats,
-            )  # fmt: skip
+                client,
+                address,
+                time.monotonic() - state.since,
+                state.repeats,
+            )
 
     def _forget_quiet(self, now: float) -> None:
         # Clients closed while failing (short-lived admin clients) leave their entry behind.

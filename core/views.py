@@ -55,7 +55,8 @@ class RefuseNulMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        if "\x00" in request.path or any("\x00" in key or "\x00" in "".join(values)
-                                            for key, values in request.GET.lists()):  # fmt: skip
+        if "\x00" in request.path or any(
+            "\x00" in key or "\x00" in "".join(values) for key, values in request.GET.lists()
+        ):
             return JsonResponse(error_body(ErrorCode.INVALID, "NUL characters are not allowed in URLs."), status=400)
         return self.get_response(request)

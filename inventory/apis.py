@@ -56,10 +56,16 @@ def product_json(view) -> dict:
     per product was most of a catalog page's CPU (bench/catalog.py); tests check both agree."""
     p = view.product
     return {
-        "sku": p.sku, "name": p.name, "description": p.description, "image_url": p.image_url, "price": p.price,
-        "currency": settings.SHOP_CURRENCY, "available": view.available, "in_stock": view.available > 0,
+        "sku": p.sku,
+        "name": p.name,
+        "description": p.description,
+        "image_url": p.image_url,
+        "price": p.price,
+        "currency": settings.SHOP_CURRENCY,
+        "available": view.available,
+        "in_stock": view.available > 0,
         "flash_sale": view.flash_sale and asdict(view.flash_sale),
-    }  # fmt: skip
+    }
 
 
 ProductPageSerializer = page_serializer(ProductOutputSerializer, "ProductPage")

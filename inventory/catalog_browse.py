@@ -61,7 +61,6 @@ class SaleWindow:
         return cls(rule.starts_at, rule.ends_at, is_open, rule.sale_price)
 
 
-
 @dataclass(frozen=True)
 class ProductView:
     product: CatalogProduct

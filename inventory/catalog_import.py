@@ -37,7 +37,6 @@ class CatalogRow:
     extra: dict[str, str]  # the optional columns the file has
 
 
-
 @dataclass(frozen=True)
 class ImportResult:
     created: int

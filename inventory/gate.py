@@ -154,7 +154,6 @@ def judge(verdict: bytes, sku: bytes, rules: dict[str, GateRule]) -> bool:
     return verdict == "admitted"
 
 
-
 def release(*, customer_id: int, lines: dict[str, int]) -> None:
     """Give back what admit() took (the checkout failed or was a replay)."""
     skus = sorted(lines)
@@ -189,8 +188,9 @@ def mark_orders_exist(orders: list[tuple[int, str, int]]) -> None:
     if not orders:
         return
     keys = [replay_key(customer_id, idempotency_key) for customer_id, idempotency_key, _ in orders]
-    run_script(_MARK_ORDERS, keys=keys, args=[REPLAY_MARKER_TTL_SECONDS, *[order_id for *_, order_id in orders]],
-               alias="gate")  # fmt: skip
+    run_script(
+        _MARK_ORDERS, keys=keys, args=[REPLAY_MARKER_TTL_SECONDS, *[order_id for *_, order_id in orders]], alias="gate"
+    )
 
 
 def refusal_fields(sku: str) -> list[str]:
@@ -230,7 +230,10 @@ def counters(*, skus: list[str]) -> dict[str, dict]:
         result[sku] = {
             "remaining": int(values[2 * i]) if values[2 * i] is not None else None,
             "refused": refused,  # at the gate: sold out or over the per-customer limit
-            "by_reason": {"sold_out": refused - limit_reached, "limit_reached": limit_reached,
-                          "rate_limited": rate_limited},  # fmt: skip
+            "by_reason": {
+                "sold_out": refused - limit_reached,
+                "limit_reached": limit_reached,
+                "rate_limited": rate_limited,
+            },
         }
     return result

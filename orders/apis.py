@@ -51,12 +51,12 @@ class OrderOutputSerializer(serializers.Serializer):
         returned = serializers.IntegerField(help_text="Units received back from a return")
         refunded = serializers.IntegerField(help_text="Units whose price went back to the shopper")
 
-
     id = serializers.IntegerField()
     status = serializers.CharField(
         help_text="QUEUED (queue-mode flash sale, not written yet), PENDING_PAYMENT, PAID, SHIPPED, "
         "CANCELLED, REFUNDED or REJECTED (a queued order the writer could not take: see rejection_reason)"
     )
+
     class RefundSerializer(serializers.Serializer):
         class Meta:
             ref_name = "OrderRefund"
@@ -181,8 +181,12 @@ class OrdersApi(ViewSetMixin, HotCacheApiView):
             given.is_valid(raise_exception=True)
             address = given.validated_data.get("shipping_address")
         result = place_order(
-            customer_id=request.user.id, idempotency_key=key, rate_limited=True, shipping_address=address,
-            client_address=client_address(request), account_created_at=request.user.date_joined,
+            customer_id=request.user.id,
+            idempotency_key=key,
+            rate_limited=True,
+            shipping_address=address,
+            client_address=client_address(request),
+            account_created_at=request.user.date_joined,
         )
         body = OrderOutputSerializer(result.order).data
         headers = {"Idempotent-Replayed": "true"} if result.replayed else {}
@@ -220,8 +224,11 @@ class PaymentSessionOutputSerializer(serializers.Serializer):
 class OrderPaymentApi(APIView):
     @extend_schema(
         request=None,
-        responses={201: PaymentSessionOutputSerializer, 200: PaymentSessionOutputSerializer,
-                   **ERRORS(401, 404, 409, 503)},  # fmt: skip
+        responses={
+            201: PaymentSessionOutputSerializer,
+            200: PaymentSessionOutputSerializer,
+            **ERRORS(401, 404, 409, 503),
+        },
         description="Pay for an order awaiting payment: 201 with a new payment session (open `pay_url`); "
         "200 with the same open session for a repeated call (no second session, no second charge). "
         "409 `order_not_payable` for an order paid, cancelled, past its deadline or queued and not written "

@@ -14,8 +14,20 @@ from django.db.models.functions import Cast, Concat
 
 from orders.models import Order
 
-HEADER = ["id", "created_at", "status", "customer", "email", "total", "currency", "items", "paid_at", "shipped_at",
-          "cancelled_at", "ship_to_country"]  # fmt: skip
+HEADER = [
+    "id",
+    "created_at",
+    "status",
+    "customer",
+    "email",
+    "total",
+    "currency",
+    "items",
+    "paid_at",
+    "shipped_at",
+    "cancelled_at",
+    "ship_to_country",
+]
 CHUNK = 2000
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
@@ -34,16 +46,27 @@ class _Echo:
 
 def order_rows(orders: QuerySet[Order]) -> Iterator[list]:
     items = StringAgg(
-        Concat(Cast("items__quantity", CharField()), Value(" x "), F("items__product_id")), delimiter="; ",
+        Concat(Cast("items__quantity", CharField()), Value(" x "), F("items__product_id")),
+        delimiter="; ",
         ordering="items__product_id",
-    )  # fmt: skip
+    )
     rows = (
         orders.order_by("-id")
         .annotate(item_list=items)
         .values_list(
-            "id", "created_at", "status", "customer__username", "customer__email", "total_amount", "currency",
-            "item_list", "paid_at", "shipped_at", "cancelled_at", "shipping_address__country",
-        )  # fmt: skip
+            "id",
+            "created_at",
+            "status",
+            "customer__username",
+            "customer__email",
+            "total_amount",
+            "currency",
+            "item_list",
+            "paid_at",
+            "shipped_at",
+            "cancelled_at",
+            "shipping_address__country",
+        )
     )
     yield HEADER
     for row in rows.iterator(chunk_size=CHUNK):

@@ -106,7 +106,8 @@ def send_refund_completed(event: Event) -> None:
     _notify(
         order_id=data.get("order_id"),
         kind=Notification.Kind.REFUND_COMPLETED,
-        subject=f"Your payment {data['payment_id']} is refunded" if not_the_order
+        subject=f"Your payment {data['payment_id']} is refunded"
+        if not_the_order
         else f"Refund for order {data.get('order_id')} completed",
         body=f"{_money(data['amount'], data['currency'])} is back on your card.\n",
     )
@@ -166,8 +167,10 @@ def send_payment_receipt(event: Event) -> None:
 @register("email", "OrderLinesCancelled")
 def send_lines_removed_notice(event: Event) -> None:
     data = event.data
-    lines = "\n".join("  " + format_units(line["quantity"], line["sku"], _money(line["amount"], data["currency"]))
-                      for line in data["lines"])  # fmt: skip
+    lines = "\n".join(
+        "  " + format_units(line["quantity"], line["sku"], _money(line["amount"], data["currency"]))
+        for line in data["lines"]
+    )
     if data.get("refund_id"):  # what the refund gives back: capped at what earlier refunds left of the capture
         money = f"{_money(data['refund_amount'], data['currency'])} is refunded to you"
     elif data.get("captured"):
@@ -200,8 +203,11 @@ def send_return_decision(event: Event) -> None:
 def send_return_received(event: Event) -> None:
     data = event.data
     lines = "\n".join("  " + format_units(line["quantity"], line["sku"]) for line in data["lines"])
-    money = (f"{_money(data['amount'], data['currency'])} is on its way back to you."
-             if data.get("refund_id") else "There was no money to give back.")  # fmt: skip
+    money = (
+        f"{_money(data['amount'], data['currency'])} is on its way back to you."
+        if data.get("refund_id")
+        else "There was no money to give back."
+    )
     _notify(
         order_id=data["order_id"],
         kind=Notification.Kind.RETURN_RECEIVED,

@@ -12,7 +12,8 @@ QUEUE_BATCH_SIZE = Histogram(
     "shop_queue_batch_size", "Queued checkouts per batch written", buckets=(1, 10, 50, 100, 250, 500, 1000, 2500)
 )
 QUEUE_BATCH_SECONDS = Histogram(
-    "shop_queue_batch_seconds", "Time to write one batch of queued checkouts",
+    "shop_queue_batch_seconds",
+    "Time to write one batch of queued checkouts",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
 QUEUE_ORDERS_WRITTEN = Counter("shop_queue_orders_written_total", "Queued checkouts written as orders")

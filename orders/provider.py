@@ -66,8 +66,7 @@ def create_session(
     """A hosted payment for the order: {"id", "pay_url", "expires_at"}. `capture`:
     "manual" (the shop captures later) or "automatic" (the provider captures as
     soon as it authorizes). The outcome comes through the signed webhook."""
-    body = {"order_id": order_id, "amount": amount, "currency": currency, "capture": capture,
-            "expires_at": expires_at}  # fmt: skip
+    body = {"order_id": order_id, "amount": amount, "currency": currency, "capture": capture, "expires_at": expires_at}
     return _post("sessions", body, idempotency_key=idempotency_key)
 
 

@@ -141,6 +141,10 @@ class QueueWriter(GroupConsumer):
                 if failed_service(error) is not None:
                     raise
                 self.skipped += 1
-                logger.error("order writer: cannot write queued order %s (%r): %s", request.order_id, error,
-                             request.to_json().decode())
+                logger.error(
+                    "order writer: cannot write queued order %s (%r): %s",
+                    request.order_id,
+                    error,
+                    request.to_json().decode(),
+                )
         return results

@@ -55,8 +55,10 @@ class ReturnOutputSerializer(serializers.Serializer):
 
 
 class OrderReturnsApi(APIView):
-    @extend_schema(responses={200: ReturnOutputSerializer(many=True), **ERRORS(401, 404, 503)},
-                   description="The order's returns, newest first.")  # fmt: skip
+    @extend_schema(
+        responses={200: ReturnOutputSerializer(many=True), **ERRORS(401, 404, 503)},
+        description="The order's returns, newest first.",
+    )
     def get(self, request, order_id: int):
         returns = customer_returns(customer_id=request.user.id, order_id=order_id)
         return Response(ReturnOutputSerializer(returns, many=True).data)
@@ -75,6 +77,7 @@ class OrderReturnsApi(APIView):
         given.is_valid(raise_exception=True)
         items = given.validated_data["items"]
         lines = [ReturnLineRequest(sku=item["sku"], quantity=item["quantity"]) for item in items]
-        returned = request_return(customer_id=request.user.id, order_id=order_id, lines=lines,
-                                  reason=given.validated_data["reason"])  # fmt: skip
+        returned = request_return(
+            customer_id=request.user.id, order_id=order_id, lines=lines, reason=given.validated_data["reason"]
+        )
         return Response(ReturnOutputSerializer(returned).data, status=201)

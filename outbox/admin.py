@@ -20,8 +20,16 @@ class PublishedFilter(admin.SimpleListFilter):
 
 @admin.register(OutboxEvent)
 class OutboxEventAdmin(ReadOnlyAdmin):
-    list_display = ["id", "event_type", "aggregate_type", "aggregate_id", "created_at", "published_at", "attempts",
-                    "last_error"]
+    list_display = [
+        "id",
+        "event_type",
+        "aggregate_type",
+        "aggregate_id",
+        "created_at",
+        "published_at",
+        "attempts",
+        "last_error",
+    ]
     list_filter = [PublishedFilter, "event_type"]
     search_fields = ["=aggregate_id", "=event_id"]
     actions = ["retry_now"]

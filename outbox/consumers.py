@@ -172,8 +172,11 @@ class EventConsumer(GroupConsumer):
         if self.outage is None or self.outage.service != service:
             logger.warning(
                 "%s: waiting for the %s: %r at offset %s; the message is kept and retried until it answers",
-                self.name, service, error, message.offset(),
-            )  # fmt: skip
+                self.name,
+                service,
+                error,
+                message.offset(),
+            )
             self.outage = Outage(service=service, since=time.monotonic())
             CONSUMER_WAITING.labels(self.name).set(1)
         self.outage.retries += 1
@@ -187,9 +190,12 @@ class EventConsumer(GroupConsumer):
         if self.outage is not None:
             logger.info(
                 "%s: the %s is back after %.1f s and %d retries; resumed at offset %s",
-                self.name, self.outage.service, time.monotonic() - self.outage.since, self.outage.retries,
+                self.name,
+                self.outage.service,
+                time.monotonic() - self.outage.since,
+                self.outage.retries,
                 message.offset(),
-            )  # fmt: skip
+            )
             self.outage = None
             CONSUMER_WAITING.labels(self.name).set(0)
 

@@ -44,8 +44,13 @@ def read_dead_letters(*, consumer: str, event_id: str | None = None, topic: str 
                 if message.error():
                     continue
                 headers = {k: v.decode(errors="replace") for k, v in (message.headers() or [])}
-                letter = DeadLetter(partition, message.offset(), headers.get("consumer", ""), headers.get("error", ""),
-                                    parse_event(message.value()))  # fmt: skip
+                letter = DeadLetter(
+                    partition,
+                    message.offset(),
+                    headers.get("consumer", ""),
+                    headers.get("error", ""),
+                    parse_event(message.value()),
+                )
                 if letter.consumer == consumer and event_id in (None, str(letter.event.event_id)):
                     found.append(letter)
                 if message.offset() >= high - 1:

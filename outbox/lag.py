@@ -1,6 +1,5 @@
 """How far behind each consumer group is."""
 
-
 from confluent_kafka import Consumer, TopicPartition
 from django.conf import settings
 

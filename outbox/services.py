@@ -29,8 +29,7 @@ _INSERT = (
 )
 _INSERT_ONE = _INSERT + "VALUES (%s, %s, %s, %s, %s::jsonb, %s, 0, '', %s) RETURNING id"
 _INSERT_MANY = (
-    _INSERT
-    + "SELECT (e->>'id')::uuid, e->>'type', e->>'aggregate', e->>'event', e->'payload', %s, 0, '', %s "
+    _INSERT + "SELECT (e->>'id')::uuid, e->>'type', e->>'aggregate', e->>'event', e->'payload', %s, 0, '', %s "
     "FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS t(e, n) ORDER BY t.n RETURNING id"
 )
 
@@ -60,10 +59,15 @@ def record_events(events: Sequence[NewEvent]) -> list[int]:
         # quotes into the array literal on the client (30% of the queue
         # writer's profile); one document is one string to quote.
         rows = [
-            {"id": str(uuid.uuid4()), "type": event.aggregate_type, "aggregate": str(event.aggregate_id),
-             "event": event.event_type, "payload": event.data}
+            {
+                "id": str(uuid.uuid4()),
+                "type": event.aggregate_type,
+                "aggregate": str(event.aggregate_id),
+                "event": event.event_type,
+                "payload": event.data,
+            }
             for event in events
-        ]  # fmt: skip
+        ]
         document = json.dumps(rows, cls=DjangoJSONEncoder)
         cursor = execute_kept(_INSERT_MANY, [timezone.now(), current_request_id(), document])
     return [row[0] for row in cursor.fetchall()]

@@ -48,10 +48,19 @@ def wait_for(url: str, seconds: float = 30) -> None:
 def start_gunicorn(port: int, log) -> subprocess.Popen:
     env = {**os.environ, "DEBUG": "1", "DJANGO_SETTINGS_MODULE": "config.settings"}
     return subprocess.Popen(
-        [str(ROOT / ".venv/bin/gunicorn"), "config.wsgi", "--config", "python:config.gunicorn",
-         "--bind", f"127.0.0.1:{port}"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            str(ROOT / ".venv/bin/gunicorn"),
+            "config.wsgi",
+            "--config",
+            "python:config.gunicorn",
+            "--bind",
+            f"127.0.0.1:{port}",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def start_nginx(port: int, upstream: int, workdir: Path, log) -> subprocess.Popen:
@@ -60,15 +69,17 @@ def start_nginx(port: int, upstream: int, workdir: Path, log) -> subprocess.Pope
         SHOP_UPSTREAM=f"127.0.0.1:{upstream}", SHOP_LISTEN=f"127.0.0.1:{port}"
     )
     (workdir / "shop.conf").write_text(server)
-    temp = "".join(f"{kind}_temp_path {workdir}/{kind};\n" for kind in ("client_body", "proxy", "fastcgi", "uwsgi",
-                                                                        "scgi"))  # fmt: skip
+    temp = "".join(
+        f"{kind}_temp_path {workdir}/{kind};\n" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
     (workdir / "nginx.conf").write_text(
         f"daemon off;\nworker_processes 1;\npid {workdir}/nginx.pid;\nerror_log {workdir}/error.log;\n"
         + ("user root;\n" if os.geteuid() == 0 else "")
         + f"events {{ worker_connections 4096; }}\nhttp {{\naccess_log off;\n{temp}include {workdir}/shop.conf;\n}}\n"
     )
-    return subprocess.Popen([NGINX, "-c", str(workdir / "nginx.conf"), "-p", str(workdir)], stdout=log,
-                            stderr=subprocess.STDOUT)  # fmt: skip
+    return subprocess.Popen(
+        [NGINX, "-c", str(workdir / "nginx.conf"), "-p", str(workdir)], stdout=log, stderr=subprocess.STDOUT
+    )
 
 
 def trickle(port: int, interval: float, stop: threading.Event) -> None:
@@ -122,8 +133,11 @@ def main(argv=None) -> int:
         failed_front = False
         for name, port in targets:
             ok, sent, slowest = drill(port, clients=args.clients, seconds=args.seconds, interval=args.interval)
-            print(f"{name}: {args.clients} slow clients (a byte every {args.interval:g} s); /healthz answered "
-                  f"{ok}/{sent} within 2 s, slowest {slowest:.0f} ms", flush=True)  # fmt: skip
+            print(
+                f"{name}: {args.clients} slow clients (a byte every {args.interval:g} s); /healthz answered "
+                f"{ok}/{sent} within 2 s, slowest {slowest:.0f} ms",
+                flush=True,
+            )
             failed_front |= port == front and ok < sent
             time.sleep(1)
         return 1 if failed_front else 0

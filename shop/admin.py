@@ -65,9 +65,18 @@ class PromotionForm(forms.ModelForm):
     class Meta:
         model = Promotion
         fields = [
-            "name", "kind", "value", "scope", "products", "min_subtotal", "starts_at", "ends_at", "code",
-            "usage_limit", "per_customer_limit",
-        ]  # fmt: skip
+            "name",
+            "kind",
+            "value",
+            "scope",
+            "products",
+            "min_subtotal",
+            "starts_at",
+            "ends_at",
+            "code",
+            "usage_limit",
+            "per_customer_limit",
+        ]
         help_texts = {
             "value": f"Percent (1-100) for a percentage; for an amount, {MINOR_UNITS}.",
             "products": "The SKUs a promotion of the listed SKUs applies to (ignored for the whole cart).",
@@ -136,8 +145,10 @@ class PromotionAdmin(admin.ModelAdmin):
     fieldsets = [
         (None, {"fields": ["name", "kind", "value", "scope", "products", "min_subtotal"]}),
         ("Window", {"fields": ["starts_at", "ends_at"]}),
-        ("Voucher", {"fields": ["code", "usage_limit", "per_customer_limit", "uses", "remaining",
-                                "redemptions_so_far"]}),
+        (
+            "Voucher",
+            {"fields": ["code", "usage_limit", "per_customer_limit", "uses", "remaining", "redemptions_so_far"]},
+        ),
         (None, {"fields": ["created_at", "updated_at"]}),
     ]
     REDEMPTIONS_SHOWN = 50
@@ -205,8 +216,11 @@ class PromotionAdmin(admin.ModelAdmin):
         url = reverse("admin:shop_voucherredemption_changelist") + f"?voucher__id__exact={promotion.pk}"
         return format_html(
             '{} so far; orders{}: {} · <a href="{}">all redemptions</a>',
-            count, more, ", ".join(str(order_id) for order_id in orders), url,
-        )  # fmt: skip
+            count,
+            more,
+            ", ".join(str(order_id) for order_id in orders),
+            url,
+        )
 
     @admin.action(description="End selected promotions now", permissions=["change"])
     def end_now(self, request, queryset):

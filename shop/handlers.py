@@ -38,16 +38,24 @@ def take_back_refunded_points(event: Event) -> None:
     every = data.get("payment_refunded", False)
     if data.get("reason") in NOT_THE_ORDERS_MONEY or (data.get("reason") == EXCESS_CAPTURE and not every):
         return
-    _take_back(event, LoyaltyEntry.Reason.ORDER_REFUNDED, source=f"refund-{data['refund_id']}",
-               points=None if every else data["amount"] // MINOR_UNITS_PER_POINT)  # fmt: skip
+    _take_back(
+        event,
+        LoyaltyEntry.Reason.ORDER_REFUNDED,
+        source=f"refund-{data['refund_id']}",
+        points=None if every else data["amount"] // MINOR_UNITS_PER_POINT,
+    )
 
 
 @register("loyalty", "OrderLinesCancelled")
 def take_back_points_of_removed_lines(event: Event) -> None:
     if event.data.get("refund_id"):
         return  # the money was taken: its refund takes the points back as it completes
-    _take_back(event, LoyaltyEntry.Reason.LINES_REMOVED, source=f"lines-{event.event_id}",
-               points=event.data["amount"] // MINOR_UNITS_PER_POINT)  # fmt: skip
+    _take_back(
+        event,
+        LoyaltyEntry.Reason.LINES_REMOVED,
+        source=f"lines-{event.event_id}",
+        points=event.data["amount"] // MINOR_UNITS_PER_POINT,
+    )
 
 
 @register("loyalty", "OrderCancelled")
@@ -66,6 +74,8 @@ def _take_back(event: Event, reason: str, *, source: str, points: int | None) ->
     taken = left if points is None else min(points, left)
     if taken > 0:
         LoyaltyEntry.objects.get_or_create(
-            order_id=order_id, reason=reason, source=source,
+            order_id=order_id,
+            reason=reason,
+            source=source,
             defaults={"customer_id": event.data["customer_id"], "points": -taken},
-        )  # fmt: skip
+        )

@@ -95,9 +95,7 @@ class LoyaltyEntry(models.Model):
         verbose_name_plural = "loyalty entries"
         constraints = [
             models.UniqueConstraint(fields=["order_id", "reason", "source"], name="loyalty_once_per_source"),
-            models.CheckConstraint(
-                condition=models.Q(reason__in=LoyaltyReason.values), name="loyalty_reason_valid"
-            ),
+            models.CheckConstraint(condition=models.Q(reason__in=LoyaltyReason.values), name="loyalty_reason_valid"),
         ]
 
     def __str__(self) -> str:

@@ -93,9 +93,18 @@ def create_promotion(
 # What a form may write: `uses` belongs to the redemption services, and saving a
 # promotion read a moment ago must not put back a count that has grown since.
 EDITABLE_FIELDS = (
-    "name", "kind", "value", "scope", "min_subtotal", "starts_at", "ends_at", "code", "usage_limit",
-    "per_customer_limit", "updated_at",
-)  # fmt: skip
+    "name",
+    "kind",
+    "value",
+    "scope",
+    "min_subtotal",
+    "starts_at",
+    "ends_at",
+    "code",
+    "usage_limit",
+    "per_customer_limit",
+    "updated_at",
+)
 
 
 def save_promotion(*, promotion: Promotion, changed: Iterable[str] | None = None) -> Promotion:
@@ -187,8 +196,10 @@ def check_voucher(
     if subtotal < voucher.min_subtotal:
         raise VoucherNotApplicable(
             "The cart's subtotal is below the voucher's minimum.",
-            voucher=code, min_subtotal=voucher.min_subtotal, subtotal=subtotal,
-        )  # fmt: skip
+            voucher=code,
+            min_subtotal=voucher.min_subtotal,
+            subtotal=subtotal,
+        )
     if not lines:
         raise VoucherNotApplicable("The cart is empty: add what the voucher is for first.", voucher=code)
     if not voucher.applies_to(lines, subtotal):
@@ -249,9 +260,10 @@ def give_back_vouchers(*, order_ids: list[int]) -> int:
     none of the orders used a voucher."""
     # Locked: a concurrent caller waits here, then finds the rows deleted (exactly once).
     redemptions = list(
-        for_update(VoucherRedemption.objects.filter(order_id__in=order_ids))
-        .values_list("pk", "voucher_id", "customer_id", "customer_counted")
-    )  # fmt: skip
+        for_update(VoucherRedemption.objects.filter(order_id__in=order_ids)).values_list(
+            "pk", "voucher_id", "customer_id", "customer_counted"
+        )
+    )
     if not redemptions:
         return 0
     VoucherRedemption.objects.filter(pk__in=[pk for pk, *_ in redemptions]).delete()
@@ -279,10 +291,9 @@ class VoucherBatch:
         voucher_ids = sorted({voucher_id for voucher_id, _ in wanted})
         self._left: dict[int, int | None] = {}  # voucher id -> uses left (None: no limit)
         self._caps: dict[int, int | None] = {}  # voucher id -> per-customer limit
-        for voucher_id, limit, uses, cap in (
-            for_update(Promotion.objects.filter(pk__in=voucher_ids, code__isnull=False))
-            .values_list("pk", "usage_limit", "uses", "per_customer_limit")
-        ):  # fmt: skip
+        for voucher_id, limit, uses, cap in for_update(
+            Promotion.objects.filter(pk__in=voucher_ids, code__isnull=False)
+        ).values_list("pk", "usage_limit", "uses", "per_customer_limit"):
             self._left[voucher_id] = None if limit is None else limit - uses
             self._caps[voucher_id] = cap
         self._shopper_uses: dict[tuple[int, int], int] = {}
@@ -319,14 +330,20 @@ class VoucherBatch:
             Promotion.objects.filter(pk=voucher_id).update(uses=F("uses") + uses)
         counted = {(v, c) for _, v, c in self._taken if self._caps[v] is not None}
         VoucherCustomerUse.objects.bulk_create(
-            [VoucherCustomerUse(voucher_id=v, customer_id=c, uses=self._shopper_uses[v, c], cap=self._caps[v])
-             for v, c in sorted(counted)],
-            update_conflicts=True, unique_fields=["voucher", "customer"], update_fields=["uses", "cap"],
-        )  # fmt: skip
+            [
+                VoucherCustomerUse(voucher_id=v, customer_id=c, uses=self._shopper_uses[v, c], cap=self._caps[v])
+                for v, c in sorted(counted)
+            ],
+            update_conflicts=True,
+            unique_fields=["voucher", "customer"],
+            update_fields=["uses", "cap"],
+        )
         VoucherRedemption.objects.bulk_create(
-            [VoucherRedemption(voucher_id=v, customer_id=c, order_id=o, customer_counted=self._caps[v] is not None)
-             for o, v, c in self._taken]
-        )  # fmt: skip
+            [
+                VoucherRedemption(voucher_id=v, customer_id=c, order_id=o, customer_counted=self._caps[v] is not None)
+                for o, v, c in self._taken
+            ]
+        )
 
 
 def create_voucher(

@@ -46,9 +46,18 @@ class CachedPromotions:
 
 
 RULE_FIELDS = (
-    "id", "name", "kind", "value", "scope", "min_subtotal", "starts_at", "ends_at", "code", "usage_limit",
+    "id",
+    "name",
+    "kind",
+    "value",
+    "scope",
+    "min_subtotal",
+    "starts_at",
+    "ends_at",
+    "code",
+    "usage_limit",
     "per_customer_limit",
-)  # fmt: skip
+)
 
 
 def cached_promotions() -> CachedPromotions:

@@ -112,8 +112,9 @@ def quick_provider_retries(monkeypatch):
     from orders import provider
 
     retries = provider._http.connection_pool_kw["retries"].new(backoff_factor=0)
-    monkeypatch.setattr(provider, "_http", urllib3.PoolManager(timeout=provider._http.connection_pool_kw["timeout"],
-                                                               retries=retries))  # fmt: skip
+    monkeypatch.setattr(
+        provider, "_http", urllib3.PoolManager(timeout=provider._http.connection_pool_kw["timeout"], retries=retries)
+    )
 
 
 @pytest.fixture

@@ -19,8 +19,15 @@ from orders.models import Order, OrderItem, OrderStatus, Payment
 from shop.models import Address, Product, Promotion
 
 PASSWORD = "correct-horse-battery"
-SHIPPING_ADDRESS = {"name": "Ana García", "line1": "Calle Mayor 1", "line2": "", "city": "Madrid",
-                    "postal_code": "28013", "country": "ES", "phone": "+34 600 000 000"}  # fmt: skip
+SHIPPING_ADDRESS = {
+    "name": "Ana García",
+    "line1": "Calle Mayor 1",
+    "line2": "",
+    "city": "Madrid",
+    "postal_code": "28013",
+    "country": "ES",
+    "phone": "+34 600 000 000",
+}
 
 
 class UserFactory(factory.django.DjangoModelFactory[AbstractUser]):

@@ -101,9 +101,7 @@ def post_signed(client, body: dict, *, secret=None, t=None):
 
     body = json.dumps(body).encode()
     signature = sign(body=body, secret=secret or settings.PAYMENT_WEBHOOK_SECRET, timestamp=t)
-    return client.post(
-        "/api/payments/webhook", body, content_type="application/json", HTTP_PAYMENT_SIGNATURE=signature
-    )
+    return client.post("/api/payments/webhook", body, content_type="application/json", HTTP_PAYMENT_SIGNATURE=signature)
 
 
 def failed_api_login(client, **headers):
@@ -150,22 +148,40 @@ def consumer_event(event_type: str, **data):
 def order_paid_event(order):
     """OrderPaid for `order`, as the `placed_order` fixture places it: 2 x "A" at 1250."""
     items = [{"sku": "A", "name": "Product", "quantity": 2, "unit_price": 1250}]
-    return consumer_event("OrderPaid", order_id=order.id, customer_id=order.customer_id, total=2500, currency="EUR",
-                          items=items)  # fmt: skip
+    return consumer_event(
+        "OrderPaid", order_id=order.id, customer_id=order.customer_id, total=2500, currency="EUR", items=items
+    )
 
 
 def refund_requested_event(order):
     """RefundRequested of the whole 2500 of that order."""
-    return consumer_event("RefundRequested", order_id=order.id, customer_id=order.customer_id, amount=2500,
-                          currency="EUR", payment_id="p", reason="staff", refund_id=1)  # fmt: skip
+    return consumer_event(
+        "RefundRequested",
+        order_id=order.id,
+        customer_id=order.customer_id,
+        amount=2500,
+        currency="EUR",
+        payment_id="p",
+        reason="staff",
+        refund_id=1,
+    )
 
 
 def refund_completed_event(order, *, amount=2500, refund_id=1, payment_refunded=None):
     """RefundCompleted of `amount` of that order (all of its 2500: the payment refunded)."""
     every = amount == 2500 if payment_refunded is None else payment_refunded
-    return consumer_event("RefundCompleted", order_id=order.id, customer_id=order.customer_id, amount=amount,
-                          currency="EUR", payment_id="p", reason="return", refund_id=refund_id, lines=[],
-                          payment_refunded=every)  # fmt: skip
+    return consumer_event(
+        "RefundCompleted",
+        order_id=order.id,
+        customer_id=order.customer_id,
+        amount=amount,
+        currency="EUR",
+        payment_id="p",
+        reason="return",
+        refund_id=refund_id,
+        lines=[],
+        payment_refunded=every,
+    )
 
 
 # --- infrastructure -----------------------------------------------------------------------------

@@ -134,9 +134,14 @@ def test_strings_that_are_not_text_are_refused_without_an_error(schema, shop, se
             continue  # the shopper's token must live through the other operations
 
         @given(case=operation.as_strategy(generation_mode=GenerationMode.POSITIVE))
-        @hypothesis_settings(max_examples=10, derandomize=True, deadline=None, database=None,
-                             phases=[Phase.explicit, Phase.generate],
-                             suppress_health_check=list(HealthCheck))  # fmt: skip
+        @hypothesis_settings(
+            max_examples=10,
+            derandomize=True,
+            deadline=None,
+            database=None,
+            phases=[Phase.explicit, Phase.generate],
+            suppress_health_check=list(HealthCheck),
+        )
         def call(case):
             nonlocal calls
             calls += 1

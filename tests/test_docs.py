@@ -12,8 +12,17 @@ from django.core.management import get_commands, load_command_class
 
 ROOT = Path(settings.BASE_DIR)
 SHOP_APPS = {"config", "core", "shop", "inventory", "cart", "orders", "outbox"}
-DJANGO_OPTIONS = {"--version", "--verbosity", "--settings", "--pythonpath", "--traceback", "--no-color",
-                  "--force-color", "--skip-checks", "--help"}  # fmt: skip
+DJANGO_OPTIONS = {
+    "--version",
+    "--verbosity",
+    "--settings",
+    "--pythonpath",
+    "--traceback",
+    "--no-color",
+    "--force-color",
+    "--skip-checks",
+    "--help",
+}
 ENV_READ = re.compile(r"\benv(?:_int|_bool|_list)?\(\s*\"([A-Z][A-Z0-9_]+)\"")
 
 

@@ -21,8 +21,16 @@ class FlashSaleAdmin(admin.ModelAdmin):
     form = FlashSaleForm
     raw_id_fields = ["product"]  # a catalog of 100,000 products is no select box
     list_display = [
-        "product_id", "price", "mode", "per_customer_limit", "starts_at", "ends_at", "state", "available", "live",
-    ]  # fmt: skip
+        "product_id",
+        "price",
+        "mode",
+        "per_customer_limit",
+        "starts_at",
+        "ends_at",
+        "state",
+        "available",
+        "live",
+    ]
     list_select_related = ["product__stock"]
     actions = ["end_sales"]
 

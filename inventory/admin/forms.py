@@ -58,10 +58,12 @@ class FlashSaleForm(forms.ModelForm):
     never by the model form."""
 
     stock = forms.IntegerField(
-        min_value=0, max_value=MAX_UNITS, required=False,
+        min_value=0,
+        max_value=MAX_UNITS,
+        required=False,
         help_text="Units on sale, in the database and the gate. Required to open a sale; "
-                  "on a running sale it re-seeds (clears the per-customer counts); blank keeps them.",
-    )  # fmt: skip
+        "on a running sale it re-seeds (clears the per-customer counts); blank keeps them.",
+    )
 
     class Meta:
         model = FlashSale

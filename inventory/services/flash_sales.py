@@ -133,9 +133,14 @@ def seed_flash_sale(
         raise ValueError("a sale ends after it starts")
     sale, _ = FlashSale.objects.update_or_create(
         product=product,
-        defaults={"per_customer_limit": per_customer_limit, "mode": mode, "starts_at": starts_at, "ends_at": ends_at,
-                  "sale_price": sale_price},
-    )  # fmt: skip
+        defaults={
+            "per_customer_limit": per_customer_limit,
+            "mode": mode,
+            "starts_at": starts_at,
+            "ends_at": ends_at,
+            "sale_price": sale_price,
+        },
+    )
     _price_the_sale(sale)
     transaction.on_commit(lambda: gate.set_counter(sku=sku, remaining=stock, reset_customers=True))
     return sale
@@ -180,8 +185,14 @@ def _price_the_sale(sale: FlashSale) -> None:
             sale.save(update_fields=["promotion"])
             promotion.delete()
         return
-    fields = {"name": f"Flash sale {sale.product_id}", "kind": Promotion.Kind.SALE_PRICE, "value": sale.sale_price,
-              "scope": Promotion.Scope.SKUS, "starts_at": sale.starts_at, "ends_at": sale.ends_at}  # fmt: skip
+    fields = {
+        "name": f"Flash sale {sale.product_id}",
+        "kind": Promotion.Kind.SALE_PRICE,
+        "value": sale.sale_price,
+        "scope": Promotion.Scope.SKUS,
+        "starts_at": sale.starts_at,
+        "ends_at": sale.ends_at,
+    }
     if promotion is None:
         promotion = Promotion.objects.create(**fields)
         promotion.products.set([sale.product_id])

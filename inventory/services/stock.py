@@ -60,8 +60,10 @@ def take_back_returned(
             raise StockLimitExceeded(sku=sku, requested=restock[sku])
         ledger.append(StockMovement(product_id=sku, delta=restock[sku], reason=StockMovement.Reason.RETURNED))
     for sku in sorted(damaged):
-        ledger += [StockMovement(product_id=sku, delta=damaged[sku], reason=StockMovement.Reason.RETURNED),
-                   StockMovement(product_id=sku, delta=-damaged[sku], reason=StockMovement.Reason.DAMAGED)]  # fmt: skip
+        ledger += [
+            StockMovement(product_id=sku, delta=damaged[sku], reason=StockMovement.Reason.RETURNED),
+            StockMovement(product_id=sku, delta=-damaged[sku], reason=StockMovement.Reason.DAMAGED),
+        ]
     for entry in ledger:
         entry.note, entry.created_by = note, user
     return StockMovement.objects.bulk_create(ledger)
@@ -149,7 +151,8 @@ _RESERVE = CompiledUpdate(
         Stock.objects.filter(product_id=sku, available__gte=quantity),
         {"available": F("available") - quantity, "reserved": F("reserved") + quantity},
     ),
-    sku=str, quantity=int,
+    sku=str,
+    quantity=int,
 )  # the rule above, compiled once per process (core/db.py)
 
 

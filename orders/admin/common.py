@@ -29,10 +29,7 @@ def _units(lines) -> str:
 
 def return_lines(returned: Return) -> str:
     """A return's lines as "2 x A (restock), 1 x B" (its lines and their items prefetched)."""
-    return ", ".join(
-        format_units(line.quantity, line.item.product_id, line.condition)
-        for line in returned.lines.all()
-    )
+    return ", ".join(format_units(line.quantity, line.item.product_id, line.condition) for line in returned.lines.all())
 
 
 def refusal(error: DomainError, currency: str) -> str:
@@ -58,9 +55,15 @@ def service_form_page(model_admin, request, *, form, subject: str, back: str, ti
             model_admin.message_user(request, f"{subject}: {done}", messages.SUCCESS)
             return HttpResponseRedirect(back)
     context = {
-        **model_admin.admin_site.each_context(request), "opts": model_admin.opts, "title": title,
-        "subject": subject, "back": back, "intro": intro, "form": form, "submit": submit,
-    }  # fmt: skip
+        **model_admin.admin_site.each_context(request),
+        "opts": model_admin.opts,
+        "title": title,
+        "subject": subject,
+        "back": back,
+        "intro": intro,
+        "form": form,
+        "submit": submit,
+    }
     return TemplateResponse(request, "admin/orders/staff_form.html", context)
 
 
@@ -94,14 +97,21 @@ class RefundShown(AmountShown):
     @admin.display(description="lines")
     def lines_shown(self, refund):
         """The units it pays back, each with its amount: "2 x A (€19.34)"; "-" for an amount alone."""
-        return ", ".join(
-            format_units(line["quantity"], line["sku"], format_money(line["amount"], refund.currency))
-            for line in refund.lines
-        ) or "-"
+        return (
+            ", ".join(
+                format_units(line["quantity"], line["sku"], format_money(line["amount"], refund.currency))
+                for line in refund.lines
+            )
+            or "-"
+        )
 
 
-SHOWN = {"amount": "amount_shown", "captured_amount": "captured_shown", "refunded_amount": "refunded_shown",
-         "lines": "lines_shown"}  # fmt: skip
+SHOWN = {
+    "amount": "amount_shown",
+    "captured_amount": "captured_shown",
+    "refunded_amount": "refunded_shown",
+    "lines": "lines_shown",
+}
 
 
 def fields_shown(model) -> list[str]:

@@ -20,8 +20,9 @@ class GoodwillRefundForm(forms.Form):
         self.fields["amount"].help_text = f"In {minor_units_help(order.currency)}."
 
     def save(self, *, user) -> str:
-        refund = refund_goodwill(order_id=self.order.id, amount=self.cleaned_data["amount"],
-                                 note=self.cleaned_data["note"], user=user)  # fmt: skip
+        refund = refund_goodwill(
+            order_id=self.order.id, amount=self.cleaned_data["amount"], note=self.cleaned_data["note"], user=user
+        )
         return f"goodwill refund of {format_money(refund.amount, refund.currency)} requested."
 
 
@@ -35,15 +36,21 @@ class RemoveLinesForm(forms.Form):
         for item in self.items:
             price = format_money(item.unit_price, order.currency)
             self.fields[f"units_{item.id}"] = forms.IntegerField(
-                label=f"{item.product_id}: {item.name}", min_value=0, max_value=item.quantity, initial=0,
+                label=f"{item.product_id}: {item.name}",
+                min_value=0,
+                max_value=item.quantity,
+                initial=0,
                 required=False,  # blank: none of the line
                 help_text=f"{item.quantity} ordered at {price}; {item.cancelled} removed and {item.refunded} "
-                          "refunded already.",
-            )  # fmt: skip
+                "refunded already.",
+            )
 
     def lines(self) -> dict[str, int]:
-        return {item.product_id: self.cleaned_data[f"units_{item.id}"] for item in self.items
-                if self.cleaned_data.get(f"units_{item.id}")}  # fmt: skip
+        return {
+            item.product_id: self.cleaned_data[f"units_{item.id}"]
+            for item in self.items
+            if self.cleaned_data.get(f"units_{item.id}")
+        }
 
     def clean(self):
         data = super().clean()
@@ -56,8 +63,10 @@ class RemoveLinesForm(forms.Form):
         last_refund = self.order.refunds.order_by("-id").values_list("id", flat=True).first() or 0
         order = remove_order_lines(order_id=self.order.id, lines=lines, user=user)
         removed = _units({"sku": sku, "quantity": units} for sku, units in sorted(lines.items()))
-        said = (f"removed {removed} ({format_money(before - order.total_amount, order.currency)} off), "
-                f"the total is now {format_money(order.total_amount, order.currency)}")  # fmt: skip
+        said = (
+            f"removed {removed} ({format_money(before - order.total_amount, order.currency)} off), "
+            f"the total is now {format_money(order.total_amount, order.currency)}"
+        )
         refund = order.refunds.filter(id__gt=last_refund, reason=Refund.Reason.LINES_CANCELLED).first()
         if refund is not None:
             said += f"; a refund of {format_money(refund.amount, refund.currency)} requested"
@@ -87,6 +96,9 @@ class ReceiveReturnForm(forms.Form):
         conditions = {line.item.product_id: self.cleaned_data[f"line_{line.id}"] for line in self.lines}
         received = receive_return(return_id=self.returned.id, conditions=conditions, user=user)
         refund = received.refund
-        money = (f"refund of {format_money(refund.amount, refund.currency)} requested" if refund
-                 else "nothing to refund (no money was taken, or earlier refunds gave it all back)")  # fmt: skip
+        money = (
+            f"refund of {format_money(refund.amount, refund.currency)} requested"
+            if refund
+            else "nothing to refund (no money was taken, or earlier refunds gave it all back)"
+        )
         return f"received {return_lines(received)}; {money}."

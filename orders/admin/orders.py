@@ -31,9 +31,18 @@ from orders.services import cancel_pending_order, mark_order_shipped, refund_pai
 class OrderItemInline(ReadOnlyInline):
     model = OrderItem
     fields = [
-        "product", "name", "quantity", "price", "discount_off", "line_total", "cancelled", "shipped", "in_returns",
-        "returned", "refunded",
-    ]  # fmt: skip
+        "product",
+        "name",
+        "quantity",
+        "price",
+        "discount_off",
+        "line_total",
+        "cancelled",
+        "shipped",
+        "in_returns",
+        "returned",
+        "refunded",
+    ]
 
     def get_queryset(self, request):
         return super().get_queryset(request).select_related("order")  # the currency, without a query per line
@@ -57,14 +66,30 @@ class OrderItemInline(ReadOnlyInline):
 
 class PaymentInline(PaymentAmountsShown, ReadOnlyInline):
     model = Payment
-    fields = ["provider_payment_id", "amount_shown", "captured_shown", "refunded_shown", "status", "outcome",
-              "received_at"]  # fmt: skip
+    fields = [
+        "provider_payment_id",
+        "amount_shown",
+        "captured_shown",
+        "refunded_shown",
+        "status",
+        "outcome",
+        "received_at",
+    ]
 
 
 class RefundInline(RefundShown, ReadOnlyInline):
     model = Refund
-    fields = ["payment", "amount_shown", "reason", "note", "lines_shown", "status", "failure_reason", "created_at",
-              "completed_at"]  # fmt: skip
+    fields = [
+        "payment",
+        "amount_shown",
+        "reason",
+        "note",
+        "lines_shown",
+        "status",
+        "failure_reason",
+        "created_at",
+        "completed_at",
+    ]
 
     def get_queryset(self, request):
         return super().get_queryset(request).select_related("payment")
@@ -94,10 +119,22 @@ class OrderAdmin(PerOrderAction, PaymentActions, OrderTimeline, admin.ModelAdmin
     # An order is a snapshot of what was bought, for how much, shipped where: staff
     # change it only through the actions and the forms (services), never by editing its fields.
     readonly_fields = [
-        "customer", "idempotency_key", "request_hash", "status", "total",
-        "created_at", "expires_at", "paid_at", "shipped_at", "cancelled_at", "rejection_reason", "ship_to",
-        "shipment_status", "payment_timeline", "events",
-    ]  # fmt: skip
+        "customer",
+        "idempotency_key",
+        "request_hash",
+        "status",
+        "total",
+        "created_at",
+        "expires_at",
+        "paid_at",
+        "shipped_at",
+        "cancelled_at",
+        "rejection_reason",
+        "ship_to",
+        "shipment_status",
+        "payment_timeline",
+        "events",
+    ]
     fieldsets = [
         (None, {"fields": readonly_fields[:-2]}),
         ("Payments", {"fields": ["payment_timeline"]}),
@@ -146,34 +183,55 @@ class OrderAdmin(PerOrderAction, PaymentActions, OrderTimeline, admin.ModelAdmin
         payment = money.applied_payment(order_id=order.id)
         if money.is_taken(payment):
             left = format_money(money.refundable(payment_id=payment.id), payment.currency)
-            held = (f"Payment {payment.provider_payment_id}: {format_money(payment.captured_amount, payment.currency)} "
-                    f"captured, {format_money(payment.refunded_amount, payment.currency)} refunded or being refunded: "
-                    f"up to {left} can be given back.")  # fmt: skip
+            held = (
+                f"Payment {payment.provider_payment_id}: {format_money(payment.captured_amount, payment.currency)} "
+                f"captured, {format_money(payment.refunded_amount, payment.currency)} refunded or being refunded: "
+                f"up to {left} can be given back."
+            )
         else:
             held = "Its payment is not captured: there is nothing to give back yet."
         form = GoodwillRefundForm(request.POST if request.method == "POST" else None, order=order)
         return service_form_page(
-            self, request, form=form, subject=f"Order {order.id}", back=self._change_url(order),
-            title=f"Refund an amount of order {order.id} (goodwill)", submit="Refund",
-            intro=[f"Total {format_money(order.total_amount, order.currency)}, {order.get_status_display()}.", held,
-                   "The money goes back without a return: no unit of the order changes."],
-        )  # fmt: skip
+            self,
+            request,
+            form=form,
+            subject=f"Order {order.id}",
+            back=self._change_url(order),
+            title=f"Refund an amount of order {order.id} (goodwill)",
+            submit="Refund",
+            intro=[
+                f"Total {format_money(order.total_amount, order.currency)}, {order.get_status_display()}.",
+                held,
+                "The money goes back without a return: no unit of the order changes.",
+            ],
+        )
 
     def remove_lines_view(self, request, object_id):
         order = self._order_to_change(request, object_id)
         if order.status != OrderStatus.PAID:
-            self.message_user(request, f"Order {order.id}: only a paid order that has not shipped can lose lines; "
-                              f"it is {order.get_status_display()}.", messages.WARNING)  # fmt: skip
+            self.message_user(
+                request,
+                f"Order {order.id}: only a paid order that has not shipped can lose lines; "
+                f"it is {order.get_status_display()}.",
+                messages.WARNING,
+            )
             return HttpResponseRedirect(self._change_url(order))
         form = RemoveLinesForm(request.POST if request.method == "POST" else None, order=order)
         return service_form_page(
-            self, request, form=form, subject=f"Order {order.id}", back=self._change_url(order),
-            title=f"Remove lines of order {order.id}", submit="Remove",
-            intro=[f"Total {format_money(order.total_amount, order.currency)}. The units removed go back on sale "
-                   "and the total drops by what they cost: a payment only authorized is captured for the new "
-                   "total, a captured one refunds them. Removing every unit is cancelling the order: use the "
-                   "actions instead."],
-        )  # fmt: skip
+            self,
+            request,
+            form=form,
+            subject=f"Order {order.id}",
+            back=self._change_url(order),
+            title=f"Remove lines of order {order.id}",
+            submit="Remove",
+            intro=[
+                f"Total {format_money(order.total_amount, order.currency)}. The units removed go back on sale "
+                "and the total drops by what they cost: a payment only authorized is captured for the new "
+                "total, a captured one refunds them. Removing every unit is cancelling the order: use the "
+                "actions instead."
+            ],
+        )
 
     @staticmethod
     def _change_url(order: Order) -> str:
@@ -204,15 +262,21 @@ class OrderAdmin(PerOrderAction, PaymentActions, OrderTimeline, admin.ModelAdmin
     @admin.action(description="Cancel selected pending orders (stock returned)", permissions=["change"])
     def cancel_pending(self, request, queryset):
         self._each(
-            request, queryset, OrderStatus.PENDING_PAYMENT,
-            lambda order: cancel_pending_order(order_id=order.id), "cancelled, stock returned",
+            request,
+            queryset,
+            OrderStatus.PENDING_PAYMENT,
+            lambda order: cancel_pending_order(order_id=order.id),
+            "cancelled, stock returned",
         )
 
     @admin.action(description="Refund selected paid orders (stock returned)", permissions=["change"])
     def refund_paid(self, request, queryset):
         self._each(
-            request, queryset, OrderStatus.PAID,
-            lambda order: refund_paid_order(order_id=order.id, user=request.user), "refund requested, stock returned",
+            request,
+            queryset,
+            OrderStatus.PAID,
+            lambda order: refund_paid_order(order_id=order.id, user=request.user),
+            "refund requested, stock returned",
         )
 
     @admin.action(
@@ -226,7 +290,9 @@ class OrderAdmin(PerOrderAction, PaymentActions, OrderTimeline, admin.ModelAdmin
     @admin.action(description="Mark selected paid orders shipped (reserved -> shipped)", permissions=["change"])
     def mark_shipped(self, request, queryset):
         self._each(
-            request, queryset, OrderStatus.PAID,
-            lambda order: mark_order_shipped(order_id=order.id), "shipped",
+            request,
+            queryset,
+            OrderStatus.PAID,
+            lambda order: mark_order_shipped(order_id=order.id),
+            "shipped",
         )
-

@@ -28,9 +28,13 @@ class PaymentActions:
             held = f"{payment.provider_payment_id} ({payment.get_status_display()})" if payment else "no money held"
             rows.append((order.id, order.status, format_money(order.total_amount, order.currency), held))
         context = {
-            **self.admin_site.each_context(request), "opts": self.model._meta, "title": question, "rows": rows,
-            "action": action, "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-        }  # fmt: skip
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": question,
+            "rows": rows,
+            "action": action,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        }
         return TemplateResponse(request, "admin/orders/order/payment_action_confirmation.html", context)
 
     @admin.action(description="Capture the payment of selected paid orders", permissions=["change"])
@@ -45,8 +49,11 @@ class PaymentActions:
             try:
                 captured = payment is not None and capture_payment(payment=payment)
             except ProviderUnavailable:
-                self.message_user(request, f"Order {order.id}: the payment provider is unavailable, nothing "
-                                  "captured yet: try again.", messages.WARNING)  # fmt: skip
+                self.message_user(
+                    request,
+                    f"Order {order.id}: the payment provider is unavailable, nothing captured yet: try again.",
+                    messages.WARNING,
+                )
             except ProviderRefused as error:
                 self.message_user(request, f"Order {order.id}: {error}", messages.ERROR)
             else:
@@ -78,14 +85,18 @@ class PaymentActions:
                 if payment is not None:
                     void_payment(payment=payment)
             except ProviderUnavailable:
-                self.message_user(request, f"Order {order.id}: cancelled, stock returned; the payment provider is "
-                                  "unavailable, the payments consumer will void the payment when it is back.",
-                                  messages.WARNING)  # fmt: skip
+                self.message_user(
+                    request,
+                    f"Order {order.id}: cancelled, stock returned; the payment provider is "
+                    "unavailable, the payments consumer will void the payment when it is back.",
+                    messages.WARNING,
+                )
             except ProviderRefused as error:
                 self.message_user(request, f"Order {order.id}: cancelled, stock returned; {error}", messages.ERROR)
             else:
-                self.message_user(request, f"Order {order.id}: cancelled, stock returned, payment voided.",
-                                  messages.SUCCESS)  # fmt: skip
+                self.message_user(
+                    request, f"Order {order.id}: cancelled, stock returned, payment voided.", messages.SUCCESS
+                )
 
 
 @admin.register(Payment)
@@ -99,9 +110,17 @@ class PaymentAdmin(PaymentAmountsShown, ReadOnlyAdmin):
 @admin.register(Refund)
 class RefundAdmin(RefundShown, ReadOnlyAdmin):
     list_display = [
-        "id", "order_id", "payment", "amount_shown", "reason", "status", "failure_reason", "attempt",
-        "created_at", "completed_at",
-    ]  # fmt: skip
+        "id",
+        "order_id",
+        "payment",
+        "amount_shown",
+        "reason",
+        "status",
+        "failure_reason",
+        "attempt",
+        "created_at",
+        "completed_at",
+    ]
     list_filter = ["status", "reason"]
     list_select_related = ["payment"]
     fields = readonly_fields = fields_shown(Refund)
@@ -115,8 +134,9 @@ class RefundAdmin(RefundShown, ReadOnlyAdmin):
         failed = list(queryset.filter(status=Refund.Status.FAILED).values_list("id", flat=True))
         retried = sum(retry_refund(refund_id=refund_id) for refund_id in failed)
         refused = f", {len(failed) - retried} refused (other refunds took the money)" if len(failed) > retried else ""
-        self.message_user(request, f"{retried} refund(s) requested again{refused}; "
-                                   f"{queryset.count() - len(failed)} not failed")  # fmt: skip
+        self.message_user(
+            request, f"{retried} refund(s) requested again{refused}; {queryset.count() - len(failed)} not failed"
+        )
 
 
 @admin.register(Notification)

@@ -26,9 +26,16 @@ class ReturnAdmin(ReturnShown, admin.ModelAdmin):
     search_fields = ["=id", "=order__id"]
     list_select_related = ["refund"]
     fields = readonly_fields = [
-        "order_link", "status", "reason", "lines_shown", "created_at", "decided_at", "decided_by", "received_at",
+        "order_link",
+        "status",
+        "reason",
+        "lines_shown",
+        "created_at",
+        "decided_at",
+        "decided_by",
+        "received_at",
         "refund_link",
-    ]  # fmt: skip
+    ]
     actions = ["approve", "reject"]
     change_form_template = "admin/orders/change_form_with_tools.html"
 
@@ -56,8 +63,9 @@ class ReturnAdmin(ReturnShown, admin.ModelAdmin):
         receivable = obj is not None and obj.status in (Return.Status.REQUESTED, Return.Status.APPROVED)
         context["staff_tools"] = (
             [("Receive", reverse("admin:orders_return_receive", args=[obj.pk]))]
-            if receivable and self.has_change_permission(request) else []
-        )  # fmt: skip
+            if receivable and self.has_change_permission(request)
+            else []
+        )
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     def receive_view(self, request, object_id):
@@ -68,18 +76,29 @@ class ReturnAdmin(ReturnShown, admin.ModelAdmin):
             raise Http404("No such return")
         back = reverse("admin:orders_return_change", args=[returned.pk])
         if returned.status not in (Return.Status.REQUESTED, Return.Status.APPROVED):
-            self.message_user(request, f"Return {returned.id}: only a requested or approved return can be "
-                              f"received; it is {returned.get_status_display()}.", messages.WARNING)  # fmt: skip
+            self.message_user(
+                request,
+                f"Return {returned.id}: only a requested or approved return can be "
+                f"received; it is {returned.get_status_display()}.",
+                messages.WARNING,
+            )
             return HttpResponseRedirect(back)
         form = ReceiveReturnForm(request.POST if request.method == "POST" else None, returned=returned)
         return service_form_page(
-            self, request, form=form, subject=f"Return {returned.id}", back=back,
-            title=f"Receive return {returned.id} of order {returned.order_id}", submit="Receive",
-            intro=[f"{returned.get_status_display()}: {return_lines(returned)}"
-                   + (f" (“{returned.reason}”)." if returned.reason else "."),
-                   "Each line back on sale (restock) or written off (damaged), both through the stock ledger; "
-                   "the units received are refunded at the price paid."],
-        )  # fmt: skip
+            self,
+            request,
+            form=form,
+            subject=f"Return {returned.id}",
+            back=back,
+            title=f"Receive return {returned.id} of order {returned.order_id}",
+            submit="Receive",
+            intro=[
+                f"{returned.get_status_display()}: {return_lines(returned)}"
+                + (f" (“{returned.reason}”)." if returned.reason else "."),
+                "Each line back on sale (restock) or written off (damaged), both through the stock ledger; "
+                "the units received are refunded at the price paid.",
+            ],
+        )
 
     @admin.display(description="order", ordering="order_id")
     def order_link(self, returned):
@@ -110,7 +129,8 @@ class ReturnAdmin(ReturnShown, admin.ModelAdmin):
     def approve(self, request, queryset):
         self._decide(request, queryset, approve_return, "approved, the shopper may send the parcel")
 
-    @admin.action(description="Reject selected requested returns (their units may be returned again)",
-                  permissions=["change"])  # fmt: skip
+    @admin.action(
+        description="Reject selected requested returns (their units may be returned again)", permissions=["change"]
+    )
     def reject(self, request, queryset):
         self._decide(request, queryset, reject_return, "rejected")

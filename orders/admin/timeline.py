@@ -62,21 +62,30 @@ class OrderTimeline:
         """The order's outbox events, oldest first: when, what (in a few words), and
         whether the relay published it yet."""
         events = OutboxEvent.objects.filter(aggregate_type="order", aggregate_id=str(order.id)).order_by("id")
-        return format_html_join(
-            "\n",
-            '<div class="order-event">{} &middot; {} &middot; {}</div>',
-            (
-                (_at(e.created_at), event_summary(e, order.currency),
-                 f"published {_at(e.published_at)}" if e.published_at else f"waiting ({e.attempts} attempts)")
-                for e in events
-            ),
-        ) or "-"  # fmt: skip
+        return (
+            format_html_join(
+                "\n",
+                '<div class="order-event">{} &middot; {} &middot; {}</div>',
+                (
+                    (
+                        _at(e.created_at),
+                        event_summary(e, order.currency),
+                        f"published {_at(e.published_at)}" if e.published_at else f"waiting ({e.attempts} attempts)",
+                    )
+                    for e in events
+                ),
+            )
+            or "-"
+        )
 
     @admin.display(description="timeline")
     def payment_timeline(self, order):
         def moments(payment):
-            stamps = [("authorized", payment.authorized_at), ("captured", payment.captured_at),
-                      ("voided", payment.voided_at)]  # fmt: skip
+            stamps = [
+                ("authorized", payment.authorized_at),
+                ("captured", payment.captured_at),
+                ("voided", payment.voided_at),
+            ]
             for refund in payment.refunds.all():
                 money = format_money(refund.amount, refund.currency)
                 asked = f"refund of {money} ({refund.get_reason_display()}, {refund.get_status_display()}) requested"
@@ -84,12 +93,20 @@ class OrderTimeline:
             return format_html_join("", "<li>{} {}</li>", ((what, _at(when)) for what, when in stamps if when))
 
         payments = order.payments.prefetch_related("refunds").order_by("id")
-        return format_html_join(
-            "\n",
-            "<div><strong>{}</strong> &middot; {} &middot; {} &middot; {}<ul>{}</ul></div>",
-            (
-                (p.provider_payment_id, format_money(p.amount, p.currency), p.get_status_display(),
-                 p.get_outcome_display(), moments(p))
-                for p in payments
-            ),
-        ) or "-"
+        return (
+            format_html_join(
+                "\n",
+                "<div><strong>{}</strong> &middot; {} &middot; {} &middot; {}<ul>{}</ul></div>",
+                (
+                    (
+                        p.provider_payment_id,
+                        format_money(p.amount, p.currency),
+                        p.get_status_display(),
+                        p.get_outcome_display(),
+                        moments(p),
+                    )
+                    for p in payments
+                ),
+            )
+            or "-"
+        )

@@ -60,18 +60,26 @@ def remove_order_lines(*, order_id: int, lines: Mapping[str, int], user=None) ->
 
     refund = None
     if money.is_taken(payment):
-        refund = refund_priced_units(payment=payment, order=order, reason=Refund.Reason.LINES_CANCELLED,
-                                     priced=priced, user=user)  # fmt: skip
+        refund = refund_priced_units(
+            payment=payment, order=order, reason=Refund.Reason.LINES_CANCELLED, priced=priced, user=user
+        )
     order.refresh_from_db()
     still = reserved_lines(order_ids=[order.id])
     record_event(
         aggregate_type="order",
         aggregate_id=order.id,
         event_type="OrderLinesCancelled",
-        data={"order_id": order.id, "customer_id": order.customer_id, "lines": [each.as_line() for each in priced],
-              "amount": amount, "currency": order.currency, "total": order.total_amount,
-              "refund_id": refund.id if refund else None, "refund_amount": refund.amount if refund else 0,
-              "captured": money.is_taken(payment),
-              "items": [{"sku": sku, "quantity": units} for sku, units in sorted(still.items())]},  # fmt: skip
+        data={
+            "order_id": order.id,
+            "customer_id": order.customer_id,
+            "lines": [each.as_line() for each in priced],
+            "amount": amount,
+            "currency": order.currency,
+            "total": order.total_amount,
+            "refund_id": refund.id if refund else None,
+            "refund_amount": refund.amount if refund else 0,
+            "captured": money.is_taken(payment),
+            "items": [{"sku": sku, "quantity": units} for sku, units in sorted(still.items())],
+        },
     )
     return order

@@ -69,10 +69,12 @@ def price_cart(lines: dict[str, int], *, voucher_code: str | None = None, now: d
     promotions = active_promotions(now=now)
     priced = price_lines(lines, products=products, promotions=promotions, voucher=voucher, now=now)
     return CartPrice(
-        [PricedLine(line.sku, products[line.sku].name, line.quantity, line.unit_price, line.discount)
-         for line in priced.lines],
+        [
+            PricedLine(line.sku, products[line.sku].name, line.quantity, line.unit_price, line.discount)
+            for line in priced.lines
+        ],
         priced.discounts(),
-    )  # fmt: skip
+    )
 
 
 def applied_voucher(discounts: list[dict]) -> int | None:
@@ -107,8 +109,9 @@ class OrderDraft:
         """What the Idempotency-Key promises: the same key with another cart,
         price, discount or address is refused (IdempotencyKeyReused). A line
         without a discount hashes as before discounts existed."""
-        lines = [(line.sku, line.quantity, line.unit_price, *([line.discount] * bool(line.discount)))
-                 for line in self.lines]  # fmt: skip
+        lines = [
+            (line.sku, line.quantity, line.unit_price, *([line.discount] * bool(line.discount))) for line in self.lines
+        ]
         address = self.shipping_address
         canonical = json.dumps([self.currency, lines, address] if address else [self.currency, lines], sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()
@@ -129,10 +132,15 @@ class BuiltOrder:
             "order_id": order_id,
             "customer_id": self.draft.customer_id,
             "items": [
-                {"sku": li.sku, "name": li.name, "quantity": li.quantity, "unit_price": li.unit_price,
-                 "discount": li.discount}
+                {
+                    "sku": li.sku,
+                    "name": li.name,
+                    "quantity": li.quantity,
+                    "unit_price": li.unit_price,
+                    "discount": li.discount,
+                }
                 for li in self.draft.lines
-            ],  # fmt: skip
+            ],
             "subtotal": sum(line.amount for line in self.draft.lines),
             "discounts": self.draft.discounts,
             "total": self.fields["total_amount"],
@@ -169,8 +177,13 @@ def build_order(
         "discounts": draft.discounts,
     }
     items = [
-        {"product_id": line.sku, "name": line.name, "quantity": line.quantity, "unit_price": line.unit_price,
-         "discount": line.discount}
+        {
+            "product_id": line.sku,
+            "name": line.name,
+            "quantity": line.quantity,
+            "unit_price": line.unit_price,
+            "discount": line.discount,
+        }
         for line in draft.lines
-    ]  # fmt: skip
+    ]
     return BuiltOrder(fields, items, draft)

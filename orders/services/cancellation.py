@@ -43,8 +43,11 @@ def cancel_orders(*, order_ids: list[int], reason: str, now: datetime | None = N
     pending = [(order_id, customer) for order_id, customer, status in found if status == OrderStatus.PENDING_PAYMENT]
     # With immediate capture the money of a paid order is taken (or about to be): refunded, never voided.
     voidable = settings.PAYMENT_CAPTURE == "on_shipment"
-    paid = [(order_id, customer) for order_id, customer, status in found
-            if status == OrderStatus.PAID and voidable and claim_void(order_id=order_id)]  # fmt: skip
+    paid = [
+        (order_id, customer)
+        for order_id, customer, status in found
+        if status == OrderStatus.PAID and voidable and claim_void(order_id=order_id)
+    ]
     return _cancel_locked(pending, reason=reason, now=now, paid=paid)
 
 
@@ -59,8 +62,10 @@ def _cancel_locked(
     every = sorted([*ids, *(order_id for order_id, _ in paid)])
     move_orders(every, OrderStatus.CANCELLED, at=now)
     was_paid = {order_id for order_id, _ in paid}
-    data = [{"order_id": order_id, "customer_id": customer, "reason": reason, "was_paid": order_id in was_paid}
-            for order_id, customer in sorted([*orders, *paid])]  # fmt: skip
+    data = [
+        {"order_id": order_id, "customer_id": customer, "reason": reason, "was_paid": order_id in was_paid}
+        for order_id, customer in sorted([*orders, *paid])
+    ]
     record_events([NewEvent("order", each["order_id"], "OrderCancelled", each) for each in data])
     # A paid order took no slot and no unpaid holds any more: only the pending ones give them back.
     release_pending_slots(customer_ids=[customer for _, customer in orders])
@@ -125,8 +130,9 @@ def expire_unpaid_orders(*, batch_size: int | None = None, now: datetime | None 
         with transaction.atomic():
             moment = now or timezone.now()
             due = list(
-                for_update(Order.objects.pending_expired(moment).order_by("expires_at"), skip_locked=True)
-                .values_list("id", "customer_id")[:batch_size]
+                for_update(Order.objects.pending_expired(moment).order_by("expires_at"), skip_locked=True).values_list(
+                    "id", "customer_id"
+                )[:batch_size]
             )
             if not due:
                 return total

@@ -48,8 +48,13 @@ class PlacedOrder:
 
 
 def place_order(
-    *, customer_id: int, idempotency_key: str, rate_limited: bool = False, shipping_address: dict | None = None,
-    client_address: str = "", account_created_at: datetime | None = None,
+    *,
+    customer_id: int,
+    idempotency_key: str,
+    rate_limited: bool = False,
+    shipping_address: dict | None = None,
+    client_address: str = "",
+    account_created_at: datetime | None = None,
 ) -> PlacedOrder:
     """Turn the shopper's cart into a PENDING_PAYMENT order, reserving its stock,
     shipped to `shipping_address` (validated by the caller) or else to the
@@ -98,8 +103,14 @@ def place_order(
             raise ShippingAddressRequired()
         priced = price_cart(lines, voucher_code=admission.voucher)
         draft = OrderDraft(
-            customer_id, idempotency_key, priced.lines, settings.SHOP_CURRENCY, address,
-            _payment_timeout(account_created_at), client_address, priced.discounts,
+            customer_id,
+            idempotency_key,
+            priced.lines,
+            settings.SHOP_CURRENCY,
+            address,
+            _payment_timeout(account_created_at),
+            client_address,
+            priced.discounts,
         )
         queue = queued_skus()
         if queue and not queue.isdisjoint(lines):

@@ -60,16 +60,23 @@ def _declined_since(session: PaymentSession) -> bool:
 def _pay_nothing(order: Order) -> None:
     """An order a discount made free is paid without the provider: a payment of
     0, captured, applied as any payment (the order PAID, its events)."""
-    handle_payment_webhook(payment_id=f"free-{order.id}", order_id=order.id, amount=0, currency=order.currency,
-                           status="succeeded", raw_body="{}")  # fmt: skip
+    handle_payment_webhook(
+        payment_id=f"free-{order.id}",
+        order_id=order.id,
+        amount=0,
+        currency=order.currency,
+        status="succeeded",
+        raw_body="{}",
+    )
 
 
 def _new_session(order: Order, now, *, attempt: int) -> tuple[PaymentSession, bool]:
     """The attempt's row: made by this call, or by a concurrent one that read the
     same latest attempt (the unique (order, attempt) decides; no savepoint)."""
     expires_at = min(now + timedelta(seconds=settings.PAYMENT_SESSION_SECONDS), order.expires_at)
-    row = PaymentSession(order=order, attempt=attempt, amount=order.total_amount, currency=order.currency,
-                         expires_at=expires_at)  # fmt: skip
+    row = PaymentSession(
+        order=order, attempt=attempt, amount=order.total_amount, currency=order.currency, expires_at=expires_at
+    )
     if insert_unless_exists(row, conflict_fields=["order", "attempt"]) is not None:
         return row, True
     return PaymentSession.objects.get(order=order, attempt=attempt), False
@@ -81,9 +88,13 @@ def _ask_provider(session: PaymentSession) -> None:
     capture = "manual" if settings.PAYMENT_CAPTURE == "on_shipment" else "automatic"
     try:
         answer = provider.create_session(
-            idempotency_key=session.idempotency_key, order_id=session.order_id, amount=session.amount,
-            currency=session.currency, expires_at=session.expires_at.isoformat(), capture=capture,
-        )  # fmt: skip
+            idempotency_key=session.idempotency_key,
+            order_id=session.order_id,
+            amount=session.amount,
+            currency=session.currency,
+            expires_at=session.expires_at.isoformat(),
+            capture=capture,
+        )
     except provider.ProviderUnavailable as error:
         raise PaymentProviderUnavailable() from error
     except ImproperlyConfigured as error:  # no PAYMENT_PROVIDER_URL: the operator's to fix, not a 500

@@ -76,10 +76,16 @@ def handle_payment_webhook(
         if known.status == Payment.Status.FAILED and status != FAILED:
             # Failed, then succeeded under the same id: the payment as if told now (for the order it names now).
             Payment.objects.filter(id=known.id).update(
-                status=payment.status, authorized_at=now, captured_at=payment.captured_at, amount=amount,
-                captured_amount=payment.captured_amount, currency=currency, received_at=now, raw_body=raw_body,
+                status=payment.status,
+                authorized_at=now,
+                captured_at=payment.captured_at,
+                amount=amount,
+                captured_amount=payment.captured_amount,
+                currency=currency,
+                received_at=now,
+                raw_body=raw_body,
                 order=order,
-            )  # fmt: skip
+            )
             payment.id = known.id
             return _apply(payment, order, captured=captured, now=now)
         if captured:
@@ -151,8 +157,9 @@ def _captured_by_the_provider(known: Payment, *, amount: int, now) -> None:
         elif excess := money.excess_captured(known):
             request_refund(payment=known, order=known.order, reason=Refund.Reason.EXCESS_CAPTURE, amount=excess)
     elif known.status in (Payment.Status.VOIDING, Payment.Status.VOIDED) and not known.captured_amount:
-        logger.error("payment %s captured by the provider after the shop claimed a void: refunded",
-                     known.provider_payment_id)  # fmt: skip
+        logger.error(
+            "payment %s captured by the provider after the shop claimed a void: refunded", known.provider_payment_id
+        )
         # The money is taken after all: counted as captured, so that its refund claims it.
         Payment.objects.filter(id=known.id).update(captured_amount=taken)
         known.captured_amount = taken
@@ -182,8 +189,12 @@ def _settle(payment: Payment, *, claim: str, done: str) -> bool:
     amount = money.amount_to_capture(payment)
     if done == Payment.Status.CAPTURED:
         try:
-            provider.capture(idempotency_key=f"capture-{payment.id}", payment_id=payment.provider_payment_id,
-                             amount=amount, currency=payment.currency)  # fmt: skip
+            provider.capture(
+                idempotency_key=f"capture-{payment.id}",
+                payment_id=payment.provider_payment_id,
+                amount=amount,
+                currency=payment.currency,
+            )
         except provider.ProviderRefused:
             move_payment(payment.id, Payment.Status.AUTHORIZED)  # the claim released: the money is still only held
             raise
@@ -203,21 +214,33 @@ def _settle(payment: Payment, *, claim: str, done: str) -> bool:
 
 
 def _payment_data(payment: Payment) -> dict:
-    return {"order_id": payment.order_id, "payment_id": payment.provider_payment_id, "amount": payment.amount,
-            "captured_amount": payment.captured_amount, "currency": payment.currency}  # fmt: skip
+    return {
+        "order_id": payment.order_id,
+        "payment_id": payment.provider_payment_id,
+        "amount": payment.amount,
+        "captured_amount": payment.captured_amount,
+        "currency": payment.currency,
+    }
 
 
 def _announce(payment: Payment, event_type: str, data: dict) -> None:
     aggregate = ("order", payment.order_id) if payment.order_id else ("payment", payment.provider_payment_id)
-    record_event(aggregate_type=aggregate[0], aggregate_id=aggregate[1], event_type=event_type,
-                 data={**_payment_data(payment), **data})  # fmt: skip
+    record_event(
+        aggregate_type=aggregate[0],
+        aggregate_id=aggregate[1],
+        event_type=event_type,
+        data={**_payment_data(payment), **data},
+    )
 
 
 def _announce_authorized(payment: Payment, *, applied: bool, reason: str | None) -> None:
     """PaymentAuthorized; `applied` false: the payment paid no order (`reason`),
     and the `payments` consumer voids it unless it was captured (then refunded)."""
-    _announce(payment, "PaymentAuthorized", {"applied": applied, "reason": reason or "",
-                                             "authorized_at": payment.received_at.isoformat()})  # fmt: skip
+    _announce(
+        payment,
+        "PaymentAuthorized",
+        {"applied": applied, "reason": reason or "", "authorized_at": payment.received_at.isoformat()},
+    )
 
 
 def _announce_captured(payment: Payment, *, captured_at) -> None:
@@ -241,9 +264,7 @@ def _announce_paid(*, order: Order, payment: Payment, paid_at) -> None:
             "total": order.total_amount,
             "currency": order.currency,
             "paid_at": paid_at.isoformat(),
-            "items": [
-                {"sku": s, "name": n, "quantity": q, "unit_price": p, "discount": d} for s, n, q, p, d in items
-            ],
+            "items": [{"sku": s, "name": n, "quantity": q, "unit_price": p, "discount": d} for s, n, q, p, d in items],
             "shipping_address": order.shipping_address,
         },
     )

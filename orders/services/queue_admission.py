@@ -85,15 +85,31 @@ class QueuedRequest:
     @classmethod
     def of(cls, order_id: int, draft: OrderDraft, *, gated: dict[str, int], queue_sku: str) -> "QueuedRequest":
         return cls(
-            order_id, draft.customer_id, draft.idempotency_key, draft.request_hash, draft.currency, draft.lines,
-            gated, queue_sku, draft.shipping_address, draft.payment_seconds, draft.client_address, draft.discounts,
+            order_id,
+            draft.customer_id,
+            draft.idempotency_key,
+            draft.request_hash,
+            draft.currency,
+            draft.lines,
+            gated,
+            queue_sku,
+            draft.shipping_address,
+            draft.payment_seconds,
+            draft.client_address,
+            draft.discounts,
         )
 
     @property
     def draft(self) -> OrderDraft:
         return OrderDraft(
-            self.customer_id, self.idempotency_key, self.lines, self.currency, self.shipping_address,
-            self.payment_seconds or settings.ORDER_PAYMENT_TIMEOUT_SECONDS, self.client_address, self.discounts,
+            self.customer_id,
+            self.idempotency_key,
+            self.lines,
+            self.currency,
+            self.shipping_address,
+            self.payment_seconds or settings.ORDER_PAYMENT_TIMEOUT_SECONDS,
+            self.client_address,
+            self.discounts,
         )
 
     @property

@@ -96,10 +96,13 @@ def write_batch(requests: list[QueuedRequest], *, clean_up_on_commit: bool = Tru
         result.written = [request.order_id for request in accepted]
         result.outcomes += [(r, r.order_id, r.order_id not in result.rejected) for r in fresh]
         QueuedOrderAlias.objects.bulk_create(
-            [QueuedOrderAlias(queued_id=r.order_id, order_id=order_id) for r, order_id, _ in result.outcomes
-             if r.order_id != order_id],
+            [
+                QueuedOrderAlias(queued_id=r.order_id, order_id=order_id)
+                for r, order_id, _ in result.outcomes
+                if r.order_id != order_id
+            ],
             ignore_conflicts=True,
-        )  # fmt: skip
+        )
         if clean_up_on_commit:
             transaction.on_commit(lambda: finish_written_batch(result))
     QUEUE_BATCH_SIZE.observe(len(requests))
@@ -176,9 +179,21 @@ def _insert(fresh: list[QueuedRequest], result: WrittenBatch, now: datetime) -> 
     count_pending_orders(customer_ids=[r.customer_id for r in fresh if r.order_id not in result.rejected])
 
 
-ORDER_FIELDS = ["customer_id", "idempotency_key", "request_hash", "status", "total_amount", "currency", "created_at",
-                "expires_at", "rejection_reason", "shipping_address", "hold_address", "holds_units",
-                "discounts"]  # fmt: skip
+ORDER_FIELDS = [
+    "customer_id",
+    "idempotency_key",
+    "request_hash",
+    "status",
+    "total_amount",
+    "currency",
+    "created_at",
+    "expires_at",
+    "rejection_reason",
+    "shipping_address",
+    "hold_address",
+    "holds_units",
+    "discounts",
+]
 ADDRESS_AT, STATUS_AT = 1 + ORDER_FIELDS.index("shipping_address"), 1 + ORDER_FIELDS.index("status")
 DISCOUNTS_AT = 1 + ORDER_FIELDS.index("discounts")
 ITEM_FIELDS = ["product_id", "name", "quantity", "unit_price", "discount"]
@@ -218,19 +233,29 @@ def _clean_up(outcomes: list[tuple[QueuedRequest, int, bool]], used_up: set[int]
     if not outcomes:
         return
     gate.mark_orders_exist(
-        [(request.customer_id, request.idempotency_key, order_id) for request, order_id, written in outcomes
-         if written and request.gated]
-    )  # fmt: skip
+        [
+            (request.customer_id, request.idempotency_key, order_id)
+            for request, order_id, written in outcomes
+            if written and request.gated
+        ]
+    )
     # Units back for what the database did not take under this id (rejected, or a duplicate of a written key).
     gate.release_once(
-        [(f"queue:{request.order_id}", request.customer_id, request.gated) for request, order_id, written in outcomes
-         if request.gated and (not written or order_id != request.order_id)]
-    )  # fmt: skip
+        [
+            (f"queue:{request.order_id}", request.customer_id, request.gated)
+            for request, order_id, written in outcomes
+            if request.gated and (not written or order_id != request.order_id)
+        ]
+    )
     keys, args = [], [settings.CART_TTL_SECONDS]
     for request, _, written in outcomes:
         sku = request.queue_sku or min(line.sku for line in request.lines)
-        keys += [pending_key(sku), order_key(request.order_id), cart_key(request.customer_id),
-                 taken_key(request.customer_id)]  # fmt: skip
+        keys += [
+            pending_key(sku),
+            order_key(request.order_id),
+            cart_key(request.customer_id),
+            taken_key(request.customer_id),
+        ]
         outcome = "1" if written else "v" if request.order_id in used_up else "0"
         args += [request.order_id, outcome, request.idempotency_key]
     run_script(_DONE, keys=keys, args=args)

@@ -70,8 +70,9 @@ def refund_goodwill(*, order_id: int, amount: int, note: str, user=None) -> Refu
     if order is None:
         raise OrderNotFound()
     payment = money.captured_payment(order_id=order_id)
-    return request_refund(payment=payment, order=order, reason=Refund.Reason.GOODWILL, amount=amount,
-                          note=note, user=user)  # fmt: skip
+    return request_refund(
+        payment=payment, order=order, reason=Refund.Reason.GOODWILL, amount=amount, note=note, user=user
+    )
 
 
 @dataclass(frozen=True)
@@ -122,14 +123,21 @@ def refund_priced_units(
     amount = min(sum(each.amount for each in priced), money.refundable(payment_id=payment.id, lock=True))
     if amount <= 0:
         return None
-    return request_refund(payment=payment, order=order, reason=reason, amount=amount,
-                          lines=[each.as_line() for each in priced], user=user)  # fmt: skip
+    return request_refund(
+        payment=payment, order=order, reason=reason, amount=amount, lines=[each.as_line() for each in priced], user=user
+    )
 
 
 def request_refund(
-    *, payment: Payment, order: Order | None, reason: str, amount: int | None = None, lines: list[dict] = (),
-    note: str = "", user=None,
-) -> Refund:  # fmt: skip
+    *,
+    payment: Payment,
+    order: Order | None,
+    reason: str,
+    amount: int | None = None,
+    lines: list[dict] = (),
+    note: str = "",
+    user=None,
+) -> Refund:
     """Claim `amount` of what the payment captured (None: all of it, a payment
     that paid no order), record the refund and announce it. Inside the caller's
     transaction, the order (if any) locked by the caller. The claim is
@@ -140,9 +148,15 @@ def request_refund(
     money.claim_refund(payment=payment, amount=amount)
     transaction.on_commit(lambda: REFUNDS_REQUESTED.labels(reason).inc())
     refund = Refund.objects.create(
-        payment=payment, order=order, amount=amount, currency=payment.currency, reason=reason, note=note,
-        lines=list(lines), created_by=user,
-    )  # fmt: skip
+        payment=payment,
+        order=order,
+        amount=amount,
+        currency=payment.currency,
+        reason=reason,
+        note=note,
+        lines=list(lines),
+        created_by=user,
+    )
     if order is not None:
         money.refund_the_order_if_paid_back(order=order, payment=payment)
     announce_refund_requested(refund)
@@ -179,9 +193,12 @@ def submit_refund(*, refund_id: int) -> Refund:
         return refund
     try:
         provider.refund(
-            idempotency_key=refund.idempotency_key, refund_id=refund.id,
-            payment_id=refund.payment.provider_payment_id, amount=refund.amount, currency=refund.currency,
-        )  # fmt: skip
+            idempotency_key=refund.idempotency_key,
+            refund_id=refund.id,
+            payment_id=refund.payment.provider_payment_id,
+            amount=refund.amount,
+            currency=refund.currency,
+        )
     except provider.ProviderRefused as refused:
         with transaction.atomic():
             _fail(refund, f"refused by the provider: {refused}")
@@ -228,11 +245,19 @@ def handle_refund_webhook(
             aggregate_type="order" if refund.order_id else "payment",
             aggregate_id=refund.order_id or payment_id,
             event_type="RefundCompleted",
-            data={"refund_id": refund.id, "order_id": refund.order_id, "payment_id": payment_id,
-                  "customer_id": refund.order.customer_id if refund.order_id else None,
-                  "amount": refund.amount, "currency": refund.currency, "reason": refund.reason,
-                  "lines": refund.lines, "payment_refunded": all_back, "completed_at": now.isoformat()},
-        )  # fmt: skip
+            data={
+                "refund_id": refund.id,
+                "order_id": refund.order_id,
+                "payment_id": payment_id,
+                "customer_id": refund.order.customer_id if refund.order_id else None,
+                "amount": refund.amount,
+                "currency": refund.currency,
+                "reason": refund.reason,
+                "lines": refund.lines,
+                "payment_refunded": all_back,
+                "completed_at": now.isoformat(),
+            },
+        )
         outcome = "completed"
     else:
         _fail(refund, "the provider reported the refund failed")

@@ -79,8 +79,13 @@ def request_return(*, customer_id: int, order_id: int, lines: list[ReturnLineReq
         aggregate_type="order",
         aggregate_id=order.id,
         event_type="ReturnRequested",
-        data={"return_id": returned.id, "order_id": order.id, "customer_id": order.customer_id, "reason": reason,
-              "lines": [{"sku": line.sku, "quantity": line.quantity} for line in lines]},  # fmt: skip
+        data={
+            "return_id": returned.id,
+            "order_id": order.id,
+            "customer_id": order.customer_id,
+            "reason": reason,
+            "lines": [{"sku": line.sku, "quantity": line.quantity} for line in lines],
+        },
     )
     return returned
 
@@ -156,24 +161,38 @@ def receive_return(*, return_id: int, conditions: Mapping[str, str], user=None) 
         line.condition = conditions[line.item.product_id]
         OrderItem.objects.filter(id=line.item_id).update(returned=F("returned") + line.quantity)
     ReturnLine.objects.bulk_update(lines, ["condition"])
-    refund = refund_units(order=order, payment=payment, units=[(items[line.item_id], line.quantity) for line in lines],
-                          reason=Refund.Reason.RETURN, user=user)  # fmt: skip
+    refund = refund_units(
+        order=order,
+        payment=payment,
+        units=[(items[line.item_id], line.quantity) for line in lines],
+        reason=Refund.Reason.RETURN,
+        user=user,
+    )
     if refund is not None:
         Return.objects.filter(id=return_id).update(refund=refund)
     by_condition = {condition: {} for condition in ReturnCondition.values}
     for line in lines:
         by_condition[line.condition][line.item.product_id] = line.quantity
-    take_back_returned(restock=by_condition[ReturnCondition.RESTOCK], damaged=by_condition[ReturnCondition.DAMAGED],
-                       user=user, note=f"return {return_id} of order {order_id}")  # fmt: skip
+    take_back_returned(
+        restock=by_condition[ReturnCondition.RESTOCK],
+        damaged=by_condition[ReturnCondition.DAMAGED],
+        user=user,
+        note=f"return {return_id} of order {order_id}",
+    )
     record_event(
         aggregate_type="order",
         aggregate_id=order_id,
         event_type="ReturnReceived",
-        data={"return_id": return_id, "order_id": order_id, "customer_id": order.customer_id,
-              "lines": [{"sku": line.item.product_id, "quantity": line.quantity, "condition": line.condition}
-                        for line in lines],
-              "refund_id": refund.id if refund else None, "amount": refund.amount if refund else 0,
-              "currency": order.currency},
-    )  # fmt: skip
+        data={
+            "return_id": return_id,
+            "order_id": order_id,
+            "customer_id": order.customer_id,
+            "lines": [
+                {"sku": line.item.product_id, "quantity": line.quantity, "condition": line.condition} for line in lines
+            ],
+            "refund_id": refund.id if refund else None,
+            "amount": refund.amount if refund else 0,
+            "currency": order.currency,
+        },
+    )
     return Return.objects.select_related("refund").prefetch_related("lines__item").get(id=return_id)
-

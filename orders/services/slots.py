@@ -29,7 +29,8 @@ _TAKE_SLOT = CompiledUpdate(
         PendingOrderCount.objects.filter(customer_id=customer_id, pending__lt=limit),
         {"pending": F("pending") + 1},
     ),
-    customer_id=int, limit=int,
+    customer_id=int,
+    limit=int,
 )
 
 

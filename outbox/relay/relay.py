@@ -176,7 +176,9 @@ class OutboxRelay:
             self._failed()
             logger.warning(
                 "relay: %d event(s) published, %d not delivered (%s); retrying with backoff",
-                published, len(errors), next(iter(errors.values())),
+                published,
+                len(errors),
+                next(iter(errors.values())),
             )
         else:
             self.failures_in_a_row = 0
@@ -199,8 +201,11 @@ class OutboxRelay:
             logger.log(
                 logging.WARNING if marked else logging.INFO,
                 "relay: a run on %s since %s did not finish; %d of its events were in Kafka already "
-                "and are marked published, not sent again", run.topic, run.started_at, marked,
-            )  # fmt: skip
+                "and are marked published, not sent again",
+                run.topic,
+                run.started_at,
+                marked,
+            )
         return None
 
     def _recovery_failed(self, reason: str) -> BatchResult:

@@ -112,8 +112,16 @@ def read_pending(limit: int, *, after: int = 0, raw: psycopg.Connection | None =
                 request_id,
             )
             for (
-                event_id, key, uuid, event_type, request_id,
-                type_json, occurred_at, aggregate_type, aggregate_id, payload,
+                event_id,
+                key,
+                uuid,
+                event_type,
+                request_id,
+                type_json,
+                occurred_at,
+                aggregate_type,
+                aggregate_id,
+                payload,
             ) in cursor.fetchall()
         ]
 

@@ -26,8 +26,14 @@ def test_cart_starts_empty(auth_client):
     response = auth_client.get("/api/cart")
     assert response.status_code == 200
     assert response.json() == {
-        "items": [], "voucher": None, "subtotal": 0, "discounts": [], "total": 0, "currency": "EUR", "warnings": [],
-    }  # fmt: skip
+        "items": [],
+        "voucher": None,
+        "subtotal": 0,
+        "discounts": [],
+        "total": 0,
+        "currency": "EUR",
+        "warnings": [],
+    }
 
 
 def test_cart_put_get_delete(auth_client):
@@ -39,11 +45,25 @@ def test_cart_put_get_delete(auth_client):
     assert response.status_code == 200
     body = response.json()
     assert body["items"] == [
-        {"sku": "A-1", "name": "Alpha", "quantity": 2, "unit_price": 250, "discount": 0, "line_total": 500,
-         "in_stock": True},
-        {"sku": "B-2", "name": "Beta", "quantity": 1, "unit_price": 1000, "discount": 0, "line_total": 1000,
-         "in_stock": False},
-    ]  # fmt: skip
+        {
+            "sku": "A-1",
+            "name": "Alpha",
+            "quantity": 2,
+            "unit_price": 250,
+            "discount": 0,
+            "line_total": 500,
+            "in_stock": True,
+        },
+        {
+            "sku": "B-2",
+            "name": "Beta",
+            "quantity": 1,
+            "unit_price": 1000,
+            "discount": 0,
+            "line_total": 1000,
+            "in_stock": False,
+        },
+    ]
     assert (body["subtotal"], body["discounts"], body["total"]) == (1500, [], 1500)
     assert auth_client.get("/api/cart").json() == body
 

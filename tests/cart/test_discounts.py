@@ -52,11 +52,25 @@ def test_cart_shows_a_sku_promotion_on_its_line_and_in_the_totals(auth_client):
 
     # 15% of 999 is 149.85: 150 off each unit (half up, per unit).
     assert body["items"] == [
-        {"sku": "A", "name": "Alpha", "quantity": 3, "unit_price": 999, "discount": 450, "line_total": 2547,
-         "in_stock": True},
-        {"sku": "B", "name": "Beta", "quantity": 1, "unit_price": 500, "discount": 0, "line_total": 500,
-         "in_stock": True},
-    ]  # fmt: skip
+        {
+            "sku": "A",
+            "name": "Alpha",
+            "quantity": 3,
+            "unit_price": 999,
+            "discount": 450,
+            "line_total": 2547,
+            "in_stock": True,
+        },
+        {
+            "sku": "B",
+            "name": "Beta",
+            "quantity": 1,
+            "unit_price": 500,
+            "discount": 0,
+            "line_total": 500,
+            "in_stock": True,
+        },
+    ]
     assert body["subtotal"] == 3497
     assert body["discounts"] == [{"promotion_id": spring.id, "name": "Spring", "code": None, "amount": 450}]
     assert body["total"] == 3047

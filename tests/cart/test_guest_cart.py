@@ -56,8 +56,11 @@ def test_a_token_nobody_was_given_reads_and_writes_nothing(token):
     product_with_stock(sku="A", available=5)
     guest_cart({"A": 1})
     client = APIClient()
-    for response in (client.get("/api/cart", HTTP_CART_TOKEN=token), put(client, "A", 1, token),
-                     client.delete("/api/cart/items/A", HTTP_CART_TOKEN=token)):  # fmt: skip
+    for response in (
+        client.get("/api/cart", HTTP_CART_TOKEN=token),
+        put(client, "A", 1, token),
+        client.delete("/api/cart/items/A", HTTP_CART_TOKEN=token),
+    ):
         assert response.status_code == 404 and response.json()["error"]["code"] == "cart_token_unknown"
 
 
@@ -109,8 +112,9 @@ def test_login_with_a_cart_token_merges_the_guest_cart_once(redis):
 def test_register_with_a_cart_token_merges_it_too(redis):
     product_with_stock(sku="A", available=5)
     token = guest_cart({"A": 2})
-    response = APIClient().post("/api/auth/register", {"username": "newbie", "password": PASSWORD}, format="json",
-                                HTTP_CART_TOKEN=token)  # fmt: skip
+    response = APIClient().post(
+        "/api/auth/register", {"username": "newbie", "password": PASSWORD}, format="json", HTTP_CART_TOKEN=token
+    )
     assert response.status_code == 201 and response.json()["cart_merged"] == 1
     shopper = get_user_model().objects.get(username="newbie")
     assert redis.hgetall(cart_key(shopper.id)) == {b"A": b"2"}

@@ -25,11 +25,26 @@ def small_redis(settings, tmp_path):
     """redis-server with 2 MB of memory and the deployment's policy; this process's caches use it."""
     port = free_port()
     server = subprocess.Popen(
-        [shutil.which("redis-server") or "/usr/bin/redis-server", "--port", str(port), "--bind", "127.0.0.1",
-         "--save", "", "--appendonly", "no", "--maxmemory", "2mb", "--maxmemory-policy", "volatile-lru",
-         "--dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            shutil.which("redis-server") or "/usr/bin/redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--maxmemory",
+            "2mb",
+            "--maxmemory-policy",
+            "volatile-lru",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
     client = redis_py.Redis(port=port)
     try:
         deadline = time.monotonic() + 10
@@ -62,8 +77,14 @@ def test_a_guest_cart_flood_evicts_carts_and_never_the_gate_or_the_queue(small_r
     written = 0
     while small_redis.info("stats")["evicted_keys"] < 500:
         digest = f"flood-{written:08d}"
-        storage.guest_write_line(digest=digest, sku=f"SKU-{written % 50:04d}-" + "x" * 40, quantity=1,
-                                 generation=generation, address="192.0.2.1", create=True)  # fmt: skip
+        storage.guest_write_line(
+            digest=digest,
+            sku=f"SKU-{written % 50:04d}-" + "x" * 40,
+            quantity=1,
+            generation=generation,
+            address="192.0.2.1",
+            create=True,
+        )
         written += 1
         assert written < 200_000, "Redis never filled up"
 

@@ -56,8 +56,13 @@ def test_change_lists_stay_under_20_queries_at_scale(django_assert_max_num_queri
             [customer.id, OrderStatus.PENDING_PAYMENT, now, now],
         )
     receive_stock(sku="S-1", quantity=1)
-    for url in ("/admin/orders/order/", "/admin/inventory/stock/", "/admin/orders/order/?status__exact=PENDING_PAYMENT",
-                "/admin/inventory/stock/?low=no", "/admin/shop/product/"):
+    for url in (
+        "/admin/orders/order/",
+        "/admin/inventory/stock/",
+        "/admin/orders/order/?status__exact=PENDING_PAYMENT",
+        "/admin/inventory/stock/?low=no",
+        "/admin/shop/product/",
+    ):
         with django_assert_max_num_queries(20):
             assert admin.get(url).status_code == 200, url
     assert ProductFactory._meta.model.objects.count() == 10000
@@ -68,9 +73,7 @@ def test_the_admin_login_shares_the_api_login_limit(client, settings):
     UserFactory(username="staff", is_staff=True)
     for _ in range(3):
         failed_api_login(client)
-    attempts = [
-        client.post("/admin/login/", {"username": "staff", "password": "wrong"}).status_code for _ in range(3)
-    ]
+    attempts = [client.post("/admin/login/", {"username": "staff", "password": "wrong"}).status_code for _ in range(3)]
     assert attempts == [200, 200, 429]  # 200: the form again, with its error
     refused = client.post("/admin/login/", {"username": "staff", "password": "wrong"})
     assert refused.status_code == 429 and int(refused["Retry-After"]) >= 1
@@ -79,8 +82,14 @@ def test_the_admin_login_shares_the_api_login_limit(client, settings):
 
 def test_stock_managers_edit_a_products_description_and_image(stock_manager):
     product = ProductFactory(sku="DESC-1")
-    form = {"name": product.name, "price": product.price, "is_active": "on", "description": "Stoneware, 350 ml",
-            "image_url": "https://img.example.com/desc-1.jpg", "_save": "Save"}  # fmt: skip
+    form = {
+        "name": product.name,
+        "price": product.price,
+        "is_active": "on",
+        "description": "Stoneware, 350 ml",
+        "image_url": "https://img.example.com/desc-1.jpg",
+        "_save": "Save",
+    }
     assert stock_manager.post("/admin/shop/product/DESC-1/change/", form).status_code == 302
     product.refresh_from_db()
     assert (product.description, product.image_url) == ("Stoneware, 350 ml", "https://img.example.com/desc-1.jpg")

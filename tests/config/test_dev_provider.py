@@ -19,8 +19,13 @@ from orders.signatures import verify_signature
 
 urlpatterns = [path("dev/payment-provider/", include("config.dev_provider_urls"))]
 
-SESSION = {"order_id": 42, "amount": 2338, "currency": "EUR", "capture": "manual",
-           "expires_at": "2030-01-01T12:00:00+00:00"}  # fmt: skip
+SESSION = {
+    "order_id": 42,
+    "amount": 2338,
+    "currency": "EUR",
+    "capture": "manual",
+    "expires_at": "2030-01-01T12:00:00+00:00",
+}
 CAPTURE = {"payment_id": "pay_sim_ps_sim_1", "amount": 2338, "currency": "EUR"}
 VOID = {"payment_id": "pay_sim_ps_sim_1"}
 REFUND = {"refund_id": 7, "payment_id": "pay_sim_ps_sim_1", "amount": 2338, "currency": "EUR"}
@@ -148,8 +153,16 @@ def test_pay_with_manual_capture_sends_authorized_signed_and_only_once(shop, red
     assert result.status_code == 200
     html = result.content.decode()
     assert "Payment authorized" in html and "HTTP 200" in html and "close this page" in html
-    assert shop.events() == [{"type": "payment", "payment_id": f"pay_sim_{session['id']}", "order_id": 42,
-                              "amount": 2338, "currency": "EUR", "status": "authorized"}]  # fmt: skip
+    assert shop.events() == [
+        {
+            "type": "payment",
+            "payment_id": f"pay_sim_{session['id']}",
+            "order_id": 42,
+            "amount": 2338,
+            "currency": "EUR",
+            "status": "authorized",
+        }
+    ]
     assert stored_session(redis, session)["status"] == "paid"
 
     again = pay_page(session, "pay")
@@ -179,8 +192,13 @@ def test_pay_clicked_twice_at_once_pays_once(shop):
 def test_pay_with_automatic_capture_sends_authorized_then_captured(shop):
     session = open_session(capture="automatic")
     assert "Payment authorized and captured" in pay_page(session, "pay").content.decode()
-    event = {"type": "payment", "payment_id": f"pay_sim_{session['id']}", "order_id": 42,
-             "amount": 2338, "currency": "EUR"}  # fmt: skip
+    event = {
+        "type": "payment",
+        "payment_id": f"pay_sim_{session['id']}",
+        "order_id": 42,
+        "amount": 2338,
+        "currency": "EUR",
+    }
     assert shop.events() == [{**event, "status": "authorized"}, {**event, "status": "captured"}]
     pay_page(session, "decline")
     assert len(shop.deliveries) == 2
@@ -190,8 +208,16 @@ def test_decline_sends_a_failed_payment_once(shop, redis):
     session = open_session(capture="automatic")
     result = pay_page(session, "decline").content.decode()
     assert "Payment declined" in result and "HTTP 200" in result
-    assert shop.events() == [{"type": "payment", "payment_id": f"pay_sim_{session['id']}-declined", "order_id": 42,
-                              "amount": 2338, "currency": "EUR", "status": "failed"}]  # fmt: skip
+    assert shop.events() == [
+        {
+            "type": "payment",
+            "payment_id": f"pay_sim_{session['id']}-declined",
+            "order_id": 42,
+            "amount": 2338,
+            "currency": "EUR",
+            "status": "failed",
+        }
+    ]
     assert stored_session(redis, session)["status"] == "declined"
     assert "Payment declined" in pay_page(session, "pay").content.decode()
     assert len(shop.deliveries) == 1
@@ -242,8 +268,9 @@ def test_a_refund_is_pending_and_confirmed_after_the_answer_once(monkeypatch):
     assert later == [("_confirm", (REFUND,))]  # the webhook, from a thread of its own
 
 
-@pytest.mark.parametrize("name, body", [("sessions", SESSION), ("captures", CAPTURE), ("voids", VOID),
-                                        ("refunds", REFUND)])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, body", [("sessions", SESSION), ("captures", CAPTURE), ("voids", VOID), ("refunds", REFUND)]
+)
 def test_the_fail_drill_answers_503_and_does_nothing(settings, redis, shop, monkeypatch, name, body):
     later = acts_after_answering(monkeypatch)
     settings.DEV_PROVIDER_FAILURE = "fail"
@@ -294,8 +321,9 @@ def test_a_bad_body_is_a_400_and_does_nothing(redis, name, body):
     assert redis.keys("dev-provider:*") == []
 
 
-@pytest.mark.parametrize("name, body", [("sessions", SESSION), ("captures", CAPTURE), ("voids", VOID),
-                                        ("refunds", REFUND)])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, body", [("sessions", SESSION), ("captures", CAPTURE), ("voids", VOID), ("refunds", REFUND)]
+)
 def test_a_call_without_an_idempotency_key_is_a_400(redis, name, body):
     answer = call(name, body, key=None)
     assert answer.status_code == 400 and answer.json() == {"error": "Idempotency-Key is required"}

@@ -273,8 +273,12 @@ SURROGATE = '"\\ud800"'  # a lone surrogate, as JSON spells it
 @pytest.mark.parametrize(
     "method,path,body",
     [
-        ("put", "/api/auth/me/address", '{"name": "A", "line1": "B", "city": "C", "postal_code": "1", '
-                                        f'"country": {SURROGATE}, "phone": "+34 600"}}'),
+        (
+            "put",
+            "/api/auth/me/address",
+            '{"name": "A", "line1": "B", "city": "C", "postal_code": "1", '
+            f'"country": {SURROGATE}, "phone": "+34 600"}}',
+        ),
         ("post", "/api/orders", f'{{"shipping_address": {{"country": {SURROGATE}}}}}'),
         ("put", "/api/cart/items/MUG", f'{{"quantity": 1, {SURROGATE}: 2}}'),
     ],

@@ -29,19 +29,46 @@ def answers(port: int) -> bool:
 @pytest.fixture
 def sentinel_redis(tmp_path):
     primary, replica, sentinel = free_port(), free_port(), free_port()
-    base = ["redis-server", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--repl-diskless-sync", "yes",
-            "--repl-diskless-sync-delay", "0", "--repl-diskless-load", "on-empty-db"]  # fmt: skip
+    base = [
+        "redis-server",
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--repl-diskless-sync",
+        "yes",
+        "--repl-diskless-sync-delay",
+        "0",
+        "--repl-diskless-load",
+        "on-empty-db",
+    ]
     for name in ("primary", "replica"):
         (tmp_path / name).mkdir()
     conf = tmp_path / "sentinel.conf"
-    conf.write_text(f"port {sentinel}\nbind 127.0.0.1\ndir {tmp_path}\n"
-                    f"sentinel monitor t 127.0.0.1 {primary} 1\nsentinel down-after-milliseconds t 500\n"
-                    "sentinel failover-timeout t 3000\n")  # fmt: skip
+    conf.write_text(
+        f"port {sentinel}\nbind 127.0.0.1\ndir {tmp_path}\n"
+        f"sentinel monitor t 127.0.0.1 {primary} 1\nsentinel down-after-milliseconds t 500\n"
+        "sentinel failover-timeout t 3000\n"
+    )
     processes = {
-        "primary": subprocess.Popen([*base, "--port", str(primary), "--dir", str(tmp_path / "primary")],
-                                    stdout=subprocess.DEVNULL),  # fmt: skip
-        "replica": subprocess.Popen([*base, "--port", str(replica), "--dir", str(tmp_path / "replica"),
-                                     "--replicaof", "127.0.0.1", str(primary)], stdout=subprocess.DEVNULL),
+        "primary": subprocess.Popen(
+            [*base, "--port", str(primary), "--dir", str(tmp_path / "primary")], stdout=subprocess.DEVNULL
+        ),
+        "replica": subprocess.Popen(
+            [
+                *base,
+                "--port",
+                str(replica),
+                "--dir",
+                str(tmp_path / "replica"),
+                "--replicaof",
+                "127.0.0.1",
+                str(primary),
+            ],
+            stdout=subprocess.DEVNULL,
+        ),
     }
     try:
         assert wait_until(lambda: answers(primary) and answers(replica), 10), "Redis did not start"

@@ -136,18 +136,25 @@ def test_a_process_not_started_by_make_run_has_debug_off_and_needs_secrets():
     assert result.returncode != 0
     assert "DEBUG is off and SECRET_KEY is not set" in result.stderr
     result = _start_django(
-        "shell", "-c", "from django.conf import settings; print(settings.DEBUG)",
-        SECRET_KEY=STRONG_KEY, PAYMENT_WEBHOOK_SECRET=STRONG_WEBHOOK_SECRET,
-    )  # fmt: skip
+        "shell",
+        "-c",
+        "from django.conf import settings; print(settings.DEBUG)",
+        SECRET_KEY=STRONG_KEY,
+        PAYMENT_WEBHOOK_SECRET=STRONG_WEBHOOK_SECRET,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "False"
 
 
 def test_database_url_options_are_kept_beside_ours():
     result = _start_django(
-        "shell", "-c", "from django.conf import settings; print(settings.DATABASES['default']['OPTIONS'])",
-        DEBUG="1", DATABASE_URL="postgres://postgres@127.0.0.1:5432/shop?sslmode=disable", SHOP_NODE="3",
-    )  # fmt: skip
+        "shell",
+        "-c",
+        "from django.conf import settings; print(settings.DATABASES['default']['OPTIONS'])",
+        DEBUG="1",
+        DATABASE_URL="postgres://postgres@127.0.0.1:5432/shop?sslmode=disable",
+        SHOP_NODE="3",
+    )
     assert result.returncode == 0, result.stderr
     options = result.stdout.strip().splitlines()[-1]
     assert "'sslmode': 'disable'" in options and "'connect_timeout': 5" in options
@@ -161,9 +168,14 @@ def test_a_test_runner_in_the_environment_weakens_nothing():
     result = _start_django("shell", "-c", show, PYTEST_VERSION="8.3.0", DJANGO_SETTINGS_MODULE="config.settings")
     assert result.returncode != 0 and "DEBUG is off and SECRET_KEY is not set" in result.stderr
     result = _start_django(
-        "shell", "-c", show, PYTEST_VERSION="8.3.0", DJANGO_SETTINGS_MODULE="config.settings",
-        SECRET_KEY=STRONG_KEY, PAYMENT_WEBHOOK_SECRET=STRONG_WEBHOOK_SECRET,
-    )  # fmt: skip
+        "shell",
+        "-c",
+        show,
+        PYTEST_VERSION="8.3.0",
+        DJANGO_SETTINGS_MODULE="config.settings",
+        SECRET_KEY=STRONG_KEY,
+        PAYMENT_WEBHOOK_SECRET=STRONG_WEBHOOK_SECRET,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[-3:] == ["True", "31536000", "redis://127.0.0.1:6379/0"]
     assert os.environ["DJANGO_SETTINGS_MODULE"] == "config.test_settings"  # how this suite chose its settings
@@ -198,8 +210,12 @@ def test_process_refuses_to_start_with_debug_off_on_dev_secret():
 def test_gunicorn_stops_on_a_setting_that_is_not_an_integer_and_names_it(name):
     result = subprocess.run(
         [sys.executable, "-m", "gunicorn", "--check-config", "--config", "python:config.gunicorn", "config.wsgi"],
-        env={**os.environ, name: "two"}, capture_output=True, text=True, cwd=settings.BASE_DIR, timeout=60,
-    )  # fmt: skip
+        env={**os.environ, name: "two"},
+        capture_output=True,
+        text=True,
+        cwd=settings.BASE_DIR,
+        timeout=60,
+    )
     assert result.returncode != 0
     assert f"{name} must be an integer, got 'two'" in result.stderr, result.stderr
 
@@ -221,9 +237,15 @@ def test_make_run_turns_debug_on():
 @pytest.mark.slow
 def test_the_deploy_check_is_clean_with_production_settings():
     result = _start_django(
-        "check", "--deploy", "--fail-level", "WARNING",
-        SECRET_KEY=STRONG_KEY, PAYMENT_WEBHOOK_SECRET=STRONG_WEBHOOK_SECRET, ALLOWED_HOSTS="shop.example.com",
-        CSRF_TRUSTED_ORIGINS="https://shop.example.com", SECURE_PROXY_SSL_HEADER="HTTP_X_FORWARDED_PROTO",
-    )  # fmt: skip
+        "check",
+        "--deploy",
+        "--fail-level",
+        "WARNING",
+        SECRET_KEY=STRONG_KEY,
+        PAYMENT_WEBHOOK_SECRET=STRONG_WEBHOOK_SECRET,
+        ALLOWED_HOSTS="shop.example.com",
+        CSRF_TRUSTED_ORIGINS="https://shop.example.com",
+        SECURE_PROXY_SSL_HEADER="HTTP_X_FORWARDED_PROTO",
+    )
     assert result.returncode == 0, result.stderr + result.stdout
     assert "no issues" in result.stdout

@@ -29,8 +29,8 @@ def test_it_sends_what_the_orm_sends_and_counts_the_rows():
     orm, ours = [], []
 
     def into(sent):
-        return lambda execute, sql, params, many, context: sent.append((sql, list(params))) or execute(
-            sql, params, many, context
+        return lambda execute, sql, params, many, context: (
+            sent.append((sql, list(params))) or execute(sql, params, many, context)
         )
 
     with connection.execute_wrapper(into(orm)):
@@ -83,13 +83,31 @@ def test_prepared_values_are_what_the_fields_would_give():
     from orders.models import Order, OrderItem
     from tests.factories import SHIPPING_ADDRESS
 
-    order = Order(customer_id=7, idempotency_key="k", request_hash="h" * 64, status="PENDING_PAYMENT",
-                  total_amount=1500, currency="EUR", created_at=timezone.now(), expires_at=timezone.now(),
-                  shipping_address=SHIPPING_ADDRESS, hold_address="192.0.2.1", holds_units=True)  # fmt: skip
+    order = Order(
+        customer_id=7,
+        idempotency_key="k",
+        request_hash="h" * 64,
+        status="PENDING_PAYMENT",
+        total_amount=1500,
+        currency="EUR",
+        created_at=timezone.now(),
+        expires_at=timezone.now(),
+        shipping_address=SHIPPING_ADDRESS,
+        hold_address="192.0.2.1",
+        holds_units=True,
+    )
     item = OrderItem(order_id=3, product_id="MUG", name="Mug", quantity=2, unit_price=750)
-    naive = Order(customer_id=7, idempotency_key="n", request_hash="h" * 64, status="PENDING_PAYMENT",
-                  total_amount=1, currency="EUR", created_at=datetime(2026, 1, 2, 3, 4, 5),
-                  expires_at=datetime(2026, 1, 2, 3, 4, 5), shipping_address=None)  # fmt: skip - the field's path
+    naive = Order(
+        customer_id=7,
+        idempotency_key="n",
+        request_hash="h" * 64,
+        status="PENDING_PAYMENT",
+        total_amount=1,
+        currency="EUR",
+        created_at=datetime(2026, 1, 2, 3, 4, 5),
+        expires_at=datetime(2026, 1, 2, 3, 4, 5),
+        shipping_address=None,
+    )  # the field's path
     for instance in (order, item, naive):
         fields = [f for f in type(instance)._meta.concrete_fields if not f.primary_key]
         with warnings.catch_warnings():
@@ -132,8 +150,11 @@ def test_a_kept_cursor_per_statement_reopened_with_its_connection_and_logged_whe
     again = execute_kept(one, [2])
     assert again is not first and again.fetchone() == (2,)
     seen = []
-    with CaptureQueriesContext(connection) as captured, connection.execute_wrapper(
-        lambda execute, sql, params, many, context: seen.append(params) or execute(sql, params, many, context)
+    with (
+        CaptureQueriesContext(connection) as captured,
+        connection.execute_wrapper(
+            lambda execute, sql, params, many, context: seen.append(params) or execute(sql, params, many, context)
+        ),
     ):
         assert execute_kept(two, [3]).fetchone() == (4,)
     assert [q["sql"] for q in captured.captured_queries] == ["SELECT 3::int + 1"] and seen == [[3]]

@@ -215,8 +215,15 @@ def look_at_order_and_dashboard(base_url: str, staff, order_id: int) -> None:
         log_in(page, base_url, staff)
         page.goto(f"{base_url}/admin/orders/order/{order_id}/change/")
         items = page.locator("#items-group tbody tr.has_original")
-        for field, text in (("quantity", "2"), ("price", "€12.50"), ("line_total", "€25.00"), ("shipped", "2"),
-                            ("returned", "1"), ("refunded", "1"), ("cancelled", "0")):  # fmt: skip
+        for field, text in (
+            ("quantity", "2"),
+            ("price", "€12.50"),
+            ("line_total", "€25.00"),
+            ("shipped", "2"),
+            ("returned", "1"),
+            ("refunded", "1"),
+            ("cancelled", "0"),
+        ):
             expect(items.locator(f"td.field-{field}")).to_have_text(text)
         payment = page.locator("#payments-group tbody tr.has_original")
         expect(payment.locator("td.field-captured_shown")).to_have_text("€25.00")

@@ -21,8 +21,9 @@ def test_receive_stock_bulk_receives_for_every_sku_or_none():
     assert not StockMovement.objects.filter(note="truck").exists()
     assert receive_stock_bulk(skus=["C", "A"], quantity=5, note="truck") == 2
     assert dict(Stock.objects.filter(product_id__in=["A", "C"]).values_list("product_id", "available")) == {
-        "A": 6, "C": 8,
-    }  # fmt: skip
+        "A": 6,
+        "C": 8,
+    }
 
 
 def test_a_refused_adjustment_leaves_the_threshold_too():

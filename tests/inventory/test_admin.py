@@ -58,9 +58,7 @@ def test_write_off_below_zero_is_refused_with_a_message(stock_manager):
 def test_bulk_receive_for_selected_skus(stock_manager):
     product_with_stock(sku="A", available=1)
     product_with_stock(sku="B", available=2)
-    page = stock_manager.post(
-        "/admin/inventory/stock/", {"action": "bulk_receive", "_selected_action": ["A", "B"]}
-    )
+    page = stock_manager.post("/admin/inventory/stock/", {"action": "bulk_receive", "_selected_action": ["A", "B"]})
     assert page.status_code == 200 and b"Receive stock" in page.content
     stock_manager.post(
         "/admin/inventory/stock/",
@@ -124,8 +122,15 @@ def test_low_stock_filter_and_flag_follow_each_skus_threshold(stock_manager, red
 
 def change_form(**fields):
     """The change form as the browser submits it: nothing changed unless given."""
-    return {"operation": "", "quantity": "", "note": "", "low_stock_threshold": "", "initial-low_stock_threshold": "",
-            "_save": "Save", **fields}  # fmt: skip
+    return {
+        "operation": "",
+        "quantity": "",
+        "note": "",
+        "low_stock_threshold": "",
+        "initial-low_stock_threshold": "",
+        "_save": "Save",
+        **fields,
+    }
 
 
 def test_staff_set_and_clear_a_skus_low_stock_threshold_in_the_change_form(stock_manager, settings):
@@ -158,9 +163,10 @@ def test_stale_form_leaves_a_threshold_set_meanwhile_and_a_refused_adjustment_sa
     assert (stock.available, stock.low_stock_threshold) == (5, 7)
     response = stock_manager.post(
         "/admin/inventory/stock/MUG/change/",
-        change_form(operation="write_off", quantity="9", low_stock_threshold="1",
-                    **{"initial-low_stock_threshold": "7"}),
-    )  # fmt: skip
+        change_form(
+            operation="write_off", quantity="9", low_stock_threshold="1", **{"initial-low_stock_threshold": "7"}
+        ),
+    )
     assert any("Cannot write off" in str(m) for m in response.wsgi_request._messages)
     stock = Stock.objects.get(product_id="MUG")
     assert (stock.available, stock.low_stock_threshold) == (5, 7)

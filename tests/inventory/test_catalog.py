@@ -28,9 +28,7 @@ def test_load_catalog_good_file(tmp_path, capsys):
     assert dict(Product.objects.values_list("sku", "price")) == {"MUG-1": 1299, "TEE-2": 1999}
     assert Product.objects.get(sku="TEE-2").name == "T-shirt, black"
     assert dict(Stock.objects.values_list("product_id", "available")) == {"MUG-1": 10, "TEE-2": 0}
-    assert list(StockMovement.objects.values_list("product_id", "delta", "reason")) == [
-        ("MUG-1", 10, "received")
-    ]
+    assert list(StockMovement.objects.values_list("product_id", "delta", "reason")) == [("MUG-1", 10, "received")]
     assert "2 products created, 0 updated" in capsys.readouterr().out
     assert all(row["difference"] == 0 for row in stock_audit())
 
@@ -40,9 +38,7 @@ def test_load_catalog_reimport_moves_stock_by_delta_without_duplicates(tmp_path)
     call_command("load_catalog", write_csv(tmp_path, GOOD))  # same file: nothing changes
     assert StockMovement.objects.count() == 1
     Stock.objects.filter(product_id="MUG-1").update(available=7, reserved=3)  # 3 units reserved meanwhile
-    call_command(
-        "load_catalog", write_csv(tmp_path, "sku,name,price,stock\nMUG-1,Mug XL,1500,12\n", "second.csv")
-    )
+    call_command("load_catalog", write_csv(tmp_path, "sku,name,price,stock\nMUG-1,Mug XL,1500,12\n", "second.csv"))
     stock = Stock.objects.get(product_id="MUG-1")
     assert (stock.available, stock.reserved) == (12, 3)
     assert Product.objects.get(sku="MUG-1").name == "Mug XL"
@@ -86,9 +82,15 @@ def test_load_catalog_missing_file():
 
 
 def test_optional_description_and_image_url_columns(tmp_path):
-    call_command("load_catalog", write_csv(tmp_path, "sku,name,price,stock,description,image_url\n"
-                                                     "MUG-1,Mug,1299,10,A big mug,https://img.example.com/mug.jpg\n"
-                                                     "TEE-2,Tee,1999,0,,\n"))  # fmt: skip
+    call_command(
+        "load_catalog",
+        write_csv(
+            tmp_path,
+            "sku,name,price,stock,description,image_url\n"
+            "MUG-1,Mug,1299,10,A big mug,https://img.example.com/mug.jpg\n"
+            "TEE-2,Tee,1999,0,,\n",
+        ),
+    )
     assert Product.objects.get(sku="MUG-1").description == "A big mug"
     assert Product.objects.get(sku="MUG-1").image_url == "https://img.example.com/mug.jpg"
     call_command("load_catalog", write_csv(tmp_path, GOOD))  # without the columns: left as they are
@@ -99,11 +101,13 @@ def test_optional_description_and_image_url_columns(tmp_path):
 
 @pytest.mark.parametrize(
     "text, message",
-    [("sku,name,price,stock,colour\nA,B,1,1,red\n", "header"),
-     ("sku,name,price,stock,image_url,image_url\nA,B,1,1,x,y\n", "header"),
-     ("sku,name,price,stock,image_url\nA,B,1,1,javascript:alert(1)\n", "image_url"),
-     ("sku,name,price,stock,description\nA,B,1,1\n", "expected 5 columns")],
-)  # fmt: skip
+    [
+        ("sku,name,price,stock,colour\nA,B,1,1,red\n", "header"),
+        ("sku,name,price,stock,image_url,image_url\nA,B,1,1,x,y\n", "header"),
+        ("sku,name,price,stock,image_url\nA,B,1,1,javascript:alert(1)\n", "image_url"),
+        ("sku,name,price,stock,description\nA,B,1,1\n", "expected 5 columns"),
+    ],
+)
 def test_bad_optional_columns_are_refused_whole(tmp_path, capsys, text, message):
     with pytest.raises(CommandError, match="nothing was written"):
         call_command("load_catalog", write_csv(tmp_path, text))

@@ -34,9 +34,16 @@ def test_the_list_is_public_paginated_and_shows_each_product(api_client, catalog
     body = response.json()
     assert body["count"] == 3 and body["next"].endswith("page=2&page_size=2") and body["previous"] is None
     assert body["results"][0] == {
-        "sku": "MUG-BLUE", "name": "Blue mug", "description": "", "image_url": "", "price": 700,
-        "currency": "EUR", "available": 0, "in_stock": False, "flash_sale": None,
-    }  # fmt: skip
+        "sku": "MUG-BLUE",
+        "name": "Blue mug",
+        "description": "",
+        "image_url": "",
+        "price": 700,
+        "currency": "EUR",
+        "available": 0,
+        "in_stock": False,
+        "flash_sale": None,
+    }
     assert skus(api_client.get("/api/products?page=2&page_size=2")) == ["TEE-1"]
     assert api_client.get("/api/products?page=9").status_code == 404
     assert len(skus(api_client.get("/api/products?page_size=500"))) == 3  # capped at 100, not refused
@@ -51,9 +58,7 @@ def test_search_filter_and_sort(api_client, catalog):
     assert skus(api_client.get("/api/products?sort=name")) == ["MUG-BLUE", "MUG-RED", "TEE-1"]
 
 
-@pytest.mark.parametrize(
-    "query", ["sort=colour", "in_stock=maybe", "q=" + "x" * 101, "page_size=abc"]
-)
+@pytest.mark.parametrize("query", ["sort=colour", "in_stock=maybe", "q=" + "x" * 101, "page_size=abc"])
 def test_bad_parameters_are_a_400_or_ignored_never_a_500(api_client, catalog, query):
     response = api_client.get(f"/api/products?{query}")
     assert response.status_code in (200, 400), response.content

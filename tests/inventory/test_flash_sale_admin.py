@@ -18,11 +18,20 @@ pytestmark = pytest.mark.django_db
 
 def sale_form(sku: str, *, stock="", limit="", mode="direct", starts: datetime, ends: datetime | None = None) -> dict:
     def split(name, moment):
-        return {f"{name}_0": f"{moment:%Y-%m-%d}", f"{name}_1": f"{moment:%H:%M:%S}"} if moment else {
-            f"{name}_0": "", f"{name}_1": ""}  # fmt: skip
+        return (
+            {f"{name}_0": f"{moment:%Y-%m-%d}", f"{name}_1": f"{moment:%H:%M:%S}"}
+            if moment
+            else {f"{name}_0": "", f"{name}_1": ""}
+        )
 
-    return {"product": sku, "stock": stock, "per_customer_limit": limit, "mode": mode,
-            **split("starts_at", starts), **split("ends_at", ends)}  # fmt: skip
+    return {
+        "product": sku,
+        "stock": stock,
+        "per_customer_limit": limit,
+        "mode": mode,
+        **split("starts_at", starts),
+        **split("ends_at", ends),
+    }
 
 
 @pytest.fixture
@@ -36,8 +45,10 @@ def test_a_stock_manager_schedules_a_sale_and_the_gate_is_set(manager, django_ca
     product_with_stock(sku="HOT", available=3)
     starts = (timezone.now() + timedelta(hours=1)).replace(microsecond=0)
     with django_capture_on_commit_callbacks(execute=True):
-        response = manager.post("/admin/inventory/flashsale/add/",
-                                sale_form("HOT", stock=7, limit=2, starts=starts, ends=starts + timedelta(hours=2)))
+        response = manager.post(
+            "/admin/inventory/flashsale/add/",
+            sale_form("HOT", stock=7, limit=2, starts=starts, ends=starts + timedelta(hours=2)),
+        )
     assert response.status_code == 302, response.content.decode()[-2000:]
     sale = FlashSale.objects.get()
     assert (sale.per_customer_limit, sale.starts_at, sale.ends_at) == (2, starts, starts + timedelta(hours=2))
@@ -50,8 +61,9 @@ def test_a_sale_is_opened_with_its_units_and_ends_after_it_starts(manager):
     product_with_stock(sku="HOT", available=3)
     now = timezone.now().replace(microsecond=0)
     no_units = manager.post("/admin/inventory/flashsale/add/", sale_form("HOT", starts=now))
-    backwards = manager.post("/admin/inventory/flashsale/add/",
-                             sale_form("HOT", stock=5, starts=now, ends=now - timedelta(minutes=1)))  # fmt: skip
+    backwards = manager.post(
+        "/admin/inventory/flashsale/add/", sale_form("HOT", stock=5, starts=now, ends=now - timedelta(minutes=1))
+    )
     assert no_units.status_code == backwards.status_code == 200  # the form again, with its errors
     assert b"Give the units the sale opens with." in no_units.content
     assert b"A sale ends after it starts." in backwards.content
@@ -65,8 +77,9 @@ def test_editing_the_rule_keeps_the_units_and_giving_units_reseeds(manager, djan
         manager.post("/admin/inventory/flashsale/add/", sale_form("HOT", stock=5, starts=now))
     gate.connection().decrby(gate.remaining_key("HOT"), 2)  # two units admitted meanwhile
     later = now + timedelta(days=1)
-    edited = manager.post("/admin/inventory/flashsale/HOT/change/",
-                          sale_form("HOT", limit=1, mode="queue", starts=now, ends=later))  # fmt: skip
+    edited = manager.post(
+        "/admin/inventory/flashsale/HOT/change/", sale_form("HOT", limit=1, mode="queue", starts=now, ends=later)
+    )
     assert edited.status_code == 302
     sale = FlashSale.objects.get()
     assert (sale.per_customer_limit, sale.mode, sale.ends_at) == (1, "queue", later) and counter() == 3
@@ -81,8 +94,9 @@ def test_ending_sales_from_the_admin_removes_their_gates(manager, django_capture
         with django_capture_on_commit_callbacks(execute=True):
             manager.post("/admin/inventory/flashsale/add/", sale_form(sku, stock=4, starts=timezone.now()))
     with django_capture_on_commit_callbacks(execute=True):
-        response = manager.post("/admin/inventory/flashsale/",
-                                {"action": "end_sales", "_selected_action": ["HOT", "WARM"]})  # fmt: skip
+        response = manager.post(
+            "/admin/inventory/flashsale/", {"action": "end_sales", "_selected_action": ["HOT", "WARM"]}
+        )
     assert response.status_code == 302
     assert not FlashSale.objects.exists()
     assert gate.connection().get(gate.remaining_key("HOT")) is None
@@ -92,8 +106,9 @@ def test_ending_sales_from_the_admin_removes_their_gates(manager, django_capture
 def test_the_live_page_shows_the_window_as_a_countdown(manager, django_capture_on_commit_callbacks):
     product_with_stock(sku="HOT", available=1)
     with django_capture_on_commit_callbacks(execute=True):
-        manager.post("/admin/inventory/flashsale/add/",
-                     sale_form("HOT", stock=4, starts=timezone.now() + timedelta(minutes=90)))  # fmt: skip
+        manager.post(
+            "/admin/inventory/flashsale/add/", sale_form("HOT", stock=4, starts=timezone.now() + timedelta(minutes=90))
+        )
     live = manager.get("/admin/flash-sales/HOT/live.json").json()
     assert live["window"].startswith("opens in 1 h 29 min") and live["ends_at"] is None
 
@@ -119,8 +134,9 @@ def test_a_form_opened_before_a_mode_switch_does_not_switch_it_back(manager, dja
     initial = {f"initial-{key}": value for key, value in opened.items() if key not in ("product", "stock")}
     call_command("flash_sale_mode", "HOT", "queue")
     later = now + timedelta(hours=3)
-    saved = manager.post("/admin/inventory/flashsale/HOT/change/",
-                         {**sale_form("HOT", starts=now, ends=later), **initial})  # fmt: skip
+    saved = manager.post(
+        "/admin/inventory/flashsale/HOT/change/", {**sale_form("HOT", starts=now, ends=later), **initial}
+    )
     assert saved.status_code == 302
     sale = FlashSale.objects.get()
     assert (sale.mode, sale.ends_at) == ("queue", later)
@@ -131,8 +147,18 @@ def test_reseeding_a_scheduled_sale_keeps_its_window(django_capture_on_commit_ca
 
     opens = (timezone.now() + timedelta(days=1)).replace(microsecond=0)
     with django_capture_on_commit_callbacks(execute=True):
-        call_command("seed_flash_sale", "HOT", "--stock", "5", "--price", "999", "--starts-at", opens.isoformat(),
-                     "--ends-at", (opens + timedelta(hours=2)).isoformat())  # fmt: skip
+        call_command(
+            "seed_flash_sale",
+            "HOT",
+            "--stock",
+            "5",
+            "--price",
+            "999",
+            "--starts-at",
+            opens.isoformat(),
+            "--ends-at",
+            (opens + timedelta(hours=2)).isoformat(),
+        )
         call_command("seed_flash_sale", "HOT", "--stock", "500")  # topped up
     sale = FlashSale.objects.get()
     assert (sale.starts_at, sale.ends_at) == (opens, opens + timedelta(hours=2)) and counter() == 500

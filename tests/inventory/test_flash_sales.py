@@ -64,8 +64,10 @@ def test_ending_a_sale_leaves_no_key_or_counter_of_it_in_the_gate(redis, setting
     settings.RATE_LIMITS = {**settings.RATE_LIMITS, "checkout": "1/min"}
     assert refuse_every_way(redis, "GONE-1") == ["limit_reached", "ordered", "sold_out", "rate_limited"]
     assert gate.counters(skus=["GONE-1"])["GONE-1"]["by_reason"] == {
-        "sold_out": 1, "limit_reached": 1, "rate_limited": 1,
-    }  # fmt: skip
+        "sold_out": 1,
+        "limit_reached": 1,
+        "rate_limited": 1,
+    }
     with django_capture_on_commit_callbacks(execute=True):
         end_flash_sale(sku="GONE-1")
     assert list(redis.scan_iter(match="*GONE-1*")) == []
@@ -144,11 +146,16 @@ def test_the_gate_on_its_own_redis_keeps_the_window_too(redis):
     with pytest.raises(gate.SaleNotStarted):
         gate.admit(customer_id=1, idempotency_key="k", lines={"HOT": 1}, rules={"HOT": GateRule(0, "direct", later, 0)})
     with pytest.raises(gate.SaleEnded):
-        gate.admit(customer_id=1, idempotency_key="k", lines={"HOT": 1},
-                   rules={"HOT": GateRule(0, "direct", earlier - 1, earlier)})  # fmt: skip
+        gate.admit(
+            customer_id=1,
+            idempotency_key="k",
+            lines={"HOT": 1},
+            rules={"HOT": GateRule(0, "direct", earlier - 1, earlier)},
+        )
     assert counter() == 5 and not gate.counters(skus=["HOT"])["HOT"]["refused"]  # not counted as sold out
-    assert gate.admit(customer_id=1, idempotency_key="k", lines={"HOT": 2},
-                      rules={"HOT": GateRule(0, "direct", earlier, later)})  # fmt: skip
+    assert gate.admit(
+        customer_id=1, idempotency_key="k", lines={"HOT": 2}, rules={"HOT": GateRule(0, "direct", earlier, later)}
+    )
     assert counter() == 3
 
 
@@ -156,14 +163,32 @@ def test_seed_flash_sale_takes_a_window(capsys, django_capture_on_commit_callbac
     from django.core.management.base import CommandError
 
     with django_capture_on_commit_callbacks(execute=True):
-        call_command("seed_flash_sale", "HOT", "--stock", "3", "--price", "999",
-                     "--starts-at", "2030-01-01T10:00:00+00:00", "--ends-at", "2030-01-01T11:00")  # fmt: skip
+        call_command(
+            "seed_flash_sale",
+            "HOT",
+            "--stock",
+            "3",
+            "--price",
+            "999",
+            "--starts-at",
+            "2030-01-01T10:00:00+00:00",
+            "--ends-at",
+            "2030-01-01T11:00",
+        )
     sale = FlashSale.objects.get()
     assert sale.starts_at.isoformat() == "2030-01-01T10:00:00+00:00" and sale.ends_at > sale.starts_at
     assert "from 2030-01-01T10:00:00+00:00" in capsys.readouterr().out
     with pytest.raises(CommandError, match="ends after it starts"):
-        call_command("seed_flash_sale", "HOT", "--stock", "3", "--starts-at", "2030-01-01T10:00:00+00:00",
-                     "--ends-at", "2030-01-01T09:00:00+00:00")  # fmt: skip
+        call_command(
+            "seed_flash_sale",
+            "HOT",
+            "--stock",
+            "3",
+            "--starts-at",
+            "2030-01-01T10:00:00+00:00",
+            "--ends-at",
+            "2030-01-01T09:00:00+00:00",
+        )
     with pytest.raises(CommandError, match="not an ISO 8601 date or date-time"):
         call_command("seed_flash_sale", "HOT", "--stock", "3", "--starts-at", "tomorrow")
 

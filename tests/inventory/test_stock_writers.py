@@ -16,8 +16,18 @@ from inventory.models import Stock
 ROOT = Path(__file__).resolve().parents[2]
 APPS = ["config", "orders", "cart", "inventory", "shop", "outbox", "core"]
 ALLOWED = "inventory/services/"
-WRITES = {"update", "bulk_update", "bulk_create", "create", "get_or_create", "update_or_create", "delete", "save",
-          "select_for_update", "raw"}  # fmt: skip  (and row locks: stock writers take them in one order)
+WRITES = {
+    "update",
+    "bulk_update",
+    "bulk_create",
+    "create",
+    "get_or_create",
+    "update_or_create",
+    "delete",
+    "save",
+    "select_for_update",
+    "raw",
+}  # and row locks: stock writers take them in one order
 TABLE_SQL = re.compile(rf"\b(UPDATE|INSERT\s+INTO|DELETE\s+FROM|COPY)\s+\"?{Stock._meta.db_table}\b", re.IGNORECASE)
 
 

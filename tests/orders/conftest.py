@@ -106,10 +106,14 @@ class PaymentProvider:
                     status, answer = (503, {"error": "down"}) if provider.unavailable else (200, None)
                     provider.unavailable = max(0, provider.unavailable - 1)
                     if status == 200 and path == "sessions":
-                        answer = provider.sessions.setdefault(key, {
-                            "id": f"ps_{len(provider.sessions) + 1}", "expires_at": body["expires_at"],
-                            "pay_url": f"{provider.url}/pay/ps_{len(provider.sessions) + 1}",
-                        })  # fmt: skip
+                        answer = provider.sessions.setdefault(
+                            key,
+                            {
+                                "id": f"ps_{len(provider.sessions) + 1}",
+                                "expires_at": body["expires_at"],
+                                "pay_url": f"{provider.url}/pay/ps_{len(provider.sessions) + 1}",
+                            },
+                        )
                     elif status == 200:
                         answer = {"id": body["payment_id"], "status": "captured" if path == "captures" else "voided"}
                 self.send_response(status)

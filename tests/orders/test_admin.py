@@ -98,8 +98,9 @@ def test_order_managers_export_and_an_orders_snapshot_is_read_only(order_manager
 
     form = order_manager.get(f"/admin/orders/order/{order.id}/change/").content.decode()
     assert 'name="shipping_address"' not in form and 'name="total_amount"' not in form
-    order_manager.post(f"/admin/orders/order/{order.id}/change/", {"shipping_address": '{"country": 123}',
-                                                                   "total_amount": "1"})  # fmt: skip
+    order_manager.post(
+        f"/admin/orders/order/{order.id}/change/", {"shipping_address": '{"country": 123}', "total_amount": "1"}
+    )
     order.refresh_from_db()
     assert order.shipping_address["country"] == "ES" and order.total_amount == 100
 

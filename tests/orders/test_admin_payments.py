@@ -107,9 +107,7 @@ def test_void_action_asks_for_confirmation_then_cancels_the_order_and_voids_its_
     assert Stock.objects.filter(product_id="A").values_list("available", "reserved").get() == (10, 0)
 
 
-def test_void_action_with_the_provider_down_cancels_and_leaves_the_void_to_the_consumer(
-    order_manager, provider, order
-):
+def test_void_action_with_the_provider_down_cancels_and_leaves_the_void_to_the_consumer(order_manager, provider, order):
     payment = authorize(order, "pay_void_down")
     provider.unavailable = 100
     [(level, message)] = said(act(order_manager, "void_payments", order))
@@ -123,10 +121,12 @@ def test_void_action_leaves_an_order_whose_payment_was_captured(order_manager, p
     authorize(order, "pay_taken", status="succeeded")  # authorized and captured at once
     pending = place_pending_order(redis, UserFactory(), {"A": 1})
     response = act(order_manager, "void_payments", order, pending)
-    assert sorted(said(response)) == sorted([
-        ("warning", f"Order {order.id}: captured: refund it instead."),
-        ("warning", f"Order {pending.id}: skipped, it is PENDING_PAYMENT."),
-    ])  # fmt: skip
+    assert sorted(said(response)) == sorted(
+        [
+            ("warning", f"Order {order.id}: captured: refund it instead."),
+            ("warning", f"Order {pending.id}: skipped, it is PENDING_PAYMENT."),
+        ]
+    )
     statuses = dict(Order.objects.values_list("id", "status"))
     assert statuses == {order.id: OrderStatus.PAID, pending.id: OrderStatus.PENDING_PAYMENT}
     assert Payment.objects.get(provider_payment_id="pay_taken").status == Payment.Status.CAPTURED
@@ -153,4 +153,3 @@ def test_payment_actions_are_offered_only_to_staff_who_may_change_orders(order_m
     for action in ("capture_payments", "void_payments"):
         act(viewer, action, order)
     assert Order.objects.get(id=order.id).status == OrderStatus.PAID and provider.calls == []
-

@@ -187,8 +187,13 @@ def test_goodwill_past_what_is_left_or_before_the_capture_is_refused_with_a_mess
     refund_goodwill(order_id=order.id, amount=1000, note="first")
     over = post(order_manager, url, {"amount": "2001", "note": "too much"})
     assert over.status_code == 200
-    assert said(over) == [("error", f"Order {order.id}: The refunds of this payment would exceed what was "
-                                    "captured. €20.00 can still be refunded.")]  # fmt: skip
+    assert said(over) == [
+        (
+            "error",
+            f"Order {order.id}: The refunds of this payment would exceed what was "
+            "captured. €20.00 can still be refunded.",
+        )
+    ]
     for invalid in ({"amount": "0", "note": "x"}, {"amount": "12.99", "note": "x"}, {"amount": "100", "note": ""}):
         refused = post(order_manager, url, invalid)
         assert refused.status_code == 200 and said(refused) == [] and refused.context["form"].errors, invalid
@@ -227,8 +232,12 @@ def test_remove_lines_of_a_captured_order_refunds_them(order_manager, provider, 
     captured(order)
     a = OrderItem.objects.get(order=order, product_id="A")
     done = post(order_manager, f"/admin/orders/order/{order.id}/remove-lines/", {f"units_{a.id}": "1"})
-    assert said(done) == [("success", f"Order {order.id}: removed 1 x A (€12.50 off), the total is now €17.50; "
-                                      "a refund of €12.50 requested.")]  # fmt: skip
+    assert said(done) == [
+        (
+            "success",
+            f"Order {order.id}: removed 1 x A (€12.50 off), the total is now €17.50; a refund of €12.50 requested.",
+        )
+    ]
     refund = Refund.objects.get(order=order)
     assert (refund.amount, refund.reason) == (1250, Refund.Reason.LINES_CANCELLED)
 
@@ -239,8 +248,13 @@ def test_remove_lines_refusals_are_messages_or_form_errors_and_change_nothing(or
     url = f"/admin/orders/order/{order.id}/remove-lines/"
     every = post(order_manager, url, {f"units_{a.id}": "2", f"units_{b.id}": "1"})
     assert every.status_code == 200 and every.redirect_chain == []
-    assert said(every) == [("error", f"Order {order.id}: Only units the paid, unshipped order still has can be "
-                                     "removed, and not all of them: cancel the order.")]  # fmt: skip
+    assert said(every) == [
+        (
+            "error",
+            f"Order {order.id}: Only units the paid, unshipped order still has can be "
+            "removed, and not all of them: cancel the order.",
+        )
+    ]
     nothing = post(order_manager, url, {f"units_{a.id}": "0", f"units_{b.id}": "0"})
     assert "Give the units to remove of at least one line." in nothing.content.decode() and said(nothing) == []
     too_many = post(order_manager, url, {f"units_{a.id}": "3", f"units_{b.id}": "0"})
@@ -250,15 +264,21 @@ def test_remove_lines_refusals_are_messages_or_form_errors_and_change_nothing(or
 
     remove_order_lines(order_id=order.id, lines={"B": 1})
     gone = post(order_manager, url, {f"units_{b.id}": "1"})  # a stale form: the last unit of B went meanwhile
-    assert said(gone) == [("error", f"Order {order.id}: Only units the paid, unshipped order still has can be "
-                                    "removed, and not all of them: cancel the order. B: 0 unit(s) can still be "
-                                    "removed.")]  # fmt: skip
+    assert said(gone) == [
+        (
+            "error",
+            f"Order {order.id}: Only units the paid, unshipped order still has can be "
+            "removed, and not all of them: cancel the order. B: 0 unit(s) can still be "
+            "removed.",
+        )
+    ]
 
     mark_order_shipped(order_id=order.id)
     late = post(order_manager, url, {f"units_{a.id}": "1"})
     assert late.redirect_chain == [(f"/admin/orders/order/{order.id}/change/", 302)]
-    assert said(late) == [("warning", f"Order {order.id}: only a paid order that has not shipped can lose lines; "
-                                      "it is Shipped.")]  # fmt: skip
+    assert said(late) == [
+        ("warning", f"Order {order.id}: only a paid order that has not shipped can lose lines; it is Shipped.")
+    ]
     assert Order.objects.get(id=order.id).total_amount == 2500
 
 
@@ -300,10 +320,12 @@ def test_approve_and_reject_actions_decide_each_requested_return_and_skip_the_ot
         ("success", f"Return {first.id} (order {order.id}): approved, the shopper may send the parcel.")
     ]
     both = decide(order_manager, "reject", first, second)
-    assert sorted(said(both)) == sorted([
-        ("warning", f"Return {first.id}: skipped, it is APPROVED."),
-        ("success", f"Return {second.id} (order {order.id}): rejected."),
-    ])  # fmt: skip
+    assert sorted(said(both)) == sorted(
+        [
+            ("warning", f"Return {first.id}: skipped, it is APPROVED."),
+            ("success", f"Return {second.id} (order {order.id}): rejected."),
+        ]
+    )
     statuses = dict(Return.objects.values_list("id", "status"))
     assert statuses == {first.id: Return.Status.APPROVED, second.id: Return.Status.REJECTED}
     assert Return.objects.get(id=first.id).decided_by == order_manager.user
@@ -326,21 +348,25 @@ def test_receive_page_restocks_and_writes_off_each_line_and_reports_the_refund(o
 
     done = post(order_manager, url, {f"line_{a.id}": "restock", f"line_{b.id}": "damaged"})
     assert done.redirect_chain == [(f"/admin/orders/return/{returned.id}/change/", 302)]
-    assert said(done) == [("success", f"Return {returned.id}: received 2 x A (restock), 1 x B (damaged); refund of "
-                                      "€30.00 requested.")]  # fmt: skip
+    assert said(done) == [
+        ("success", f"Return {returned.id}: received 2 x A (restock), 1 x B (damaged); refund of €30.00 requested.")
+    ]
     returned.refresh_from_db()
     assert returned.status == Return.Status.RECEIVED and returned.decided_by == order_manager.user
     assert (returned.refund.amount, returned.refund.reason) == (3000, Refund.Reason.RETURN)
     ledger = StockMovement.objects.filter(reason__in=["returned", "damaged"])
     assert sorted(ledger.values_list("product_id", "reason", "delta")) == [
-        ("A", "returned", 2), ("B", "damaged", -1), ("B", "returned", 1)
-    ]  # fmt: skip
+        ("A", "returned", 2),
+        ("B", "damaged", -1),
+        ("B", "returned", 1),
+    ]
     assert {entry.created_by for entry in ledger} == {order_manager.user}
     assert dict(Stock.objects.values_list("product_id", "available")) == {"A": 10, "B": 9}  # B written off
 
     again = post(order_manager, url, {f"line_{a.id}": "restock", f"line_{b.id}": "restock"})
-    assert said(again) == [("warning", f"Return {returned.id}: only a requested or approved return can be received; "
-                                       "it is Received.")]  # fmt: skip
+    assert said(again) == [
+        ("warning", f"Return {returned.id}: only a requested or approved return can be received; it is Received.")
+    ]
     assert StockMovement.objects.filter(reason="returned").count() == 2
 
 
@@ -360,11 +386,16 @@ def test_returns_are_for_order_managers_only(stock_manager, order_manager, provi
     shipped(order)
     returned = return_of(order, A=1)
     [line] = ReturnLine.objects.filter(return_request=returned)
-    for url in ("/admin/orders/return/", f"/admin/orders/return/{returned.id}/change/",
-                f"/admin/orders/return/{returned.id}/receive/"):  # fmt: skip
+    for url in (
+        "/admin/orders/return/",
+        f"/admin/orders/return/{returned.id}/change/",
+        f"/admin/orders/return/{returned.id}/receive/",
+    ):
         assert stock_manager.get(url).status_code == 403, url
-    assert stock_manager.post(f"/admin/orders/return/{returned.id}/receive/",
-                              {f"line_{line.id}": "restock"}).status_code == 403  # fmt: skip
+    assert (
+        stock_manager.post(f"/admin/orders/return/{returned.id}/receive/", {f"line_{line.id}": "restock"}).status_code
+        == 403
+    )
     assert decide(stock_manager, "approve", returned).status_code == 403
     assert Return.objects.get(id=returned.id).status == Return.Status.REQUESTED
 
@@ -392,12 +423,12 @@ def test_dashboard_shows_loyalty_entries_and_the_returns_awaiting_staff(
     approve_return(return_id=first.id)
     shopper = order.customer
     LoyaltyEntry.objects.create(customer=shopper, order_id=order.id, points=30, reason=LoyaltyEntry.Reason.ORDER_PAID)
-    LoyaltyEntry.objects.create(customer=shopper, order_id=order.id, points=-5, reason="order_refunded",
-                                source="refund-1")  # fmt: skip
+    LoyaltyEntry.objects.create(
+        customer=shopper, order_id=order.id, points=-5, reason="order_refunded", source="refund-1"
+    )
 
     body = order_manager.get("/admin/dashboard/").content.decode()
-    assert ('<td id="returns-requested"><a href="/admin/orders/return/?status__exact=REQUESTED">1</a></td>'
-            in body)  # fmt: skip
+    assert '<td id="returns-requested"><a href="/admin/orders/return/?status__exact=REQUESTED">1</a></td>' in body
     assert '<td id="returns-approved"><a href="/admin/orders/return/?status__exact=APPROVED">1</a></td>' in body
     assert '<td id="loyalty-entries-today"><a href="/admin/shop/loyaltyentry/">2</a></td>' in body
     assert '<td id="loyalty-earned-today">30</td>' in body and '<td id="loyalty-taken-back-today">5</td>' in body

@@ -31,10 +31,28 @@ def test_checkout_creates_order_reserves_stock_and_writes_event(shopper, redis, 
     assert body["status"] == "PENDING_PAYMENT"
     assert body["total"] == body["subtotal"] == 1600 and body["discounts"] == [] and body["currency"] == "EUR"
     assert body["items"] == [
-        {"sku": "A", "name": "Alpha", "quantity": 2, "unit_price": 300, "discount": 0, "line_total": 600,
-         "cancelled": 0, "returned": 0, "refunded": 0},
-        {"sku": "B", "name": "Beta", "quantity": 1, "unit_price": 1000, "discount": 0, "line_total": 1000,
-         "cancelled": 0, "returned": 0, "refunded": 0},
+        {
+            "sku": "A",
+            "name": "Alpha",
+            "quantity": 2,
+            "unit_price": 300,
+            "discount": 0,
+            "line_total": 600,
+            "cancelled": 0,
+            "returned": 0,
+            "refunded": 0,
+        },
+        {
+            "sku": "B",
+            "name": "Beta",
+            "quantity": 1,
+            "unit_price": 1000,
+            "discount": 0,
+            "line_total": 1000,
+            "cancelled": 0,
+            "returned": 0,
+            "refunded": 0,
+        },
     ]
     stocks = {s.product_id: (s.available, s.reserved) for s in Stock.objects.all()}
     assert stocks == {a.sku: (3, 2), b.sku: (0, 1)}
@@ -202,8 +220,13 @@ def test_checkout_inactive_or_unknown_sku_is_422_naming_it(shopper, redis, activ
 
 @pytest.mark.parametrize(
     ("key", "code"),
-    [(None, "idempotency_key_missing"), ("", "idempotency_key_invalid"), ("x" * 65, "idempotency_key_invalid"),
-     ("has space", "idempotency_key_invalid"), ("ключ", "idempotency_key_invalid")],
+    [
+        (None, "idempotency_key_missing"),
+        ("", "idempotency_key_invalid"),
+        ("x" * 65, "idempotency_key_invalid"),
+        ("has space", "idempotency_key_invalid"),
+        ("ключ", "idempotency_key_invalid"),
+    ],
 )
 def test_checkout_bad_idempotency_key_is_400(shopper, redis, key, code):
     product_with_stock(sku="A", available=5)

@@ -82,8 +82,7 @@ def test_payment_and_expiry_race_exactly_one_wins(redis):
         product_with_stock(sku=sku, price=100, available=1000)
     users = UserFactory.create_batch(200)
     orders = [
-        place_pending_order(redis, user, {"A": 1 + i % 2, ["B", "C"][i % 2]: 1 + i % 3})
-        for i, user in enumerate(users)
+        place_pending_order(redis, user, {"A": 1 + i % 2, ["B", "C"][i % 2]: 1 + i % 3}) for i, user in enumerate(users)
     ]
     before = {s.product_id: s.available + s.reserved for s in Stock.objects.all()}
     expire_now(*orders)

@@ -119,9 +119,10 @@ def test_checkout_statement_count_is_k_plus_6(shopper, redis, address_in_body):
 
     with CaptureQueriesContext(connection) as captured:
         result = place_order(
-            customer_id=shopper.user.id, idempotency_key="count-me",
+            customer_id=shopper.user.id,
+            idempotency_key="count-me",
             shipping_address=SHIPPING_ADDRESS if address_in_body else None,
-        )  # fmt: skip
+        )
 
     assert not result.replayed and result.order.shipping_address == SHIPPING_ADDRESS
     verbs = [query["sql"].split()[0].upper() for query in captured.captured_queries]

@@ -52,8 +52,11 @@ def test_the_early_refusal_is_the_ordinary_one_without_sql_or_the_view(redis, vi
     assert views == [shopper.user.id]  # the second never reached the view
     assert len(queries) == 0 and sent == ["EVALSHA"]
     assert (early.status_code, early.content) == (ordinary.status_code, ordinary.content) == (409, early.content)
-    assert early.json()["error"] == {"code": "sold_out", "message": "This flash-sale item is sold out.",
-                                     "details": {"sku": "HOT"}}  # fmt: skip
+    assert early.json()["error"] == {
+        "code": "sold_out",
+        "message": "This flash-sale item is sold out.",
+        "details": {"sku": "HOT"},
+    }
     different = {"X-Request-ID"}  # per request
     assert {k for k in early.headers if k not in different} == {k for k in ordinary.headers if k not in different}
     assert all(early[k] == ordinary[k] for k in ("Content-Type", "Allow", "Content-Length", "X-Frame-Options"))

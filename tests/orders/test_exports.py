@@ -16,9 +16,17 @@ pytestmark = pytest.mark.django_db
 
 @pytest.mark.parametrize(
     "value, cell",
-    [("=HYPERLINK(\"x\")", "'=HYPERLINK(\"x\")"), ("+1", "'+1"), ("-2", "'-2"), ("@SUM(A1)", "'@SUM(A1)"),
-     ("\tx", "'\tx"), ("ana", "ana"), (None, ""), (12, "12")],
-)  # fmt: skip
+    [
+        ('=HYPERLINK("x")', '\'=HYPERLINK("x")'),
+        ("+1", "'+1"),
+        ("-2", "'-2"),
+        ("@SUM(A1)", "'@SUM(A1)"),
+        ("\tx", "'\tx"),
+        ("ana", "ana"),
+        (None, ""),
+        (12, "12"),
+    ],
+)
 def test_formula_cells_are_neutralised(value, cell):
     assert neutralised(value) == cell
 

@@ -29,17 +29,35 @@ def test_email_notices_for_paid_cancelled_and_refunded(placed_order):
 
 def test_email_notices_for_removed_lines_and_returns(placed_order):
     who = {"order_id": placed_order.id, "customer_id": placed_order.customer_id}
-    removed = consumer_event("OrderLinesCancelled", **who, lines=[{"sku": "A", "quantity": 1, "amount": 1250}],
-                             amount=1250, currency="EUR", total=1250, refund_id=None, items=[])  # fmt: skip
+    removed = consumer_event(
+        "OrderLinesCancelled",
+        **who,
+        lines=[{"sku": "A", "quantity": 1, "amount": 1250}],
+        amount=1250,
+        currency="EUR",
+        total=1250,
+        refund_id=None,
+        items=[],
+    )
     apply_event(consumer="email", event=removed)
     apply_event(consumer="email", event=consumer_event("ReturnApproved", **who, return_id=1))
     apply_event(consumer="email", event=consumer_event("ReturnRejected", **who, return_id=2))
-    received = consumer_event("ReturnReceived", **who, return_id=1, refund_id=9, amount=1250, currency="EUR",
-                              lines=[{"sku": "A", "quantity": 1, "condition": "restock"}])  # fmt: skip
+    received = consumer_event(
+        "ReturnReceived",
+        **who,
+        return_id=1,
+        refund_id=9,
+        amount=1250,
+        currency="EUR",
+        lines=[{"sku": "A", "quantity": 1, "condition": "restock"}],
+    )
     apply_event(consumer="email", event=received)
     assert list(Notification.objects.order_by("id").values_list("kind", flat=True)) == [
-        "lines_cancelled", "return_decided", "return_decided", "return_received",
-    ]  # fmt: skip
+        "lines_cancelled",
+        "return_decided",
+        "return_decided",
+        "return_received",
+    ]
     removed_mail, approved, rejected, arrived = mail.outbox
     assert "1 x A (€12.50)" in removed_mail.body and "€12.50 will not be charged" in removed_mail.body
     assert "costs €12.50" in removed_mail.body
@@ -50,11 +68,21 @@ def test_email_notices_for_removed_lines_and_returns(placed_order):
 def test_the_receipt_says_what_was_captured(placed_order):
     from orders.models import Payment
 
-    Payment.objects.create(provider_payment_id="p", order=placed_order, amount=2500, captured_amount=1250,
-                           currency="EUR", status="captured", outcome="applied", received_at=placed_order.created_at,
-                           authorized_at=placed_order.created_at, captured_at=placed_order.created_at)  # fmt: skip
-    captured = consumer_event("PaymentCaptured", order_id=placed_order.id, payment_id="p", amount=2500,
-                              captured_amount=1250, currency="EUR")  # fmt: skip
+    Payment.objects.create(
+        provider_payment_id="p",
+        order=placed_order,
+        amount=2500,
+        captured_amount=1250,
+        currency="EUR",
+        status="captured",
+        outcome="applied",
+        received_at=placed_order.created_at,
+        authorized_at=placed_order.created_at,
+        captured_at=placed_order.created_at,
+    )
+    captured = consumer_event(
+        "PaymentCaptured", order_id=placed_order.id, payment_id="p", amount=2500, captured_amount=1250, currency="EUR"
+    )
     apply_event(consumer="email", event=captured)
     assert "We have taken €12.50" in mail.outbox[0].body
 

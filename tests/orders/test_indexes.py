@@ -17,11 +17,17 @@ def _rows(sql: str, params: list) -> set:
 def test_orders_and_lines_carry_only_the_indexes_their_queries_use():
     indexes = _rows("SELECT indexdef FROM pg_indexes WHERE tablename = ANY(%s)", [["orders", "order_items"]])
     columns = sorted(d.split(" USING btree ")[1] for d in indexes)
-    assert columns == sorted([
-        "(id)", "(customer_id, idempotency_key)", "(customer_id, id DESC)",  # orders: key, the shopper's list
-        "(expires_at) WHERE ((status)::text = 'PENDING_PAYMENT'::text)",  # expiry
-        "(id)", "(order_id, sku)", "(sku)",  # lines: an order's (unique), a product's
-    ])  # fmt: skip
+    assert columns == sorted(
+        [
+            "(id)",
+            "(customer_id, idempotency_key)",
+            "(customer_id, id DESC)",  # orders: key, the shopper's list
+            "(expires_at) WHERE ((status)::text = 'PENDING_PAYMENT'::text)",  # expiry
+            "(id)",
+            "(order_id, sku)",
+            "(sku)",  # lines: an order's (unique), a product's
+        ]
+    )
 
 
 def test_the_foreign_keys_stay_constraints_without_their_own_indexes():

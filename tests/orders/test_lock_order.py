@@ -49,8 +49,13 @@ def in_order(action) -> list[list[str]]:
 
 
 def pay(order, payment_id="pay_1", status="authorized", amount=None):
-    response = post_webhook(Client(), payment_id=payment_id, order_id=order.id,
-                            amount=order.total_amount if amount is None else amount, status=status)  # fmt: skip
+    response = post_webhook(
+        Client(),
+        payment_id=payment_id,
+        order_id=order.id,
+        amount=order.total_amount if amount is None else amount,
+        status=status,
+    )
     assert response.status_code == 200, response.content
     return Payment.objects.get(provider_payment_id=payment_id)
 
@@ -115,9 +120,16 @@ def test_the_queue_writer(redis):
     queue_sale(100)
     customer = UserFactory()
     voucher = VoucherFactory(code="FLASH", value=10, usage_limit=5, per_customer_limit=1)
-    request = QueuedRequest(order_id=allocate_order_id(), customer_id=customer.id, idempotency_key="k-q",
-                            request_hash="h", currency="EUR", lines=[PricedLine(SKU, "Flash", 1, 500)],
-                            queue_sku=SKU, discounts=[{"promotion_id": voucher.pk, "code": voucher.code}])  # fmt: skip
+    request = QueuedRequest(
+        order_id=allocate_order_id(),
+        customer_id=customer.id,
+        idempotency_key="k-q",
+        request_hash="h",
+        currency="EUR",
+        lines=[PricedLine(SKU, "Flash", 1, 500)],
+        queue_sku=SKU,
+        discounts=[{"promotion_id": voucher.pk, "code": voucher.code}],
+    )
     kinds = in_order(lambda: write_batch([request]))
     assert kinds[0][:2] == ["order_pending_counts", "shop_promotion"]
 
@@ -155,8 +167,14 @@ def test_refunds_and_their_confirmations(redis, goods, provider):
     in_order(lambda: refund_goodwill(order_id=shipped.id, amount=100, note="late"))
     refund = Refund.objects.get(order=shipped)
     submit_refund(refund_id=refund.id)
-    failed = {"type": "refund", "refund_id": refund.id, "payment_id": "pay_s", "amount": 100, "currency": "EUR",
-              "status": "failed"}  # fmt: skip
+    failed = {
+        "type": "refund",
+        "refund_id": refund.id,
+        "payment_id": "pay_s",
+        "amount": 100,
+        "currency": "EUR",
+        "status": "failed",
+    }
     in_order(lambda: post_signed(Client(), failed))
     in_order(lambda: retry_refund(refund_id=refund.id))
 

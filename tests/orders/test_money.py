@@ -43,8 +43,11 @@ def test_a_duplicate_payment_after_shipping_is_refunded_and_the_order_stays_ship
     order.refresh_from_db()
     assert order.status == OrderStatus.SHIPPED
     [refund] = Refund.objects.all()
-    assert (refund.payment.provider_payment_id, refund.amount, refund.reason) == ("pay_second", 2500,
-                                                                                  "order_not_pending")  # fmt: skip
+    assert (refund.payment.provider_payment_id, refund.amount, refund.reason) == (
+        "pay_second",
+        2500,
+        "order_not_pending",
+    )
     first.refresh_from_db()
     assert (first.captured_amount, first.refunded_amount) == (2500, 0)
     assert money.applied_payment(order_id=order.id).id == first.id
@@ -83,9 +86,7 @@ def test_a_new_account_never_gets_longer_to_pay_than_the_shop_gives_everyone(red
     assert timedelta(seconds=299) <= window("k-2") <= timedelta(seconds=300)
 
 
-def test_a_providers_capture_of_the_whole_authorization_after_lines_were_removed_gives_the_rest_back(
-    redis, provider
-):
+def test_a_providers_capture_of_the_whole_authorization_after_lines_were_removed_gives_the_rest_back(redis, provider):
     product_with_stock(sku="A", price=3999, available=10)
     order = place_pending_order(redis, UserFactory(), {"A": 3})
     post_webhook(Client(), payment_id="pay_auto", order_id=order.id, amount=11997, status="authorized")
@@ -165,8 +166,16 @@ def test_three_payments_for_one_order_at_once_pay_it_once(redis, provider):
     product_with_stock(sku="A", price=1250, available=50)
     for round_ in range(3):
         order = place_pending_order(redis, UserFactory(), {"A": 2}, key=f"three-{round_}")
-        bodies = [{"payment_id": f"pay_{round_}_{n}", "order_id": order.id, "amount": 2500, "currency": "EUR",
-                   "status": "captured"} for n in range(3)]  # fmt: skip
+        bodies = [
+            {
+                "payment_id": f"pay_{round_}_{n}",
+                "order_id": order.id,
+                "amount": 2500,
+                "currency": "EUR",
+                "status": "captured",
+            }
+            for n in range(3)
+        ]
         answers = run_in_threads([lambda body=body: post_signed(Client(), body).json()["outcome"] for body in bodies])
         assert sorted(answers) == ["applied", "refunded", "refunded"]
         assert Payment.objects.filter(order=order, outcome=Payment.Outcome.APPLIED).count() == 1
@@ -181,8 +190,15 @@ def test_an_excess_capture_refund_takes_back_points_only_when_it_is_the_last_of_
 
     customer = UserFactory()
     LoyaltyEntry.objects.create(order_id=7, customer=customer, reason=LoyaltyEntry.Reason.ORDER_PAID, points=79)
-    done = {"order_id": 7, "customer_id": customer.id, "payment_id": "p", "amount": 3999, "currency": "EUR",
-            "reason": "excess_capture", "lines": []}  # fmt: skip
+    done = {
+        "order_id": 7,
+        "customer_id": customer.id,
+        "payment_id": "p",
+        "amount": 3999,
+        "currency": "EUR",
+        "reason": "excess_capture",
+        "lines": [],
+    }
     take_back_refunded_points(consumer_event("RefundCompleted", refund_id=1, payment_refunded=False, **done))
     assert LoyaltyEntry.objects.filter(order_id=7).count() == 1  # its points went with the removed lines
     take_back_refunded_points(consumer_event("RefundCompleted", refund_id=2, payment_refunded=True, **done))

@@ -90,8 +90,14 @@ def test_two_staff_refunding_one_order_at_once_never_pass_the_capture(redis, pro
 
 def test_a_failed_refund_gives_its_claim_back_and_its_retry_claims_again(captured):
     refund = refund_goodwill(order_id=captured.id, amount=2000, note="broken on arrival")
-    body = {"type": "refund", "refund_id": refund.id, "payment_id": "pay_r", "amount": 2000, "currency": "EUR",
-            "status": "failed"}  # fmt: skip
+    body = {
+        "type": "refund",
+        "refund_id": refund.id,
+        "payment_id": "pay_r",
+        "amount": 2000,
+        "currency": "EUR",
+        "status": "failed",
+    }
     assert post_signed(Client(), body).json()["outcome"] == "failed"
     assert Payment.objects.get(order=captured).refunded_amount == 0
     other = refund_goodwill(order_id=captured.id, amount=1000, note="meanwhile")
@@ -152,8 +158,11 @@ def test_removing_lines_of_a_captured_payment_refunds_them(paid):
     Payment.objects.filter(order=paid).update(status="captured", captured_at=paid.created_at, captured_amount=3000)
     remove_order_lines(order_id=paid.id, lines={"B": 1})
     [refund] = Refund.objects.all()
-    assert (refund.amount, refund.reason, refund.lines) == (500, "lines_cancelled",
-                                                            [{"sku": "B", "quantity": 1, "amount": 500}])
+    assert (refund.amount, refund.reason, refund.lines) == (
+        500,
+        "lines_cancelled",
+        [{"sku": "B", "quantity": 1, "amount": 500}],
+    )
     assert events("OrderLinesCancelled")[0]["refund_id"] == refund.id
 
 
@@ -212,7 +221,10 @@ def test_a_received_return_is_refunded_through_the_simulator_and_its_points_take
 
     [completed] = events("RefundCompleted")
     assert (completed["amount"], completed["lines"], completed["payment_refunded"]) == (
-        1250, [{"sku": "A", "quantity": 1, "amount": 1250}], False)
+        1250,
+        [{"sku": "A", "quantity": 1, "amount": 1250}],
+        False,
+    )
     as_consumed = consumer_event("RefundCompleted", **completed)
     for _ in range(2):
         apply_event(consumer="loyalty", event=as_consumed)
@@ -235,7 +247,9 @@ def test_removed_lines_after_a_goodwill_refund_refund_only_what_is_left(paid):
     before = OutboxEvent.objects.latest("id").id
     remove_order_lines(order_id=paid.id, lines={"B": 1})
     assert list(Refund.objects.order_by("id").values_list("amount", "reason")) == [
-        (2800, "goodwill"), (200, "lines_cancelled")]
+        (2800, "goodwill"),
+        (200, "lines_cancelled"),
+    ]
     assert Payment.objects.get(order=paid).refunded_amount == 3000
 
     mail.outbox.clear()  # the shopper hears of the removal once, with what really goes back (not the lines' 5.00)

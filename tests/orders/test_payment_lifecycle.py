@@ -29,8 +29,9 @@ def shopper_order(redis):
 
 
 def authorize(order, payment_id="pay_1", status="authorized"):
-    response = post_webhook(Client(), payment_id=payment_id, order_id=order.id, amount=order.total_amount,
-                            status=status)  # fmt: skip
+    response = post_webhook(
+        Client(), payment_id=payment_id, order_id=order.id, amount=order.total_amount, status=status
+    )
     assert response.status_code == 200, response.content
     return Payment.objects.get(provider_payment_id=payment_id)
 
@@ -119,8 +120,9 @@ def test_authorized_then_captured_when_the_order_ships(provider, shopper_order):
 
     payment.refresh_from_db()
     assert payment.status == Payment.Status.CAPTURED and payment.captured_at is not None
-    assert provider.called("captures") == [(f"capture-{payment.id}", {"payment_id": "pay_1", "amount": 2500,
-                                                                      "currency": "EUR"})]  # fmt: skip
+    assert provider.called("captures") == [
+        (f"capture-{payment.id}", {"payment_id": "pay_1", "amount": 2500, "currency": "EUR"})
+    ]
     [captured] = events(order, "PaymentCaptured")
     from orders.handlers import send_payment_receipt
 
@@ -172,8 +174,9 @@ def test_a_capture_racing_a_void_has_one_winner_50_times(provider, redis):
     for round_ in range(50):
         order = place_pending_order(redis, customer, {"A": 1}, key=f"race-{round_}")
         payment = authorize(order, f"pay_race_{round_}")
-        outcomes = run_in_threads([lambda p=payment: capture_payment(payment=p),
-                                   lambda p=payment: void_payment(payment=p)])  # fmt: skip
+        outcomes = run_in_threads(
+            [lambda p=payment: capture_payment(payment=p), lambda p=payment: void_payment(payment=p)]
+        )
         payment.refresh_from_db()
         assert sorted(outcomes) == [False, True], outcomes
         captured = outcomes[0]

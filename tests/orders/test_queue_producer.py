@@ -139,8 +139,10 @@ def test_a_broker_restart_under_queue_checkouts_costs_503s_only_while_down(redis
         assert written == set(accepted)  # every 202 was written
         assert Order.objects.filter(status=OrderStatus.PENDING_PAYMENT).count() == len(accepted)
         assert gate.counters(skus=[SKU])[SKU]["remaining"] == 1000 - len(accepted)  # every 503 gave its unit back
-        print(f"\n{len(during)} answers while down (all 503), first 202 {back_after:.1f} s after the broker answered, "
-              f"{len(accepted)} orders written")  # fmt: skip
+        print(
+            f"\n{len(during)} answers while down (all 503), first 202 {back_after:.1f} s after the broker answered, "
+            f"{len(accepted)} orders written"
+        )
     finally:
         broker.kill()
         broker.wait(10)

@@ -82,8 +82,14 @@ def requested_events(refund) -> list:
 
 
 def confirm(refund, *, status="succeeded", amount=None, currency="EUR"):
-    body = {"type": "refund", "refund_id": refund.id, "payment_id": refund.payment.provider_payment_id,
-            "amount": refund.amount if amount is None else amount, "currency": currency, "status": status}  # fmt: skip
+    body = {
+        "type": "refund",
+        "refund_id": refund.id,
+        "payment_id": refund.payment.provider_payment_id,
+        "amount": refund.amount if amount is None else amount,
+        "currency": currency,
+        "status": status,
+    }
     return post_signed(Client(), body)
 
 
@@ -93,8 +99,9 @@ def test_the_payments_consumer_submits_a_refund_once(provider, refund):
     assert apply_event(consumer="payments", event=as_consumed) == "processed"
     refund.refresh_from_db()
     assert refund.status == Refund.Status.SUBMITTED and refund.submitted_at
-    assert provider.calls == [(f"refund-{refund.id}-1", {"refund_id": refund.id, "payment_id": "pay-1",
-                                                          "amount": 2500, "currency": "EUR"})]  # fmt: skip
+    assert provider.calls == [
+        (f"refund-{refund.id}-1", {"refund_id": refund.id, "payment_id": "pay-1", "amount": 2500, "currency": "EUR"})
+    ]
     assert apply_event(consumer="payments", event=as_consumed) == "duplicate"
     submit_refund(refund_id=refund.id)  # a redelivery under another event id: submitted already
     assert len(provider.calls) == 1
@@ -191,8 +198,12 @@ def test_the_dev_simulator_answers_a_retry_alike_and_confirms_once(live_server, 
     refund = refund_paid_order(order_id=order.id)
     settings.DEV_PROVIDER_WEBHOOK_URL = f"{live_server.url}/api/payments/webhook"
     body = json.dumps({"refund_id": refund.id, "payment_id": "pay-sim", "amount": 2500, "currency": "EUR"})
-    call = RequestFactory().post("/dev/payment-provider/refunds", body, content_type="application/json",
-                                 HTTP_IDEMPOTENCY_KEY=refund.idempotency_key)  # fmt: skip
+    call = RequestFactory().post(
+        "/dev/payment-provider/refunds",
+        body,
+        content_type="application/json",
+        HTTP_IDEMPOTENCY_KEY=refund.idempotency_key,
+    )
     answers = {dev_provider.refunds(call).content for _ in range(3)}
     assert len(answers) == 1
     assert len(confirmations) == 1  # the retries started none
@@ -213,6 +224,9 @@ def test_staff_retry_a_failed_refund_from_the_admin(provider, refund):
     assert response.status_code == 302
     refund.refresh_from_db()
     assert (refund.status, refund.attempt) == (Refund.Status.REQUESTED, 2)
-    assert staff_client("Stock managers").post(
-        "/admin/orders/refund/", {"action": "retry", "_selected_action": [refund.id]}
-    ).status_code == 403  # stock managers only look
+    assert (
+        staff_client("Stock managers")
+        .post("/admin/orders/refund/", {"action": "retry", "_selected_action": [refund.id]})
+        .status_code
+        == 403
+    )  # stock managers only look

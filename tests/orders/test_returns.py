@@ -26,8 +26,9 @@ pytestmark = pytest.mark.django_db
 
 def ship(order, payment_id: str = "pay_r") -> Payment:
     """Paid (authorized), shipped, and its money captured on shipment."""
-    response = post_webhook(Client(), payment_id=payment_id, order_id=order.id, amount=order.total_amount,
-                            status="authorized")  # fmt: skip
+    response = post_webhook(
+        Client(), payment_id=payment_id, order_id=order.id, amount=order.total_amount, status="authorized"
+    )
     assert response.status_code == 200, response.content
     mark_order_shipped(order_id=order.id)
     payment = Payment.objects.get(provider_payment_id=payment_id)
@@ -151,8 +152,9 @@ def test_received_units_are_restocked_or_written_off_through_the_ledger_and_refu
     assert received.status == Return.Status.RECEIVED and received.received_at
     after = {s.product_id: s.available for s in Stock.objects.all()}
     assert after == {"A": before["A"] + 2, "B": before["B"]}  # the damaged unit is not on sale
-    assert sorted(StockMovement.objects.filter(reason__in=["returned", "damaged"]).values_list(
-        "product_id", "reason", "delta")) == [("A", "returned", 2), ("B", "damaged", -1), ("B", "returned", 1)]
+    assert sorted(
+        StockMovement.objects.filter(reason__in=["returned", "damaged"]).values_list("product_id", "reason", "delta")
+    ) == [("A", "returned", 2), ("B", "damaged", -1), ("B", "returned", 1)]
     audit = {row["sku"]: row for row in stock_audit(skus=["A", "B"])}
     assert set(audit) == {"A", "B"} and all(row["difference"] == 0 for row in audit.values())
     assert audit["A"]["available"] == after["A"] and audit["A"]["shipped"] == 3  # shipped keeps what left
@@ -163,8 +165,10 @@ def test_received_units_are_restocked_or_written_off_through_the_ledger_and_refu
     [requested] = OutboxEvent.objects.filter(event_type="RefundRequested")
     assert requested.payload["lines"] == refund.lines and requested.payload["amount"] == 2533
     [arrived] = OutboxEvent.objects.filter(event_type="ReturnReceived")
-    assert arrived.payload["lines"] == [{"sku": "A", "quantity": 2, "condition": "restock"},
-                                        {"sku": "B", "quantity": 1, "condition": "damaged"}]  # fmt: skip
+    assert arrived.payload["lines"] == [
+        {"sku": "A", "quantity": 2, "condition": "restock"},
+        {"sku": "B", "quantity": 1, "condition": "damaged"},
+    ]
 
     body = client.get(f"/api/orders/{order.id}").json()
     assert body["status"] == "SHIPPED"  # partly refunded
@@ -189,7 +193,9 @@ def test_staff_decide_once_and_a_rejection_frees_the_units(shipped):
     with pytest.raises(ReturnNotReceivable):
         receive_return(return_id=asked, conditions={"A": "restock"})
     assert set(OutboxEvent.objects.filter(event_type__startswith="Return").values_list("event_type", flat=True)) == {
-        "ReturnRequested", "ReturnRejected"}
+        "ReturnRequested",
+        "ReturnRejected",
+    }
 
     second = ask(client, order, [{"sku": "A", "quantity": 3}]).json()["id"]  # the units are returnable again
     receive_return(return_id=second, conditions={"A": "damaged"})  # received before any decision: approved by it
@@ -217,8 +223,9 @@ def test_returns_of_one_line_racing_never_claim_more_than_shipped(redis, provide
         client = shopper_client()
         order = place_pending_order(redis, client.user, {"A": 3})
         ship(order, payment_id=f"pay_race_{round_}")
-        asks = [lambda c=client, o=order: ask(shopper_client(c.user), o, [{"sku": "A", "quantity": 2}])
-                for _ in range(6)]  # fmt: skip
+        asks = [
+            lambda c=client, o=order: ask(shopper_client(c.user), o, [{"sku": "A", "quantity": 2}]) for _ in range(6)
+        ]
         answers = sorted(response.status_code for response in run_in_threads(asks))
         assert answers == [201, 422, 422, 422, 422, 422], answers
         assert OrderItem.objects.get(order=order).in_returns == 2

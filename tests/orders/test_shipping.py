@@ -16,8 +16,14 @@ from tests.helpers import consumer_event, fill_cart, post_webhook, shopper_clien
 
 pytestmark = pytest.mark.django_db
 
-ELSEWHERE = {**SHIPPING_ADDRESS, "name": "Luis", "line1": "Rue de Rivoli 2", "city": "Paris", "country": "FR",
-             "postal_code": "75001"}  # fmt: skip
+ELSEWHERE = {
+    **SHIPPING_ADDRESS,
+    "name": "Luis",
+    "line1": "Rue de Rivoli 2",
+    "city": "Paris",
+    "country": "FR",
+    "postal_code": "75001",
+}
 
 
 def checkout(client, key="k-1", **body):
@@ -61,9 +67,14 @@ def test_no_address_at_all_is_a_422_that_holds_nothing(redis):
 
 
 @pytest.mark.parametrize(
-    "body", [{"shipping_address": {**SHIPPING_ADDRESS, "country": "ZZ"}}, {"shipping_address": "Madrid"},
-             {"shipping_address": {**SHIPPING_ADDRESS, "phone": "<script>"}}, {"shipping_address": None}],
-)  # fmt: skip
+    "body",
+    [
+        {"shipping_address": {**SHIPPING_ADDRESS, "country": "ZZ"}},
+        {"shipping_address": "Madrid"},
+        {"shipping_address": {**SHIPPING_ADDRESS, "phone": "<script>"}},
+        {"shipping_address": None},
+    ],
+)
 def test_a_bad_address_is_a_400_naming_the_field(shopper, body):
     response = shopper.post("/api/orders", body, format="json", HTTP_IDEMPOTENCY_KEY="k-bad")
     assert response.status_code == 400 and "shipping_address" in response.json()["error"]["details"]

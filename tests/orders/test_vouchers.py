@@ -106,9 +106,10 @@ def test_a_voucher_costs_checkout_one_statement(shopper, redis, address_in_body)
             redis.hset(cart_key(shopper.user.id), VOUCHER_FIELD, code)
         with CaptureQueriesContext(connection) as captured:
             place_order(
-                customer_id=shopper.user.id, idempotency_key=key,
+                customer_id=shopper.user.id,
+                idempotency_key=key,
                 shipping_address=SHIPPING_ADDRESS if address_in_body else None,
-            )  # fmt: skip
+            )
         counts[key] = [query["sql"].split()[0].upper() for query in captured.captured_queries]
     plain = ["SAVEPOINT", "UPDATE", "WITH", "INSERT", "INSERT", "UPDATE", "UPDATE", "UPDATE", "RELEASE"]
     assert counts["plain"] == plain
@@ -318,9 +319,15 @@ def test_the_queue_writer_and_a_checkout_of_one_shopper_with_one_voucher_cannot_
     PendingOrderCount.objects.get_or_create(customer_id=customer.id)  # as every account has
     applied = {"promotion_id": spring.id, "name": spring.name, "code": "SPRING", "amount": 50}
     queued = QueuedRequest(
-        order_id=allocate_order_id(), customer_id=customer.id, idempotency_key="q", request_hash="h",
-        currency="EUR", lines=[PricedLine(SKU, "Flash", 1, 500, 50)], queue_sku=SKU, discounts=[applied],
-    )  # fmt: skip
+        order_id=allocate_order_id(),
+        customer_id=customer.id,
+        idempotency_key="q",
+        request_hash="h",
+        currency="EUR",
+        lines=[PricedLine(SKU, "Flash", 1, 500, 50)],
+        queue_sku=SKU,
+        discounts=[applied],
+    )
     slot_held = threading.Event()
 
     def checkout_holding_the_slot():

@@ -79,8 +79,14 @@ def paid_order(redis, *, sku: str, payment_id: str) -> Order:
 def order_paid_message(order: Order) -> tuple[bytes, bytes]:
     """The order's OrderPaid (key, value) as the relay writes it."""
     paid = OutboxEvent.objects.get(event_type="OrderPaid", aggregate_id=str(order.id))
-    value = {"event_id": str(paid.event_id), "event_type": "OrderPaid", "occurred_at": paid.created_at.isoformat(),
-             "aggregate_type": "order", "aggregate_id": str(order.id), "data": paid.payload}  # fmt: skip
+    value = {
+        "event_id": str(paid.event_id),
+        "event_type": "OrderPaid",
+        "occurred_at": paid.created_at.isoformat(),
+        "aggregate_type": "order",
+        "aggregate_id": str(order.id),
+        "data": paid.payload,
+    }
     return str(order.id).encode(), json.dumps(value).encode()
 
 
@@ -163,8 +169,14 @@ def test_a_kafka_outage_is_logged_once_and_so_is_the_recovery(settings, caplog, 
     seen = ignored()
     thread = run_until_stopped(consumer, stop)
     try:
-        body = {"event_id": str(uuid.uuid4()), "event_type": "NotForTheWarehouse", "aggregate_type": "order",
-                "aggregate_id": "1", "occurred_at": "2026-01-01T00:00:00+00:00", "data": {}}  # fmt: skip
+        body = {
+            "event_id": str(uuid.uuid4()),
+            "event_type": "NotForTheWarehouse",
+            "aggregate_type": "order",
+            "aggregate_id": "1",
+            "occurred_at": "2026-01-01T00:00:00+00:00",
+            "data": {},
+        }
         produce(topic, (b"1", json.dumps(body).encode()))
         assert wait_until(lambda: ignored() > seen, 30), "the consumer never read from the test broker"
         up_to, unlogged = len(caplog.records), unlogged_failures(monkeypatch)

@@ -135,8 +135,14 @@ def produce_counted(topic: str, count: int) -> None:
     """`count` Counted events n = 0, 1, ...: one key, so one partition, in this order."""
     producer = Producer(client_config())
     for n in range(count):
-        body = {"event_id": str(uuid.uuid4()), "event_type": "Counted", "occurred_at": "2026-01-01T00:00:00+00:00",
-                "aggregate_type": "order", "aggregate_id": "1", "data": {"n": n}}  # fmt: skip
+        body = {
+            "event_id": str(uuid.uuid4()),
+            "event_type": "Counted",
+            "occurred_at": "2026-01-01T00:00:00+00:00",
+            "aggregate_type": "order",
+            "aggregate_id": "1",
+            "data": {"n": n},
+        }
         producer.produce(topic, key=b"1", value=json.dumps(body).encode())
     assert producer.flush(10) == 0
 
@@ -204,8 +210,9 @@ def test_a_database_failure_in_a_handler_is_waited_out_not_dead_lettered(kafka_t
     produce_counted(kafka_topic, 2)
     consumer = EventConsumer(name="test-db-down")
     states = []
-    consumer.run(should_stop=lambda: states.append(waiting("test-db-down")) or consumer.processed >= 2,
-                 max_idle_seconds=20)  # fmt: skip
+    consumer.run(
+        should_stop=lambda: states.append(waiting("test-db-down")) or consumer.processed >= 2, max_idle_seconds=20
+    )
     assert calls == [0] * 7 + [1]  # the first message kept and retried, then the next in order
     assert (consumer.processed, consumer.dead_lettered) == (2, 0)
     assert read_topic(dead_letter_topic(kafka_topic), expected=1, timeout=2) == []
@@ -305,8 +312,12 @@ def test_the_handlers_tests_register_do_not_outlive_them(consumer_handlers):
     )
 
     assert consumer_handlers == {
-        "warehouse": {"OrderPaid": request_shipment, "OrderCancelled": cancel_shipment,
-                      "OrderCreated": alert_low_stock, "OrderLinesCancelled": shorten_shipment},  # fmt: skip
+        "warehouse": {
+            "OrderPaid": request_shipment,
+            "OrderCancelled": cancel_shipment,
+            "OrderCreated": alert_low_stock,
+            "OrderLinesCancelled": shorten_shipment,
+        },
         "email": {
             "OrderPaid": send_order_confirmation,
             "OrderCancelled": send_cancellation_notice,
@@ -319,11 +330,18 @@ def test_the_handlers_tests_register_do_not_outlive_them(consumer_handlers):
             "ReturnRejected": send_return_decision,
             "ReturnReceived": send_return_received,
         },
-        "payments": {"RefundRequested": submit_requested_refund, "OrderShipped": capture_on_shipment,
-                     "OrderCancelled": void_on_cancellation, "PaymentAuthorized": void_what_paid_no_order},
-        "loyalty": {"OrderPaid": award_points, "RefundCompleted": take_back_refunded_points,
-                    "OrderLinesCancelled": take_back_points_of_removed_lines,
-                    "OrderCancelled": reverse_points_of_a_cancelled_paid_order},
+        "payments": {
+            "RefundRequested": submit_requested_refund,
+            "OrderShipped": capture_on_shipment,
+            "OrderCancelled": void_on_cancellation,
+            "PaymentAuthorized": void_what_paid_no_order,
+        },
+        "loyalty": {
+            "OrderPaid": award_points,
+            "RefundCompleted": take_back_refunded_points,
+            "OrderLinesCancelled": take_back_points_of_removed_lines,
+            "OrderCancelled": reverse_points_of_a_cancelled_paid_order,
+        },
     }
 
 

@@ -36,7 +36,10 @@ def start_relay(*, bootstrap: str, topic: str, log) -> subprocess.Popen:
         "KAFKA_MESSAGE_TIMEOUT_MS": "2000",
     }
     return subprocess.Popen(
-        [sys.executable, "manage.py", "relay_outbox"], env=env, cwd=settings.BASE_DIR, stdout=log,
+        [sys.executable, "manage.py", "relay_outbox"],
+        env=env,
+        cwd=settings.BASE_DIR,
+        stdout=log,
         stderr=subprocess.STDOUT,
     )
 

@@ -210,8 +210,9 @@ def test_every_unpublished_event_is_queued_for_the_relay_whoever_writes_it(kafka
     bulk = OutboxEvent.objects.bulk_create(
         [OutboxEvent(aggregate_type="order", aggregate_id="9", event_type="Y", payload={}) for _ in range(2)]
     )
-    OutboxEvent.objects.create(aggregate_type="order", aggregate_id="9", event_type="Z", payload={},
-                               published_at=timezone.now())  # fmt: skip
+    OutboxEvent.objects.create(
+        aggregate_type="order", aggregate_id="9", event_type="Z", payload={}, published_at=timezone.now()
+    )
     queued = {raw.id, orm.id, *(event.id for event in bulk)}
     assert set(UnpublishedEvent.objects.values_list("event_id", flat=True)) == queued
     assert backlog().waiting == 4

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.django_db
 
 
 def test_many_events_are_one_insert_and_keep_their_order():
-    events = [NewEvent("order", n, "OrderCancelled", {"order_id": n, "note": "ü \\ \"quoted\""}) for n in range(50)]
+    events = [NewEvent("order", n, "OrderCancelled", {"order_id": n, "note": 'ü \\ "quoted"'}) for n in range(50)]
     with transaction.atomic(), CaptureQueriesContext(connection) as captured:
         ids = record_events(events)
     inserts = [q for q in captured.captured_queries if q["sql"].startswith("INSERT")]

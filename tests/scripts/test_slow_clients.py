@@ -18,8 +18,10 @@ pytestmark = pytest.mark.slow
 def test_fifty_slow_clients_stall_gunicorn_alone_but_not_the_front(capsys):
     assert slow_clients.main(["--clients", "50", "--seconds", "5", "--direct"]) == 0
     out = capsys.readouterr().out
-    answered = {name: (int(ok), int(sent)) for name, ok, sent in
-                re.findall(r"^(through nginx|gunicorn alone): .* answered (\d+)/(\d+)", out, re.MULTILINE)}  # fmt: skip
+    answered = {
+        name: (int(ok), int(sent))
+        for name, ok, sent in re.findall(r"^(through nginx|gunicorn alone): .* answered (\d+)/(\d+)", out, re.MULTILINE)
+    }
     front_ok, front_sent = answered["through nginx"]
     alone_ok, alone_sent = answered["gunicorn alone"]
     assert front_sent >= 8 and front_ok == front_sent, out

@@ -47,9 +47,19 @@ def test_an_address_redis_cannot_forget_is_not_saved(shopper, monkeypatch):
 
 @pytest.mark.parametrize(
     "field, value",
-    [("country", "XX"), ("country", "ESP"), ("country", ""), ("phone", "call me"), ("phone", "1" * 21),
-     ("name", ""), ("line1", None), ("city", "x" * 101), ("postal_code", 12345678901234567890123), ("line2", [])],
-)  # fmt: skip
+    [
+        ("country", "XX"),
+        ("country", "ESP"),
+        ("country", ""),
+        ("phone", "call me"),
+        ("phone", "1" * 21),
+        ("name", ""),
+        ("line1", None),
+        ("city", "x" * 101),
+        ("postal_code", 12345678901234567890123),
+        ("line2", []),
+    ],
+)
 def test_each_bad_field_is_a_400_naming_it(shopper, field, value):
     response = shopper.put("/api/auth/me/address", {**SHIPPING_ADDRESS, field: value}, format="json")
     assert response.status_code == 400 and field in response.json()["error"]["details"], response.content

@@ -57,10 +57,19 @@ def promotion_form(**fields) -> dict:
     """The promotion admin's form as a browser posts it (its date-times split in two)."""
     starts_at = timezone.localtime(fields.pop("starts_at", timezone.now() - timedelta(minutes=5)))
     body = {
-        "name": "Spring", "kind": "percent", "value": "10", "scope": "cart", "min_subtotal": "0",
-        "starts_at_0": starts_at.strftime("%Y-%m-%d"), "starts_at_1": starts_at.strftime("%H:%M:%S"),
-        "ends_at_0": "", "ends_at_1": "", "code": "", "usage_limit": "", "per_customer_limit": "",
-    }  # fmt: skip
+        "name": "Spring",
+        "kind": "percent",
+        "value": "10",
+        "scope": "cart",
+        "min_subtotal": "0",
+        "starts_at_0": starts_at.strftime("%Y-%m-%d"),
+        "starts_at_1": starts_at.strftime("%H:%M:%S"),
+        "ends_at_0": "",
+        "ends_at_1": "",
+        "code": "",
+        "usage_limit": "",
+        "per_customer_limit": "",
+    }
     body.update({name: str(value) if not isinstance(value, list) else value for name, value in fields.items()})
     return body
 
@@ -68,8 +77,13 @@ def promotion_form(**fields) -> dict:
 def test_promotion_admin_lists_kind_value_window_code_uses_and_remaining_uses():
     now = timezone.now()
     PromotionFactory(name="Spring vouchers", code="SPRING", usage_limit=10, uses=3, per_customer_limit=1)
-    PromotionFactory(name="Last winter", kind=Promotion.Kind.CART_AMOUNT, value=500,
-                     starts_at=now - timedelta(days=90), ends_at=now - timedelta(days=30))  # fmt: skip
+    PromotionFactory(
+        name="Last winter",
+        kind=Promotion.Kind.CART_AMOUNT,
+        value=500,
+        starts_at=now - timedelta(days=90),
+        ends_at=now - timedelta(days=30),
+    )
     response = staff_client(superuser=True).get("/admin/shop/promotion/")
     assert response.status_code == 200
     rows = response.content.decode().split("<tbody>")[1].split("<tr>")
@@ -163,8 +177,10 @@ def test_a_promotion_form_opened_before_the_promotion_ended_does_not_reopen_it(d
     end_promotions(promotion_ids=[spring.pk])
     admin = staff_client(superuser=True)
     with django_capture_on_commit_callbacks(execute=True):
-        saved = admin.post(f"/admin/shop/promotion/{spring.pk}/change/",
-                           {**promotion_form(starts_at=started, name="Spring sale"), **initial})  # fmt: skip
+        saved = admin.post(
+            f"/admin/shop/promotion/{spring.pk}/change/",
+            {**promotion_form(starts_at=started, name="Spring sale"), **initial},
+        )
     assert saved.status_code == 302
     spring.refresh_from_db()
     assert spring.name == "Spring sale" and spring.ends_at is not None

@@ -67,9 +67,7 @@ def test_token_for_good_credentials(api_client, user):
 
 
 def test_token_for_bad_credentials_is_401(api_client, user):
-    response = api_client.post(
-        "/api/auth/token", {"username": user.username, "password": "wrong"}, format="json"
-    )
+    response = api_client.post("/api/auth/token", {"username": user.username, "password": "wrong"}, format="json")
     assert response.status_code == 401
     assert response.json()["error"]["code"] == "invalid_credentials"
 

@@ -22,9 +22,23 @@ def create_voucher(*args: str) -> str:
 def test_create_voucher_percent_on_skus_with_limits_and_a_window():
     ProductFactory(sku="MUG")
     ProductFactory(sku="TEE")
-    out = create_voucher("spring-15", "--percent", "15", "--skus", "MUG, TEE", "--limit", "100", "--per-customer",
-                         "2", "--min-subtotal", "5000", "--starts-at", "2030-03-01T09:00:00+01:00",
-                         "--ends-at", "2030-04-01")  # fmt: skip
+    out = create_voucher(
+        "spring-15",
+        "--percent",
+        "15",
+        "--skus",
+        "MUG, TEE",
+        "--limit",
+        "100",
+        "--per-customer",
+        "2",
+        "--min-subtotal",
+        "5000",
+        "--starts-at",
+        "2030-03-01T09:00:00+01:00",
+        "--ends-at",
+        "2030-04-01",
+    )
     voucher = Promotion.objects.get()
     assert out.startswith("SPRING-15: voucher") and "15% off each unit on MUG, TEE" in out
     assert (voucher.code, voucher.kind, voucher.value, voucher.scope) == ("SPRING-15", "percent", 15, "skus")
@@ -41,8 +55,12 @@ def test_create_voucher_amount_is_off_each_unit_with_skus_and_off_the_cart_witho
     unit, cart = Promotion.objects.get(code="UNIT"), Promotion.objects.get(code="CART")
     assert (unit.kind, unit.scope, unit.per_customer_limit) == ("amount", "skus", 1)
     assert (cart.kind, cart.scope, cart.per_customer_limit, cart.usage_limit, cart.ends_at) == (
-        "cart_amount", "cart", None, None, None,
-    )  # fmt: skip
+        "cart_amount",
+        "cart",
+        None,
+        None,
+        None,
+    )
     assert "500 off the cart on the whole cart" in out and "open-ended" in out
 
 

@@ -36,8 +36,15 @@ def test_partial_refunds_take_back_their_share_and_the_last_one_the_rest(placed_
 
 def test_removed_lines_take_back_points_only_when_no_refund_will(placed_order):
     apply_event(consumer="loyalty", event=order_paid_event(placed_order))
-    removed = dict(order_id=placed_order.id, customer_id=placed_order.customer_id, amount=1250, currency="EUR",
-                   lines=[], total=1250, items=[])  # fmt: skip
+    removed = dict(
+        order_id=placed_order.id,
+        customer_id=placed_order.customer_id,
+        amount=1250,
+        currency="EUR",
+        lines=[],
+        total=1250,
+        items=[],
+    )
     apply_event(consumer="loyalty", event=consumer_event("OrderLinesCancelled", **removed, refund_id=7))
     assert points(placed_order) == [25]  # captured: RefundCompleted takes them back
     apply_event(consumer="loyalty", event=consumer_event("OrderLinesCancelled", **removed, refund_id=None))

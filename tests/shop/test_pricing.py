@@ -82,8 +82,9 @@ def test_price_lines_breaks_a_tie_by_the_lowest_promotion_id():
 
 
 def test_price_lines_applies_a_sku_promotion_to_its_skus_only():
-    cart = price_lines({"A": 1, "B": 1}, products=catalog(A=1000, B=1000), promotions=[rule(1, PERCENT, 20, ["B"])],
-                       now=NOW)  # fmt: skip
+    cart = price_lines(
+        {"A": 1, "B": 1}, products=catalog(A=1000, B=1000), promotions=[rule(1, PERCENT, 20, ["B"])], now=NOW
+    )
     assert [line.discount for line in cart.lines] == [0, 200]
 
 
@@ -123,16 +124,21 @@ def test_price_lines_never_applies_a_voucher_listed_among_the_automatic_promotio
 
 
 def test_price_lines_spreads_a_cart_amount_by_largest_remainder_in_sku_order():
-    cart = price_lines({"C": 1, "A": 1, "B": 1}, products=catalog(A=1000, B=1000, C=1000),
-                       promotions=[rule(1, CART_AMOUNT, 100)], now=NOW)  # fmt: skip
+    cart = price_lines(
+        {"C": 1, "A": 1, "B": 1},
+        products=catalog(A=1000, B=1000, C=1000),
+        promotions=[rule(1, CART_AMOUNT, 100)],
+        now=NOW,
+    )
     # 33.33 each: 33 each, and the one unit left over goes to the first in SKU order.
     assert [(line.sku, line.discount) for line in cart.lines] == [("A", 34), ("B", 33), ("C", 33)]
     assert_adds_up(cart)
 
 
 def test_price_lines_spreads_a_cart_amount_in_proportion_to_what_each_line_costs():
-    cart = price_lines({"A": 3, "B": 1, "C": 2}, products=catalog(A=333, B=1, C=50),
-                       promotions=[rule(1, CART_AMOUNT, 500)], now=NOW)  # fmt: skip
+    cart = price_lines(
+        {"A": 3, "B": 1, "C": 2}, products=catalog(A=333, B=1, C=50), promotions=[rule(1, CART_AMOUNT, 500)], now=NOW
+    )
     # 500 of 1100: A (999) 454.09, B (1) 0.45, C (100) 45.45. The floors make 499; the unit left over goes
     # to the largest remainder: B's and C's are equal (500/1100 each), so SKU order, B.
     assert [line.discount for line in cart.lines] == [454, 1, 45]
@@ -162,8 +168,13 @@ def test_price_lines_takes_at_most_one_automatic_cart_amount_the_largest():
 
 def test_price_lines_applies_a_percent_voucher_to_what_each_unit_still_costs():
     voucher = rule(9, PERCENT, 10, code="TEN")
-    cart = price_lines({"A": 2, "B": 1}, products=catalog(A=1000, B=999), promotions=[rule(1, PERCENT, 20, ["A"])],
-                       voucher=voucher, now=NOW)  # fmt: skip
+    cart = price_lines(
+        {"A": 2, "B": 1},
+        products=catalog(A=1000, B=999),
+        promotions=[rule(1, PERCENT, 20, ["A"])],
+        voucher=voucher,
+        now=NOW,
+    )
     # A: 20% -> 800 a unit, then 10% of 800 = 80; B: 10% of 999 = 99.9 -> 100.
     assert [line.discounts for line in cart.lines] == [((1, 400), (9, 160)), ((9, 100),)]
     assert [(a.promotion_id, a.code, a.amount) for a in cart.applied] == [(1, None, 400), (9, "TEN", 260)]
@@ -174,8 +185,9 @@ def test_price_lines_applies_a_percent_voucher_to_what_each_unit_still_costs():
 def test_price_lines_applies_a_cart_amount_voucher_after_the_automatic_one():
     promotions = [rule(1, CART_AMOUNT, 300)]
     voucher = rule(9, CART_AMOUNT, 1000, code="OFF")
-    cart = price_lines({"A": 1, "B": 1}, products=catalog(A=600, B=600), promotions=promotions, voucher=voucher,
-                       now=NOW)  # fmt: skip
+    cart = price_lines(
+        {"A": 1, "B": 1}, products=catalog(A=600, B=600), promotions=promotions, voucher=voucher, now=NOW
+    )
     assert [(a.promotion_id, a.amount) for a in cart.applied] == [(1, 300), (9, 900)]  # the voucher capped at 900
     assert cart.total == 0
     assert_adds_up(cart)

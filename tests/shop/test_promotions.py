@@ -35,8 +35,9 @@ def voucher(code="SPRING", **fields) -> Promotion:
 
 
 def find(code, *, customer_id=None, lines=None, now=None):
-    return find_voucher(code, now=now or timezone.now(), customer_id=customer_id, lines=lines or {"MUG": 1},
-                        products=PRODUCTS)  # fmt: skip
+    return find_voucher(
+        code, now=now or timezone.now(), customer_id=customer_id, lines=lines or {"MUG": 1}, products=PRODUCTS
+    )
 
 
 def refusal(code, **kwargs) -> dict:
@@ -58,16 +59,22 @@ def test_find_voucher_is_case_insensitive_and_one_query():
         found = find("  spring-10 ", customer_id=user.id)
     assert len(queries) == 1
     assert (found.id, found.code, found.value, found.skus, found.usage_limit) == (
-        created.id, "SPRING-10", 15, frozenset({"MUG"}), 5,
-    )  # fmt: skip
+        created.id,
+        "SPRING-10",
+        15,
+        frozenset({"MUG"}),
+        5,
+    )
 
 
 def test_find_voucher_refuses_an_unknown_code_with_a_422():
     voucher("SPRING")
     assert refusal("AUTUMN") == {
-        "status": 422, "code": "voucher_unknown", "message": "There is no voucher with that code.",
+        "status": 422,
+        "code": "voucher_unknown",
+        "message": "There is no voucher with that code.",
         "details": {"voucher": "AUTUMN"},
-    }  # fmt: skip
+    }
     with CaptureQueriesContext(connection) as queries:  # what cannot be a code costs no query
         assert refusal("no such code!")["code"] == "voucher_unknown"
         assert refusal("X" * 33)["code"] == "voucher_unknown"

@@ -15,7 +15,9 @@ class Command(BaseCommand):
         parser.add_argument("--name")
         parser.add_argument("--per-customer-limit", type=int)
         parser.add_argument(
-            "--mode", choices=FlashSale.Mode.values, default="direct",
+            "--mode",
+            choices=FlashSale.Mode.values,
+            default="direct",
             help="queue: admitted checkouts go through Kafka to write_queued_orders (default direct)",
         )
         parser.add_argument(
@@ -37,8 +39,14 @@ class Command(BaseCommand):
             raise CommandError("--per-customer-limit must be 1 or more")
         try:
             sale = seed_flash_sale(
-                sku=sku, stock=stock, price=price, name=name, per_customer_limit=per_customer_limit, mode=mode,
-                starts_at=starts_at, ends_at=KEEP if ends_at is None else ends_at,
+                sku=sku,
+                stock=stock,
+                price=price,
+                name=name,
+                per_customer_limit=per_customer_limit,
+                mode=mode,
+                starts_at=starts_at,
+                ends_at=KEEP if ends_at is None else ends_at,
                 sale_price=KEEP if sale_price is None else sale_price,
             )
         except ValueError as error:
@@ -50,4 +58,3 @@ class Command(BaseCommand):
             f"from {sale.starts_at.isoformat()} "
             f"until {sale.ends_at.isoformat() if sale.ends_at else 'no end'}"
         )
-

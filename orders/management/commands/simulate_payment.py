@@ -21,7 +21,9 @@ class Command(BaseCommand):
         parser.add_argument("order_id", type=int, nargs="?")
         parser.add_argument("--refund", type=int, metavar="REFUND_ID", help="confirm this refund instead")
         parser.add_argument(
-            "--status", choices=["succeeded", "authorized", "captured", "failed"], default="succeeded",
+            "--status",
+            choices=["succeeded", "authorized", "captured", "failed"],
+            default="succeeded",
             help="succeeded: authorized and captured at once (default); authorized: money held; captured: taken",
         )
         parser.add_argument("--amount", type=int, help="minor units (default: the order's total)")
@@ -33,8 +35,11 @@ class Command(BaseCommand):
     def handle(self, *args, order_id, refund, status, amount, currency, payment_id, url, local, **options):
         if (order_id is None) == (refund is None):
             raise CommandError("give an order id, or --refund REFUND_ID")
-        body = json.dumps(self.refund_body(refund, status, amount, currency) if refund else
-                          self.payment_body(order_id, status, amount, currency, payment_id)).encode()  # fmt: skip
+        body = json.dumps(
+            self.refund_body(refund, status, amount, currency)
+            if refund
+            else self.payment_body(order_id, status, amount, currency, payment_id)
+        ).encode()
         signature = sign(body=body, secret=settings.PAYMENT_WEBHOOK_SECRET)
         if local:
             response = Client().post(

@@ -34,7 +34,10 @@ class Command(BaseCommand):
                 self.stdout.write(f"{where}: FAILED again: {type(error).__name__}: {str(error)[:200]}")
             else:
                 self.stdout.write(f"{where}: {result}")
-        self.stdout.write(f"{len(letters)} dead letter(s) of {consumer}" + (", dry run" if dry_run else "")
-                          + (f", {failed} failed again" if failed else ""))  # fmt: skip
+        self.stdout.write(
+            f"{len(letters)} dead letter(s) of {consumer}"
+            + (", dry run" if dry_run else "")
+            + (f", {failed} failed again" if failed else "")
+        )
         if failed:
             raise CommandError(f"{failed} dead letter(s) failed again")

@@ -61,9 +61,16 @@ class Command(BaseCommand):
         )
 
 
-_OPTIONS = {"value": "--percent/--amount", "code": "CODE", "products": "--skus", "min_subtotal": "--min-subtotal",
-            "usage_limit": "--limit", "per_customer_limit": "--per-customer", "starts_at": "--starts-at",
-            "ends_at": "--ends-at"}  # fmt: skip
+_OPTIONS = {
+    "value": "--percent/--amount",
+    "code": "CODE",
+    "products": "--skus",
+    "min_subtotal": "--min-subtotal",
+    "usage_limit": "--limit",
+    "per_customer_limit": "--per-customer",
+    "starts_at": "--starts-at",
+    "ends_at": "--ends-at",
+}
 
 
 def _messages(error: ValidationError) -> str:
@@ -74,4 +81,3 @@ def _messages(error: ValidationError) -> str:
         f"{_OPTIONS.get(field, field) if field != '__all__' else 'voucher'}: {' '.join(messages)}"
         for field, messages in error.message_dict.items()
     )
-
