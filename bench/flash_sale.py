@@ -23,7 +23,7 @@ from core.ratelimit import parse_rate
 from inventory import gate
 from inventory.models import FlashSale, Stock
 from inventory.services.flash_sales import seed_flash_sale
-from orders.services.queue_admission import forget_queue, queue_depths
+from orders.services.queue_admission import queue_depths
 from shop.models import Promotion, VoucherRedemption
 from shop.promotions import create_voucher
 
@@ -122,11 +122,20 @@ def sql(records) -> tuple[str, int | None, int | None]:  # (summary, statements,
     return f"{summary} (token lookups {token:,}, flash-sale list {flash:,}, anything else {other:,})", total, other
 
 
-def print_statuses(phase: h.Run) -> None:
+def print_phase(title: str, phase: h.Run, answered: str, client: str = "") -> None:
+    """The phase's heading (`answered` in its seconds, requests/s, gunicorn CPU), then its statuses."""
+    rate = f"{answered} answered in {phase.seconds:.1f} s = {phase.rps:,.0f} requests/s{client}"
+    print(f"\n{title}: {rate}; gunicorn CPU {phase.cpu_ms:.2f} ms/request")
     print(f"  {'status':<8}{'code':<22}{'count':>9}   latency / SQL")
     for (status, code), count in sorted(Counter((r[0], r[2]) for r in phase.records).items()):
         records = phase.by(lambda r, s=status, c=code: r[0] == s and r[2] == c)
         print(f"  {status:<8}{code:<22}{count:>9,}   {lat(records)}; SQL: {sql(records)[0]}")
+
+
+def cleanup() -> None:
+    h.delete_orders(h.user_ids(PREFIX))
+    Promotion.objects.filter(code=VOUCHER).delete()  # its uses were given back with the orders
+    h.end_sale(SKU)  # and its queue
 
 
 def main(argv=None, results: dict | None = None) -> int:
@@ -136,10 +145,8 @@ def main(argv=None, results: dict | None = None) -> int:
     rate_count, _ = parse_rate(RATE_LIMIT)
     run_id, rng, queue = uuid.uuid4().hex[:8], random.Random(7), args.mode == "queue"
     topic_env = h.queue_topic(f"bench.flash.{run_id}") if queue else {}
-    h.delete_orders(h.user_ids(PREFIX))  # a killed run's
-    forget_queue(sku=SKU)
+    cleanup()  # a killed run's
     seed_flash_sale(sku=SKU, stock=args.stock, price=PRICE, name="Flash drill item", mode=args.mode)
-    Promotion.objects.filter(code=VOUCHER).delete()  # its uses were given back with the orders
     voucher = create_voucher(code=VOUCHER, percent=10, usage_limit=args.voucher_uses, per_customer_limit=1)
     shoppers = h.ensure_shoppers(args.shoppers, prefix=PREFIX)
     customer_ids, cart = [s.user_id for s in shoppers], {SKU: 1, VOUCHER_FIELD: VOUCHER}
@@ -199,20 +206,15 @@ def main(argv=None, results: dict | None = None) -> int:
         if writer:
             writer.stop()
             h.delete_topics([settings.KAFKA_CHECKOUT_TOPIC])
-            forget_queue(sku=SKU)
         shutil.rmtree(metrics_dir, ignore_errors=True)
-        h.delete_orders(h.user_ids(PREFIX))
-        Promotion.objects.filter(code=VOUCHER).delete()
-        h.end_sale(SKU)
+        cleanup()
 
     sale, refused = phases["sale"], phases["refused"]
     ok = 202 if queue else 201  # the status of an admitted checkout
     admitted, r409, r429 = (sale.by(lambda r, s=s: r[0] == s) for s in (ok, 409, 429))
     r5xx = sale.by(lambda r: r[0] >= 500)
-    answered = f"{sale.answered:,} of {sale.sent:,} checkout attempts answered in {sale.seconds:.1f} s"
-    client = f"({sale.client} -c{sale.concurrency}); {sale.errors} socket errors/timeouts"
-    print(f"\nTHE SALE: {answered} = {sale.rps:,.0f} requests/s {client}; gunicorn CPU {sale.cpu_ms:.2f} ms/request")
-    print_statuses(sale)
+    client = f" ({sale.client} -c{sale.concurrency}); {sale.errors} socket errors/timeouts"
+    print_phase("THE SALE", sale, f"{sale.answered:,} of {sale.sent:,} checkout attempts", client)
     began = min(r[4] - r[1] / 1000 for r in sale.records)  # when the first request was sent
     first = [r for r in admitted if r[4] - r[1] / 1000 < began + 1]
     later = f"{len(admitted) - len(first):,}, {lat([r for r in admitted if r not in first])}"
@@ -238,9 +240,7 @@ def main(argv=None, results: dict | None = None) -> int:
         checks.append((label, lag <= WRITE_LAG_GOAL, detail))
 
     who = f"after the sale, rate-limit windows reset, {len(losers):,} shoppers without an order, {per_loser} checkouts"
-    answered = f"{refused.answered:,} answered in {refused.seconds:.1f} s = {refused.rps:,.0f} requests/s"
-    print(f"\nREFUSED PHASE ({who} each at most): {answered}; gunicorn CPU {refused.cpu_ms:.2f} ms/request")
-    print_statuses(refused)
+    print_phase(f"REFUSED PHASE ({who} each at most)", refused, f"{refused.answered:,}")
     hz = [phases[f"healthz{i}"] for i in range(3)]
     for label, phase in zip(("before the sale", "just before the refused phase", "just after it"), hz, strict=True):
         served = f"{phase.rps:,.0f} requests/s, CPU {phase.cpu_ms:.2f} ms/request, {lat(phase.records)}"

@@ -508,8 +508,7 @@ def run_wrk(server, *, specs=(), numbered=(), count=None, duration=None, concurr
     connections = max(concurrency, threads)
     host = server.base_url.removeprefix("http://")
     prefix, tokens, who = numbered or ("", [], [])
-    workdir = tempfile.mkdtemp(prefix="bench-wrk-")
-    try:
+    with tempfile.TemporaryDirectory(prefix="bench-wrk-", ignore_cleanup_errors=True) as workdir:
         out, script = f"{workdir}/out-" if record else "", Path(workdir, "bench.lua")
         values = {"HOST": host, "COUNT": count or 0, "OUT": out, "PREFIX": prefix, "TOKENS": tokens}
         values |= {"REQUESTS": [raw_request(s, host) for s in specs], "WHO": [i + 1 for i in who]}
@@ -534,8 +533,6 @@ def run_wrk(server, *, specs=(), numbered=(), count=None, duration=None, concurr
         for status, micros, code, sql, at in (row for row in rows if len(row) == 5):  # a thread's last may be cut
             counts = None if sql == "-" else tuple(map(int, sql.split(",")))
             records.append((int(status), int(micros) / 1000, code, counts, int(at) / 1e6))
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
     answered = len(records) if record else data["requests"]
     if count is None:
         seconds = data["duration_us"] / 1e6
