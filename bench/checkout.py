@@ -44,23 +44,17 @@ STATEMENT_GOAL_EXTRA = 6  # k + 6 statements for a k-line cart, BEGIN/COMMIT inc
 # the key has one, and its items, in one statement; add its units to the shopper's unpaid holds; the
 # OrderCreated event; with a voucher, count its use (shop.promotions.REDEEM_SQL); reserve the stock, last; COMMIT.
 SLOT = "UPDATE order_pending_counts SET pending = pending + %s WHERE customer_id = %s AND pending < %s"
-ORDER = (
-    "WITH o AS (INSERT INTO orders (customer_id, idempotency_key, request_hash, status, total_amount, currency, "
-    "expires_at, created_at, rejection_reason, shipping_address, hold_address, holds_units, discounts) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, '', %s::jsonb, '', true, %s::jsonb) "
-    "ON CONFLICT (customer_id, idempotency_key) DO NOTHING RETURNING id), "
-    "i AS (INSERT INTO order_items (order_id, sku, name, quantity, unit_price, discount) "
-    "SELECT o.id, %s, %s, %s, %s, %s FROM o RETURNING 1) SELECT id FROM o"
-)
-HOLDS = (
-    "INSERT INTO order_unpaid_holds AS h (holder, sku, units, cap) VALUES (%s, %s, %s, %s) "
-    "ON CONFLICT (holder, sku) DO UPDATE SET units = h.units + EXCLUDED.units, cap = EXCLUDED.cap "
-    "WHERE h.units + EXCLUDED.units <= EXCLUDED.cap RETURNING holder"
-)
-EVENT = (
-    "INSERT INTO outbox_events (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, "
-    "attempts, last_error, request_id) VALUES (%s, %s, %s, %s, %s::jsonb, %s, 0, '', %s) RETURNING id"
-)
+ORDER = """WITH o AS (INSERT INTO orders (customer_id, idempotency_key, request_hash, status, total_amount, currency,
+    expires_at, created_at, rejection_reason, shipping_address, hold_address, holds_units, discounts)
+    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, '', %s::jsonb, '', true, %s::jsonb)
+    ON CONFLICT (customer_id, idempotency_key) DO NOTHING RETURNING id),
+  i AS (INSERT INTO order_items (order_id, sku, name, quantity, unit_price, discount)
+    SELECT o.id, %s, %s, %s, %s, %s FROM o RETURNING 1) SELECT id FROM o"""
+HOLDS = """INSERT INTO order_unpaid_holds AS h (holder, sku, units, cap) VALUES (%s, %s, %s, %s)
+    ON CONFLICT (holder, sku) DO UPDATE SET units = h.units + EXCLUDED.units, cap = EXCLUDED.cap
+    WHERE h.units + EXCLUDED.units <= EXCLUDED.cap RETURNING holder"""
+EVENT = """INSERT INTO outbox_events (event_id, aggregate_type, aggregate_id, event_type, payload, created_at,
+    attempts, last_error, request_id) VALUES (%s, %s, %s, %s, %s::jsonb, %s, 0, '', %s) RETURNING id"""
 RESERVE = "UPDATE inventory SET available = available - %s, reserved = reserved + %s WHERE available >= %s AND sku = %s"
 PRICES: dict[str, tuple[str, int]] = {}  # sku -> (name, price): the ceiling's hot cache, filled before the runs
 CEILING_STATEMENTS = 5  # besides COMMIT; one more with a voucher
@@ -266,9 +260,8 @@ def main(argv=None) -> int:
         cases = {1: (), 3: (), 5: (), "1, address in the body": (body,), "1, with a voucher": (None, VOUCHER)}
         counts = {}  # label -> counts, k (the cart's lines) from the label
         for n, (label, extra) in enumerate(cases.items()):
-            counts[label] = count_statements(
-                shoppers[-1], skus[10:], int(str(label)[0]), f"{PREFIX}{run_id}-c{n}", *extra
-            )
+            key = f"{PREFIX}{run_id}-c{n}"
+            counts[label] = count_statements(shoppers[-1], skus[10:], int(str(label)[0]), key, *extra)
         # Django then psycopg, same threads, same orders; rounds interleaved (a machine shared with other work
         # drifts: each side gets the same share of it).
         scenarios = [s for s in "abv" if s in args.scenarios]

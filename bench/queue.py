@@ -85,10 +85,8 @@ def drain(env: dict, n: int, customers: list[int], tag: str) -> dict:
     ids, messages = queued(n, customers, tag)
     if errors := h.produce(env["KAFKA_CHECKOUT_TOPIC"], messages):
         raise RuntimeError(f"{errors} queued checkouts not delivered to {env['KAFKA_CHECKOUT_TOPIC']}")
-    count = (
-        "SELECT count(*), count(*) FILTER (WHERE status = 'REJECTED'), count(DISTINCT created_at) FROM orders "
-        "WHERE id BETWEEN %s AND %s"
-    )  # a batch's orders share their created_at
+    count = """SELECT count(*), count(*) FILTER (WHERE status = 'REJECTED'), count(DISTINCT created_at) FROM orders
+        WHERE id BETWEEN %s AND %s"""  # a batch's orders share their created_at
     first = last = None
     with h.queue_writer(env) as writer, h.pg_connect(autocommit=True) as poll:
         exists = lambda i: poll.execute("SELECT EXISTS (SELECT 1 FROM orders WHERE id = %s)", [i]).fetchone()[0]  # noqa: E731

@@ -51,12 +51,8 @@ def parse_args(argv=None):
 
 
 def cleanup() -> None:  # the part-1 events, the part-2 orders and consumers
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "DELETE FROM outbox_events WHERE aggregate_type = 'order' AND aggregate_id BETWEEN %s AND %s"
-            " AND payload->>'bench' = %s",
-            [str(AGGREGATE_BASE), str(AGGREGATE_BASE + 59_999_999), BENCH_MARK],
-        )
+    events = OutboxEvent.objects.filter(aggregate_type="order", payload__bench=BENCH_MARK)
+    events.filter(aggregate_id__range=(str(AGGREGATE_BASE), str(AGGREGATE_BASE + 59_999_999))).delete()
     h.delete_orders(h.user_ids(PREFIX))
     ProcessedEvent.objects.filter(consumer__startswith="bench_lag_").delete()
 
@@ -115,10 +111,8 @@ def time_case_study(topic: str, count: int) -> tuple[float, int]:
     published, began, rows = 0, time.perf_counter(), True
     while rows:
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT e.id, e.aggregate_id, e.payload::text FROM outbox_pending AS p JOIN outbox_events "
-                "AS e ON e.id = p.id ORDER BY p.id LIMIT 100 FOR UPDATE OF e SKIP LOCKED"
-            )
+            cursor.execute("""SELECT e.id, e.aggregate_id, e.payload::text FROM outbox_pending AS p
+                JOIN outbox_events AS e ON e.id = p.id ORDER BY p.id LIMIT 100 FOR UPDATE OF e SKIP LOCKED""")
             rows = cursor.fetchall()
             for event_id, key, payload in rows:
                 producer.produce(topic, payload.encode(), key.encode())
