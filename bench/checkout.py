@@ -2,6 +2,7 @@
 
 python -m bench.checkout [--orders 3000 --rounds 1 --skus 1000]"""
 
+import contextlib
 import functools
 import hashlib
 import itertools
@@ -12,7 +13,6 @@ import threading
 import time
 import uuid
 from collections import namedtuple
-from dataclasses import dataclass
 from datetime import timedelta
 
 import psycopg
@@ -136,24 +136,9 @@ def django_order(job: Job, address: dict | None = None):
         return place_order(customer_id=job.customer_id, idempotency_key=job.key, shipping_address=address)
 
 
-@dataclass
-class RunResult:
-    latencies: list[float]
-    seconds: float
-    errors: list[str]
-    cpu_seconds: float  # CPU time of this whole process (all threads) during the run
-
-    @property
-    def rate(self) -> float:
-        return len(self.latencies) / self.seconds if self.seconds else 0.0
-
-    @property
-    def cpu_ms(self) -> float:
-        return self.cpu_seconds / len(self.latencies) * 1000 if self.latencies else float("nan")
-
-
-def run_threads(side: str, jobs: list[Job], warm: list[Job], threads: int) -> RunResult:
-    """`threads` threads, each warmed up with its share of `warm`, then timed from a common start to the last order."""
+def run_threads(side: str, jobs: list[Job], warm: list[Job], threads: int) -> h.Run:
+    """`threads` threads, each warmed up with its share of `warm`, then timed from a common start to the last order;
+    the run's records: each order's ms; its CPU: this process's (all threads)."""
     gate, latencies, errors, ends = threading.Barrier(threads + 1), [], [], [0.0] * threads
 
     def body(slot: int) -> None:
@@ -178,7 +163,7 @@ def run_threads(side: str, jobs: list[Job], warm: list[Job], threads: int) -> Ru
                 except Exception as exc:  # noqa: BLE001 - counted, the run goes on
                     errors.append(repr(exc))
                     continue
-                latencies.append(time.perf_counter() - began)
+                latencies.append((time.perf_counter() - began) * 1000)
             ends[slot] = time.perf_counter()
         finally:
             conn.close()
@@ -186,16 +171,18 @@ def run_threads(side: str, jobs: list[Job], warm: list[Job], threads: int) -> Ru
     pool = [threading.Thread(target=body, args=(slot,), daemon=True) for slot in range(threads)]
     for t in pool:
         t.start()
-    try:
+    with contextlib.suppress(threading.BrokenBarrierError):  # a thread failed before the start
         gate.wait()
-    except threading.BrokenBarrierError:
-        for t in pool:
-            t.join()
-        raise RuntimeError(f"{side}: a thread failed before the start: {errors[:3]}") from None
     began, cpu_began = time.perf_counter(), time.process_time()
     for t in pool:
         t.join()
-    return RunResult(latencies, max(ends) - began, errors, time.process_time() - cpu_began)
+    if gate.broken:
+        raise RuntimeError(f"{side}: a thread failed before the start: {errors[:3]}")
+    seconds, cpu, done = max(ends) - began, time.process_time() - cpu_began, len(latencies)
+    p50, p99 = h.pct(latencies, 50), h.pct(latencies, 99)
+    return h.Run(
+        f"{threads} threads", threads, len(jobs), done, seconds, len(errors), 0, p50, p99, cpu, latencies, errors
+    )
 
 
 def cart(job: Job) -> dict:
@@ -252,7 +239,7 @@ def main(argv=None) -> int:
     products = Product.objects.filter(sku__in=[HOT_SKU, *skus], is_active=True)
     PRICES.update({sku: (name, price) for sku, name, price in products.values_list("sku", "name", "price")})
     cached_products(skus=list(PRICES))  # place_order's hot cache holds the prices, as the ceiling's PRICES
-    results: dict[str, dict[str, list[RunResult]]] = {}
+    results: dict[str, dict[str, list[h.Run]]] = {}
     try:
         differences = same_work(shoppers[-1], skus[0], f"{PREFIX}{run_id}-same", None)
         differences += same_work(shoppers[-1], skus[1], f"{PREFIX}{run_id}-same-v", voucher)
@@ -284,15 +271,14 @@ def main(argv=None) -> int:
     print(f"\nplace_order vs the same work through plain psycopg: {work}")
     rows, ratios, errors = [], [], []
     for scenario, sides in results.items():
-        median = {side: h.median(runs, lambda r: r.rate) for side, runs in sides.items()}
+        median = {side: h.median(runs, lambda r: r.rps) for side, runs in sides.items()}
         for side, r in median.items():
-            p50, p99 = (f"{h.pct(r.latencies, p) * 1000:.2f}" for p in (50, 99))
-            each_run = h.each((x.rate for x in sides[side]), ".0f")
-            figures = [f"{r.rate:.0f}", p50, p99, f"{r.cpu_ms:.2f}", sum(len(x.errors) for x in sides[side]), each_run]
+            each_run, failed = h.each((x.rps for x in sides[side]), ".0f"), sum(x.errors for x in sides[side])
+            figures = [f"{r.rps:.0f}", f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}", f"{r.cpu_ms:.2f}", failed, each_run]
             rows.append([titles[scenario] * (side == "django"), side, *figures])
-            errors += [f"  {titles[scenario]}, {side} error: {e}" for run in sides[side] for e in run.errors][:3]
-        ratio = median["django"].rate / median["psycopg"].rate if median["psycopg"].rate else 0.0
-        each = h.each(d.rate / p.rate for d, p in zip(sides["django"], sides["psycopg"], strict=True))
+            errors += [f"  {titles[scenario]}, {side} error: {e}" for run in sides[side] for e in run.failures][:3]
+        ratio = median["django"].rps / median["psycopg"].rps if median["psycopg"].rps else 0.0
+        each = h.each(d.rps / p.rps for d, p in zip(sides["django"], sides["psycopg"], strict=True))
         ok &= (met := ratio >= GOALS[scenario])
         goal = f"(goal >= {GOALS[scenario]})  {h.verdict(met)}   [each round: {each}]"
         ratios.append(f"  {titles[scenario]}: ratio django/psycopg = {ratio:.2f}  {goal}")

@@ -480,12 +480,13 @@ class Run:
     sent: int
     answered: int
     seconds: float
-    errors: int  # connect/read/write/timeout errors
+    errors: int  # connect/read/write/timeout errors (checkout.run_threads: failed orders)
     bad_status: int  # responses >= 400
     p50_ms: float
     p99_ms: float
     cpu_seconds: float  # the server's (gunicorn master and workers) during the run
     records: list = field(default_factory=list, repr=False)  # (status, ms, error code, SQL counts, monotonic time)
+    failures: list = field(default_factory=list, repr=False)  # checkout.run_threads: what went wrong
     probe: int | None = None  # what measure_endpoints' probe counted during the run
 
     @property
