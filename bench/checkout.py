@@ -227,20 +227,19 @@ def count_statements(customer_id: int, skus: list[str], k: int, key: str, addres
 def main(argv=None) -> int:
     args = parse_args(argv)
     h.setup()
-    lock = h.lock_or_exit("checkout", lambda: h.delete_orders(h.user_ids(PREFIX)))
-    warm_total = args.warmup * args.threads
-    per_run, run_id, rng = args.orders + warm_total, uuid.uuid4().hex[:8], random.Random(4)
-    skus = [f"{PREFIX}{i:04d}" for i in range(1, args.skus + 1)]
-    h.ensure_products([HOT_SKU, *skus], STOCK + 2 * args.rounds * per_run + 100)  # a run reserves per_run at most
-    shoppers = h.ensure_users(per_run + 1, prefix=PREFIX)
-    limits = {"percent": 10, "usage_limit": 10**9, "per_customer_limit": 10**6}
-    found = Promotion.objects.filter(code=VOUCHER).first() or create_voucher(code=VOUCHER, **limits)
-    voucher = (found.id, found.name)
-    products = Product.objects.filter(sku__in=[HOT_SKU, *skus], is_active=True)
-    PRICES.update({sku: (name, price) for sku, name, price in products.values_list("sku", "name", "price")})
-    cached_products(skus=list(PRICES))  # place_order's hot cache holds the prices, as the ceiling's PRICES
-    results: dict[str, dict[str, list[h.Run]]] = {}
-    try:
+    with h.lock_or_exit("checkout", lambda: h.delete_orders(h.user_ids(PREFIX))):
+        warm_total = args.warmup * args.threads
+        per_run, run_id, rng = args.orders + warm_total, uuid.uuid4().hex[:8], random.Random(4)
+        skus = [f"{PREFIX}{i:04d}" for i in range(1, args.skus + 1)]
+        h.ensure_products([HOT_SKU, *skus], STOCK + 2 * args.rounds * per_run + 100)  # a run reserves per_run at most
+        shoppers = h.ensure_users(per_run + 1, prefix=PREFIX)
+        limits = {"percent": 10, "usage_limit": 10**9, "per_customer_limit": 10**6}
+        found = Promotion.objects.filter(code=VOUCHER).first() or create_voucher(code=VOUCHER, **limits)
+        voucher = (found.id, found.name)
+        products = Product.objects.filter(sku__in=[HOT_SKU, *skus], is_active=True)
+        PRICES.update({sku: (name, price) for sku, name, price in products.values_list("sku", "name", "price")})
+        cached_products(skus=list(PRICES))  # place_order's hot cache holds the prices, as the ceiling's PRICES
+        results: dict[str, dict[str, list[h.Run]]] = {}
         differences = same_work(shoppers[-1], skus[0], f"{PREFIX}{run_id}-same", None)
         differences += same_work(shoppers[-1], skus[1], f"{PREFIX}{run_id}-same-v", voucher)
         body = {**h.BENCH_ADDRESS, "line2": "Bench address in the body"}
@@ -260,10 +259,7 @@ def main(argv=None) -> int:
                 h.fill_carts([(job.customer_id, cart(job)) for job in jobs])
             result = run_threads(side, jobs[warm_total:], jobs[:warm_total], args.threads)
             results.setdefault(scenario, {}).setdefault(side, []).append(result)
-    finally:
-        h.delete_orders(h.user_ids(PREFIX))
-        connection.close()
-        lock.close()
+    connection.close()
 
     titles, ok = {"a": "(a) 1 hot SKU", "b": f"(b) {args.skus} SKUs, random", "v": "(v) (b) with a voucher"}, True
     rounds = f"median of {args.rounds} interleaved runs" if args.rounds > 1 else "one run"

@@ -147,9 +147,7 @@ def verify(args, expired: int, customer_id: int, order_ids: list[int]) -> bool:
 def main(argv=None) -> int:
     args = parse_args(argv)
     h.setup()
-    lock = h.lock_or_exit("expiry", cleanup)
-    ok = goals_met = True
-    try:
+    with h.lock_or_exit("expiry", cleanup, keep=args.keep):
         t0 = time.perf_counter()
         customer_id, order_ids, items, units, expire_now = create_data(args, random.Random(5))
         orders = f"{len(order_ids):,} PENDING_PAYMENT orders with {items:,} items over {args.skus} SKUs"
@@ -172,10 +170,6 @@ def main(argv=None) -> int:
         goals = [(f"orders/s {rate:,.0f} >= {GOAL_ORDERS_PER_S:,}", rate >= GOAL_ORDERS_PER_S)]
         goals.append((f"longest transaction {which} < {GOAL_MAX_TXN_MS} ms", longest["ms"] < GOAL_MAX_TXN_MS))
         goals_met = h.print_checks(goals, "=== goals ===", yes="met")
-    finally:
-        if not args.keep:  # else the next run removes it first
-            cleanup()
-        lock.close()
     return 1 if not ok or (args.check and not goals_met) else 0
 
 

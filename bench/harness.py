@@ -114,15 +114,20 @@ def pg_connect(**kwargs):
     return psycopg.connect(**params, **kwargs)
 
 
-def lock_or_exit(bench: str, cleanup=None):
-    """One run of a bench at a time on a database: a session advisory lock keyed by the bench's name, on an
-    autocommit connection (returned); then `cleanup()` removes a killed run's leftovers, safely under the lock."""
-    conn = pg_connect(autocommit=True)
-    if not conn.execute("SELECT pg_try_advisory_lock(%s)", [zlib.crc32(f"bench.{bench}".encode())]).fetchone()[0]:
-        raise SystemExit(f"another `python -m bench.{bench}` is running on this database")
-    if cleanup:
+@contextlib.contextmanager
+def lock_or_exit(bench: str, cleanup=lambda: None, keep: bool = False):
+    """One run of a bench at a time on a database, for a `with`: a session advisory lock keyed by the bench's name, on
+    an autocommit connection; `cleanup()` removes leftovers under the lock: a killed run's first, the run's last (unless
+    `keep`: the next run's first)."""
+    with pg_connect(autocommit=True) as conn:
+        if not conn.execute("SELECT pg_try_advisory_lock(%s)", [zlib.crc32(f"bench.{bench}".encode())]).fetchone()[0]:
+            raise SystemExit(f"another `python -m bench.{bench}` is running on this database")
         cleanup()
-    return conn
+        try:
+            yield
+        finally:
+            if not keep:
+                cleanup()
 
 
 def next_order_ids(n: int) -> list[int]:

@@ -258,31 +258,30 @@ def main(argv=None) -> int:
         return regular_child(args)
     h.setup()
     run_id, began = uuid.uuid4().hex[:8], time.perf_counter()
-    lock = h.lock_or_exit("queue", lambda: h.delete_orders(h.user_ids(PREFIX)))
     batches = f"QUEUE_BATCH_SIZE {settings.QUEUE_BATCH_SIZE}, QUEUE_BATCH_WAIT_MS {settings.QUEUE_BATCH_WAIT_MS}"
     broker = f"{os.cpu_count()} CPUs, broker {settings.KAFKA_BOOTSTRAP_SERVERS}"
-    print(f"queue bench {run_id}: parts {sorted(args.parts)}, {broker}, {batches}")
     rows, env, topic = [], {}, f"bench.queue.{run_id}"
-    try:
-        if args.parts & {1, 3}:
-            seed_flash_sale(sku=HOT, stock=STOCK, price=PRICE, name=NAME, mode="direct")
-            h.ensure_products(SKUS, 1_000_000)
-            hot = h.ensure_users(max(args.orders, args.hot_orders) + args.warmup * args.threads, prefix=f"{PREFIX}H")
-            h.ensure_users(REGULAR, prefix=f"{PREFIX}R")
-            env = h.queue_topic(topic)
-            background(args.background)
-        if 3 in args.parts:  # first: before part 1's 300,000 orders set checkpoints going
-            rows += part3(args, env, hot, run_id)
-        if 1 in args.parts:
-            rows += part1(args, env, hot, run_id)
-        if 2 in args.parts:
-            rows += part2(args)
-    finally:
-        h.delete_orders(h.user_ids(PREFIX))
-        h.end_sale(HOT)
-        if env:
-            h.delete_topics([topic])
-        lock.close()
+    with h.lock_or_exit("queue", lambda: h.delete_orders(h.user_ids(PREFIX))):
+        print(f"queue bench {run_id}: parts {sorted(args.parts)}, {broker}, {batches}")
+        try:
+            if args.parts & {1, 3}:
+                seed_flash_sale(sku=HOT, stock=STOCK, price=PRICE, name=NAME, mode="direct")
+                h.ensure_products(SKUS, 1_000_000)
+                shoppers = max(args.orders, args.hot_orders) + args.warmup * args.threads
+                hot = h.ensure_users(shoppers, prefix=f"{PREFIX}H")
+                h.ensure_users(REGULAR, prefix=f"{PREFIX}R")
+                env = h.queue_topic(topic)
+                background(args.background)
+            if 3 in args.parts:  # first: before part 1's 300,000 orders set checkpoints going
+                rows += part3(args, env, hot, run_id)
+            if 1 in args.parts:
+                rows += part1(args, env, hot, run_id)
+            if 2 in args.parts:
+                rows += part2(args)
+        finally:
+            h.end_sale(HOT)
+            if env:
+                h.delete_topics([topic])
     print(f"\nSUMMARY ({time.perf_counter() - began:.0f} s)")
     rows.sort(key=lambda row: row[0][0])  # by part
     h.print_table(["figure", "goal", "measured", ""], [(*row[:3], h.verdict(row[3])) for row in rows])

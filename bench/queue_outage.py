@@ -63,44 +63,43 @@ def main(argv=None) -> int:
     args = h.parse(argv, __doc__, "check", rounds=(5, "rounds"), seconds=seconds, direct_shoppers=shoppers)
     h.setup()
     run_id = uuid.uuid4().hex[:8]
-    lock = h.lock_or_exit("queue_outage")
-    port = h.free_port()
-    settings.KAFKA_BOOTSTRAP_SERVERS = address = f"{h.HOST}:{port}"
-    broker = start_broker(port)
-    ratios, p99s = [], {"alone": [], "up": [], "down": []}
-    try:
-        env = {**h.queue_topic(f"bench.qo.{run_id}"), "RATE_LIMIT_CHECKOUT": "1000000/min"}
-        env["KAFKA_BOOTSTRAP_SERVERS"] = address
-        direct = h.ensure_shoppers(args.direct_shoppers, prefix=f"{PREFIX}D")
-        buyers = h.ensure_shoppers(QUEUE_BUYERS, prefix=f"{PREFIX}Q")
-        everyone = [s.user_id for s in direct + buyers]
-        h.delete_orders(everyone)
-        h.ensure_products(REGULAR, 1_000_000)
-        seed_flash_sale(sku=FLASH, stock=10_000_000, price=999, name="Bench outage item", mode="queue")
-        breaker = f"QUEUE_BREAKER_OPEN_SECONDS {settings.QUEUE_BREAKER_OPEN_SECONDS:g}"
-        print(f"queue outage bench {run_id}: QUEUE_ADMIT_TIMEOUT_MS {settings.QUEUE_ADMIT_TIMEOUT_MS}, {breaker}")
-        for n in range(1, args.rounds + 1):
-            for state in ("alone", "up", "down"):
-                if state != "down" and not broker.alive():
-                    broker = start_broker(port)
-                    h.queue_topic(settings.KAFKA_CHECKOUT_TOPIC)  # the broker came back empty
-                if state == "down":
-                    broker.stop()
-                with h.Gunicorn(env=env) as server:
-                    run, queue = phase(server, args, direct, [] if state == "alone" else buyers, f"{run_id}{n}{state}")
-                p99s[state].append(run.p99_ms)
-                lines = [f"round {n}, " + ("direct checkouts alone" if queue is None else f"broker {state}")]
-                lines += [f"  {describe('direct', run)}"] + ([f"  {describe('queue ', queue)}"] if queue else [])
-                print("\n".join(lines))
-                h.delete_orders(everyone)
-                forget_queue(sku=FLASH)
-            ratios.append(p99s["down"][-1] / p99s["up"][-1])
-            print(f"  direct p99 down / up: {ratios[-1]:.2f}")
-    finally:
-        broker.stop()
-        h.delete_orders(h.user_ids(PREFIX))
-        h.end_sale(FLASH)
-        lock.close()
+    with h.lock_or_exit("queue_outage", lambda: h.delete_orders(h.user_ids(PREFIX))):
+        port = h.free_port()
+        settings.KAFKA_BOOTSTRAP_SERVERS = address = f"{h.HOST}:{port}"
+        broker = start_broker(port)
+        ratios, p99s = [], {"alone": [], "up": [], "down": []}
+        try:
+            env = {**h.queue_topic(f"bench.qo.{run_id}"), "RATE_LIMIT_CHECKOUT": "1000000/min"}
+            env["KAFKA_BOOTSTRAP_SERVERS"] = address
+            direct = h.ensure_shoppers(args.direct_shoppers, prefix=f"{PREFIX}D")
+            buyers = h.ensure_shoppers(QUEUE_BUYERS, prefix=f"{PREFIX}Q")
+            everyone = [s.user_id for s in direct + buyers]
+            h.delete_orders(everyone)
+            h.ensure_products(REGULAR, 1_000_000)
+            seed_flash_sale(sku=FLASH, stock=10_000_000, price=999, name="Bench outage item", mode="queue")
+            breaker = f"QUEUE_BREAKER_OPEN_SECONDS {settings.QUEUE_BREAKER_OPEN_SECONDS:g}"
+            print(f"queue outage bench {run_id}: QUEUE_ADMIT_TIMEOUT_MS {settings.QUEUE_ADMIT_TIMEOUT_MS}, {breaker}")
+            for n in range(1, args.rounds + 1):
+                for state in ("alone", "up", "down"):
+                    if state != "down" and not broker.alive():
+                        broker = start_broker(port)
+                        h.queue_topic(settings.KAFKA_CHECKOUT_TOPIC)  # the broker came back empty
+                    if state == "down":
+                        broker.stop()
+                    queue_buyers, tag = [] if state == "alone" else buyers, f"{run_id}{n}{state}"
+                    with h.Gunicorn(env=env) as server:
+                        run, queue = phase(server, args, direct, queue_buyers, tag)
+                    p99s[state].append(run.p99_ms)
+                    lines = [f"round {n}, " + ("direct checkouts alone" if queue is None else f"broker {state}")]
+                    lines += [f"  {describe('direct', run)}"] + ([f"  {describe('queue ', queue)}"] if queue else [])
+                    print("\n".join(lines))
+                    h.delete_orders(everyone)
+                    forget_queue(sku=FLASH)
+                ratios.append(p99s["down"][-1] / p99s["up"][-1])
+                print(f"  direct p99 down / up: {ratios[-1]:.2f}")
+        finally:
+            broker.stop()
+            h.end_sale(FLASH)
     ratio = statistics.median(ratios)
     median = {state: statistics.median(v) for state, v in p99s.items()}
     buyers = f"with the queue buyers, broker up {median['up']:.1f} ms, down {median['down']:.1f} ms"

@@ -283,19 +283,17 @@ def main(argv=None) -> int:
     topic, lag_topic = f"bench.relay.{run_id}", f"bench.relay.{run_id}.lag"
     original_topic, settings.KAFKA_ORDERS_TOPIC = settings.KAFKA_ORDERS_TOPIC, topic
     settings.KAFKA_CONSUMER_GROUP_PREFIX = f"bench.relay.{run_id}."
-    lock = h.lock_or_exit("relay", cleanup)
-    setup = f"batch size {settings.OUTBOX_BATCH_SIZE}, DEBUG={settings.DEBUG}"
-    print(f"python -m bench.relay: {os.cpu_count()} CPU(s), broker {settings.KAFKA_BOOTSTRAP_SERVERS}, {setup}")
-    topics = [topic, lag_topic, f"{lag_topic}.dlq"]
-    ensure_topics(topics=topics)
-    try:
-        ok = part1(args, topic, original_topic)  # throughput
-        print()
-        ok &= part2(args, lag_topic, run_id)  # lag
-    finally:
-        cleanup()
-        h.delete_topics(topics)
-        lock.close()
+    with h.lock_or_exit("relay", cleanup):
+        setup = f"batch size {settings.OUTBOX_BATCH_SIZE}, DEBUG={settings.DEBUG}"
+        print(f"python -m bench.relay: {os.cpu_count()} CPU(s), broker {settings.KAFKA_BOOTSTRAP_SERVERS}, {setup}")
+        topics = [topic, lag_topic, f"{lag_topic}.dlq"]
+        ensure_topics(topics=topics)
+        try:
+            ok = part1(args, topic, original_topic)  # throughput
+            print()
+            ok &= part2(args, lag_topic, run_id)  # lag
+        finally:
+            h.delete_topics(topics)
     return 1 if args.check and not ok else 0
 
 

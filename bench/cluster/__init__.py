@@ -40,16 +40,16 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     h.setup()
-    lock = h.lock_or_exit("cluster")  # noqa: F841 - held until exit
-    restart_cluster()
-    results, checks = {}, []
-    try:
-        for name in args.drills.split(","):
-            checks += DRILLS[name](args, results)
-    finally:
-        h.delete_orders(h.user_ids(PREFIX))
-        h.end_sale(SKU)
-        stop_cluster()
-    RUN.mkdir(parents=True, exist_ok=True)
-    (RUN / "results.json").write_text(json.dumps(results, indent=2, default=str))
-    return 0 if h.print_checks(checks, "cluster drills") else 1
+    with h.lock_or_exit("cluster"):
+        restart_cluster()
+        results, checks = {}, []
+        try:
+            for name in args.drills.split(","):
+                checks += DRILLS[name](args, results)
+        finally:
+            h.delete_orders(h.user_ids(PREFIX))
+            h.end_sale(SKU)
+            stop_cluster()
+        RUN.mkdir(parents=True, exist_ok=True)
+        (RUN / "results.json").write_text(json.dumps(results, indent=2, default=str))
+        return 0 if h.print_checks(checks, "cluster drills") else 1
