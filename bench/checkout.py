@@ -139,7 +139,7 @@ def django_order(job: Job, address: dict | None = None):
 def run_threads(side: str, jobs: list[Job], warm: list[Job], threads: int) -> h.Run:
     """`threads` threads, each warmed up with its share of `warm`, then timed from a common start to the last order;
     the run's records: each order's ms; its CPU: this process's (all threads)."""
-    gate, latencies, errors, ends = threading.Barrier(threads + 1), [], [], [0.0] * threads
+    gate, ms, errors, ends = threading.Barrier(threads + 1), [], [], [0.0] * threads
 
     def body(slot: int) -> None:
         if side == "django":
@@ -163,7 +163,7 @@ def run_threads(side: str, jobs: list[Job], warm: list[Job], threads: int) -> h.
                 except Exception as exc:  # noqa: BLE001 - counted, the run goes on
                     errors.append(repr(exc))
                     continue
-                latencies.append((time.perf_counter() - began) * 1000)
+                ms.append((time.perf_counter() - began) * 1000)
             ends[slot] = time.perf_counter()
         finally:
             conn.close()
@@ -178,11 +178,9 @@ def run_threads(side: str, jobs: list[Job], warm: list[Job], threads: int) -> h.
         t.join()
     if gate.broken:
         raise RuntimeError(f"{side}: a thread failed before the start: {errors[:3]}")
-    seconds, cpu, done = max(ends) - began, time.process_time() - cpu_began, len(latencies)
-    p50, p99 = h.pct(latencies, 50), h.pct(latencies, 99)
-    return h.Run(
-        f"{threads} threads", threads, len(jobs), done, seconds, len(errors), 0, p50, p99, cpu, latencies, errors
-    )
+    seconds, cpu = max(ends) - began, time.process_time() - cpu_began
+    p50, p99 = h.pct(ms, 50), h.pct(ms, 99)
+    return h.Run("threads", threads, len(jobs), len(ms), seconds, len(errors), 0, p50, p99, cpu, ms, errors)
 
 
 def cart(job: Job) -> dict:

@@ -153,8 +153,7 @@ def main(argv=None, results: dict | None = None) -> int:
     metrics_dir = tempfile.mkdtemp(prefix="bench-flash-metrics-")
     env = {**h.PRODUCTION_LIKE_ENV, "RATE_LIMIT_CHECKOUT": RATE_LIMIT, "PROMETHEUS_MULTIPROC_DIR": metrics_dir}
     env |= topic_env
-    phases: dict[str, h.Run] = {}
-    seen, stop = {}, threading.Event()
+    phases, seen, stop = {}, {}, threading.Event()  # name -> h.Run; when the queue drained
     writer = h.queue_writer(env) if queue else None
     worker = f"-A config worker --concurrency 1 --loglevel WARNING --hostname flash-drill-{run_id}@%h"
     celery = h.Child("celery", [str(h.VENV_BIN / "celery"), *worker.split()], env, group=True)
@@ -182,9 +181,8 @@ def main(argv=None, results: dict | None = None) -> int:
             watcher = threading.Thread(target=watch_queue, args=(stop, seen), daemon=True)
             watcher.start() if queue else None
             phases["sale"] = run(args.attempts, "sale", tokens, who)
-            deadline = time.monotonic() + 60
-            while queue and queue_depths().get(SKU, 0) > 0 and time.monotonic() < deadline:
-                time.sleep(0.01)  # the winners are known once their orders are written
+            # the winners are known once their orders are written
+            h.wait_until(lambda: not queue or queue_depths().get(SKU, 0) <= 0, 60, None, every=0.01)
             stop.set()
 
             state = sale_state(customer_ids)

@@ -216,14 +216,16 @@ class Child:
                 os.unlink(self.log.name)
 
 
-def wait_until(ready, seconds: float, failure: str, *children: Child, every: float = 0.1) -> None:
-    """Until ready() is true (an exception from it: not yet), or fail when a child exited or time is up."""
+def wait_until(ready, seconds: float, failure: str | None, *children: Child, every: float = 0.1) -> None:
+    """Until ready() is true (an exception from it: not yet); fail when a child exited or time is up (None: return)."""
     deadline = time.monotonic() + seconds
     while True:
         with contextlib.suppress(Exception):
             if ready():
                 return
         if (dead := [c for c in children if not c.alive()]) or time.monotonic() > deadline:
+            if failure is None:
+                return
             why = f"{dead[0].name} exited: {failure}" if dead else f"{failure} within {seconds:g} s"
             raise RuntimeError(why + "".join(f"\n{c.name} log:\n{c.tail()}" for c in dead or children))
         time.sleep(every)
@@ -592,8 +594,7 @@ def print_endpoints(runs: dict[str, Run], args, ratio: str, goal: float, extra=N
 def pct(values: list[float], p: float) -> float:
     if not values:
         return float("nan")
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+    return sorted(values)[max(0, math.ceil(p / 100 * len(values)) - 1)]
 
 
 def latency(ms: list[float], *ps: float) -> str:

@@ -20,9 +20,8 @@ def write_csv(path: Path, rows: int, *, bump: int = 0) -> None:
     with path.open("w", newline="") as file:
         writer = csv.writer(file)
         writer.writerow(["sku", "name", "price", "stock"])
-        writer.writerows(
-            [f"{PREFIX}{i:07d}", f"Bench product {i}", 100 + i % 5000 + bump, i % 50 + 3 * bump] for i in range(rows)
-        )
+        for i in range(rows):
+            writer.writerow([f"{PREFIX}{i:07d}", f"Bench product {i}", 100 + i % 5000 + bump, i % 50 + 3 * bump])
 
 
 def main() -> None:

@@ -72,10 +72,8 @@ def queued(n: int, customers: list[int], tag: str) -> tuple[list[int], list[tupl
     digest = OrderDraft(0, "", lines, currency, address, 0).request_hash  # as checkout hashes the request
     redis, now = get_redis_connection("default"), time.time()  # pending, as queue_checkout counts them
     redis.zadd(pending_key(HOT), dict.fromkeys(ids, now)), redis.sadd(SKUS_KEY, HOT)
-    requests = (
-        QueuedRequest(i, customers[k % len(customers)], f"{tag}-{k}", digest, currency, lines, {HOT: 1}, HOT, address)
-        for k, i in enumerate(ids)
-    )
+    same = digest, currency, lines, {HOT: 1}, HOT, address  # in every request
+    requests = (QueuedRequest(i, customers[k % len(customers)], f"{tag}-{k}", *same) for k, i in enumerate(ids))
     return ids, [(HOT.encode(), request.to_json()) for request in requests]
 
 
