@@ -257,7 +257,6 @@ def main(argv=None) -> int:
                 h.fill_carts([(job.customer_id, cart(job)) for job in jobs])
             result = run_threads(side, jobs[warm_total:], jobs[:warm_total], args.threads)
             results.setdefault(scenario, {}).setdefault(side, []).append(result)
-    connection.close()
 
     titles, ok = {"a": "(a) 1 hot SKU", "b": f"(b) {args.skus} SKUs, random", "v": "(v) (b) with a voucher"}, True
     rounds = f"median of {args.rounds} interleaved runs" if args.rounds > 1 else "one run"

@@ -22,12 +22,10 @@ from orders.models import OrderStatus
 from orders.services import expire_unpaid_orders
 from shop.models import Product
 
-PREFIX = "BENCH-EXP-"
-USERNAME = "bench-expiry"
+PREFIX, USERNAME = "BENCH-EXP-", "bench-expiry"  # the bench's SKUs and customer
 STOCK = 1_000_000  # units per SKU: available + reserved
 BASE_EXPIRES_AT = datetime(2000, 1, 1, tzinfo=UTC)  # long past, and before any real order
-GOAL_ORDERS_PER_S = 5000
-GOAL_MAX_TXN_MS = 1000
+GOAL_ORDERS_PER_S, GOAL_MAX_TXN_MS = 5000, 1000
 
 
 def parse_args(argv=None):

@@ -24,7 +24,6 @@ import time
 import urllib.request
 import zlib
 from collections import namedtuple
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -116,9 +115,8 @@ def pg_connect(**kwargs):
 
 @contextlib.contextmanager
 def lock_or_exit(bench: str, cleanup=lambda: None, keep: bool = False):
-    """One run of a bench at a time on a database, for a `with`: a session advisory lock keyed by the bench's name, on
-    an autocommit connection; `cleanup()` removes leftovers under the lock: a killed run's first, the run's last (unless
-    `keep`: the next run's first)."""
+    """One run of a bench at a time on a database, for a `with`: an advisory lock keyed by the bench's name; `cleanup()`
+    removes leftovers under it, a killed run's first and the run's last (unless `keep`: the next run's first)."""
     with pg_connect(autocommit=True) as conn:
         if not conn.execute("SELECT pg_try_advisory_lock(%s)", [zlib.crc32(f"bench.{bench}".encode())]).fetchone()[0]:
             raise SystemExit(f"another `python -m bench.{bench}` is running on this database")
@@ -613,7 +611,7 @@ def verdict(met: bool, yes: str = "ok", no: str = "MISSED") -> str:
     return yes if met else no
 
 
-def print_checks(checks: Sequence[tuple], title: str | None = None, yes: str = "ok", no: str = "MISSED") -> bool:
+def print_checks(checks: list[tuple], title: str | None = None, yes: str = "ok", no: str = "MISSED") -> bool:
     if title:
         print(f"\n{title}")
     for label, met, *detail in checks:
@@ -621,7 +619,7 @@ def print_checks(checks: Sequence[tuple], title: str | None = None, yes: str = "
     return all(met for _, met, *_ in checks)
 
 
-def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+def print_table(headers: list[str], rows: list) -> None:
     cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     for n, row in enumerate(cells):
