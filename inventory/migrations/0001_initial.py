@@ -6,95 +6,43 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     initial = True
 
     dependencies = [
-        ("shop", "0001_initial"),
+        ('shop', '0001_initial'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="Stock",
+            name='Stock',
             fields=[
-                (
-                    "product",
-                    models.OneToOneField(
-                        db_column="sku",
-                        on_delete=django.db.models.deletion.PROTECT,
-                        primary_key=True,
-                        related_name="stock",
-                        serialize=False,
-                        to="shop.product",
-                    ),
-                ),
-                ("available", models.IntegerField(default=0)),
-                ("reserved", models.IntegerField(default=0)),
-                ("shipped", models.IntegerField(default=0)),
+                ('product', models.OneToOneField(db_column='sku', on_delete=django.db.models.deletion.PROTECT, primary_key=True, related_name='stock', serialize=False, to='shop.product')),
+                ('available', models.IntegerField(default=0)),
+                ('reserved', models.IntegerField(default=0)),
+                ('shipped', models.IntegerField(default=0)),
             ],
             options={
-                "db_table": "inventory",
-                "constraints": [
-                    models.CheckConstraint(
-                        condition=models.Q(("available__gte", 0)), name="stock_available_not_negative"
-                    ),
-                    models.CheckConstraint(
-                        condition=models.Q(("reserved__gte", 0)), name="stock_reserved_not_negative"
-                    ),
-                    models.CheckConstraint(condition=models.Q(("shipped__gte", 0)), name="stock_shipped_not_negative"),
-                ],
+                'db_table': 'inventory',
+                'constraints': [models.CheckConstraint(condition=models.Q(('available__gte', 0)), name='stock_available_not_negative'), models.CheckConstraint(condition=models.Q(('reserved__gte', 0)), name='stock_reserved_not_negative'), models.CheckConstraint(condition=models.Q(('shipped__gte', 0)), name='stock_shipped_not_negative')],
             },
         ),
         migrations.CreateModel(
-            name="StockMovement",
+            name='StockMovement',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("delta", models.IntegerField()),
-                (
-                    "reason",
-                    models.CharField(
-                        choices=[
-                            ("received", "Received"),
-                            ("written_off", "Written off"),
-                            ("correction", "Correction"),
-                        ],
-                        max_length=20,
-                    ),
-                ),
-                ("note", models.CharField(blank=True, max_length=200)),
-                ("created_at", models.DateTimeField(auto_now_add=True)),
-                (
-                    "created_by",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        related_name="+",
-                        to=settings.AUTH_USER_MODEL,
-                    ),
-                ),
-                (
-                    "product",
-                    models.ForeignKey(
-                        db_column="sku",
-                        on_delete=django.db.models.deletion.PROTECT,
-                        related_name="+",
-                        to="shop.product",
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('delta', models.IntegerField()),
+                ('reason', models.CharField(choices=[('received', 'Received'), ('written_off', 'Written off'), ('correction', 'Correction')], max_length=20)),
+                ('note', models.CharField(blank=True, max_length=200)),
+                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                ('product', models.ForeignKey(db_column='sku', on_delete=django.db.models.deletion.PROTECT, related_name='+', to='shop.product')),
             ],
             options={
-                "ordering": ["-id"],
-                "indexes": [models.Index(fields=["product", "id"], name="inventory_s_sku_d86378_idx")],
-                "constraints": [
-                    models.CheckConstraint(
-                        condition=models.Q(("delta", 0), _negated=True), name="stock_movement_delta_not_zero"
-                    ),
-                    models.CheckConstraint(
-                        condition=models.Q(("reason__in", ["received", "written_off", "correction"])),
-                        name="stock_movement_reason_valid",
-                    ),
-                ],
+                'ordering': ['-id'],
+                'indexes': [models.Index(fields=['product', 'id'], name='inventory_s_sku_d86378_idx')],
+                'constraints': [models.CheckConstraint(condition=models.Q(('delta', 0), _negated=True), name='stock_movement_delta_not_zero'), models.CheckConstraint(condition=models.Q(('reason__in', ['received', 'written_off', 'correction'])), name='stock_movement_reason_valid')],
             },
         ),
     ]

@@ -5,39 +5,26 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("inventory", "0001_initial"),
-        ("orders", "0003_notification"),
+        ('inventory', '0001_initial'),
+        ('orders', '0003_notification'),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="Shipment",
+            name='Shipment',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                (
-                    "status",
-                    models.CharField(
-                        choices=[("REQUESTED", "Requested"), ("SHIPPED", "Shipped")], default="REQUESTED", max_length=10
-                    ),
-                ),
-                ("items", models.JSONField()),
-                ("requested_at", models.DateTimeField(auto_now_add=True)),
-                ("shipped_at", models.DateTimeField(blank=True, null=True)),
-                (
-                    "order",
-                    models.OneToOneField(
-                        on_delete=django.db.models.deletion.PROTECT, related_name="shipment", to="orders.order"
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('status', models.CharField(choices=[('REQUESTED', 'Requested'), ('SHIPPED', 'Shipped')], default='REQUESTED', max_length=10)),
+                ('items', models.JSONField()),
+                ('requested_at', models.DateTimeField(auto_now_add=True)),
+                ('shipped_at', models.DateTimeField(blank=True, null=True)),
+                ('order', models.OneToOneField(on_delete=django.db.models.deletion.PROTECT, related_name='shipment', to='orders.order')),
             ],
             options={
-                "ordering": ["-id"],
-                "constraints": [
-                    models.CheckConstraint(
-                        condition=models.Q(("status__in", ["REQUESTED", "SHIPPED"])), name="shipment_status_valid"
-                    )
-                ],
+                'ordering': ['-id'],
+                'constraints': [models.CheckConstraint(condition=models.Q(('status__in', ['REQUESTED', 'SHIPPED'])), name='shipment_status_valid')],
             },
         ),
     ]

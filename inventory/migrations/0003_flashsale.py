@@ -5,38 +5,22 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("inventory", "0002_shipment"),
-        ("shop", "0002_loyaltyentry"),
+        ('inventory', '0002_shipment'),
+        ('shop', '0002_loyaltyentry'),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="FlashSale",
+            name='FlashSale',
             fields=[
-                (
-                    "product",
-                    models.OneToOneField(
-                        db_column="sku",
-                        on_delete=django.db.models.deletion.CASCADE,
-                        primary_key=True,
-                        related_name="flash_sale",
-                        serialize=False,
-                        to="shop.product",
-                    ),
-                ),
-                ("per_customer_limit", models.PositiveIntegerField(blank=True, null=True)),
-                ("started_at", models.DateTimeField(auto_now_add=True)),
+                ('product', models.OneToOneField(db_column='sku', on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='flash_sale', serialize=False, to='shop.product')),
+                ('per_customer_limit', models.PositiveIntegerField(blank=True, null=True)),
+                ('started_at', models.DateTimeField(auto_now_add=True)),
             ],
             options={
-                "constraints": [
-                    models.CheckConstraint(
-                        condition=models.Q(
-                            ("per_customer_limit__isnull", True), ("per_customer_limit__gt", 0), _connector="OR"
-                        ),
-                        name="flash_sale_limit_positive",
-                    )
-                ],
+                'constraints': [models.CheckConstraint(condition=models.Q(('per_customer_limit__isnull', True), ('per_customer_limit__gt', 0), _connector='OR'), name='flash_sale_limit_positive')],
             },
         ),
     ]

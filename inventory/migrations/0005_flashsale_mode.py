@@ -4,21 +4,20 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("inventory", "0004_shipment_order_id_plain"),
-        ("shop", "0006_drop_plain_text_tokens"),
+        ('inventory', '0004_shipment_order_id_plain'),
+        ('shop', '0006_drop_plain_text_tokens'),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="flashsale",
-            name="mode",
-            field=models.CharField(choices=[("direct", "Direct"), ("queue", "Queue")], default="direct", max_length=6),
+            model_name='flashsale',
+            name='mode',
+            field=models.CharField(choices=[('direct', 'Direct'), ('queue', 'Queue')], default='direct', max_length=6),
         ),
         migrations.AddConstraint(
-            model_name="flashsale",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("mode__in", ["direct", "queue"])), name="flash_sale_mode_valid"
-            ),
+            model_name='flashsale',
+            constraint=models.CheckConstraint(condition=models.Q(('mode__in', ['direct', 'queue'])), name='flash_sale_mode_valid'),
         ),
     ]

@@ -4,14 +4,15 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("inventory", "0005_flashsale_mode"),
+        ('inventory', '0005_flashsale_mode'),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="shipment",
-            name="shipping_address",
+            model_name='shipment',
+            name='shipping_address',
             field=models.JSONField(blank=True, null=True),
         ),
     ]

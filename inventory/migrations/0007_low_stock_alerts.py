@@ -5,38 +5,31 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("inventory", "0006_shipment_shipping_address"),
-        ("shop", "0007_address_product_details"),
+        ('inventory', '0006_shipment_shipping_address'),
+        ('shop', '0007_address_product_details'),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="stock",
-            name="low_stock_threshold",
+            model_name='stock',
+            name='low_stock_threshold',
             field=models.PositiveIntegerField(blank=True, null=True),
         ),
         migrations.CreateModel(
-            name="LowStockAlert",
+            name='LowStockAlert',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("day", models.DateField()),
-                ("available", models.IntegerField()),
-                ("threshold", models.PositiveIntegerField()),
-                ("sent_at", models.DateTimeField(auto_now_add=True)),
-                (
-                    "product",
-                    models.ForeignKey(
-                        db_column="sku",
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="+",
-                        to="shop.product",
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('day', models.DateField()),
+                ('available', models.IntegerField()),
+                ('threshold', models.PositiveIntegerField()),
+                ('sent_at', models.DateTimeField(auto_now_add=True)),
+                ('product', models.ForeignKey(db_column='sku', on_delete=django.db.models.deletion.CASCADE, related_name='+', to='shop.product')),
             ],
             options={
-                "ordering": ["-id"],
-                "constraints": [models.UniqueConstraint(fields=("product", "day"), name="low_stock_alert_once_a_day")],
+                'ordering': ['-id'],
+                'constraints': [models.UniqueConstraint(fields=('product', 'day'), name='low_stock_alert_once_a_day')],
             },
         ),
     ]

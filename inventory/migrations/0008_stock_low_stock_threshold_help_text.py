@@ -4,18 +4,15 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("inventory", "0007_low_stock_alerts"),
+        ('inventory', '0007_low_stock_alerts'),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name="stock",
-            name="low_stock_threshold",
-            field=models.PositiveIntegerField(
-                blank=True,
-                help_text="Below this many available units the SKU is low: flagged in the list, and the stock managers are emailed. Blank: the default, the LOW_STOCK_THRESHOLD setting.",
-                null=True,
-            ),
+            model_name='stock',
+            name='low_stock_threshold',
+            field=models.PositiveIntegerField(blank=True, help_text='Below this many available units the SKU is low: flagged in the list, and the stock managers are emailed. Blank: the default, the LOW_STOCK_THRESHOLD setting.', null=True),
         ),
     ]

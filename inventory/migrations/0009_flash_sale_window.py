@@ -5,27 +5,25 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("inventory", "0008_stock_low_stock_threshold_help_text"),
-        ("shop", "0008_alter_loyaltyentry_options"),
+        ('inventory', '0008_stock_low_stock_threshold_help_text'),
+        ('shop', '0008_alter_loyaltyentry_options'),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="flashsale",
-            name="ends_at",
+            model_name='flashsale',
+            name='ends_at',
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name="flashsale",
-            name="starts_at",
+            model_name='flashsale',
+            name='starts_at',
             field=models.DateTimeField(default=django.utils.timezone.now),
         ),
         migrations.AddConstraint(
-            model_name="flashsale",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("ends_at__isnull", True), ("ends_at__gt", models.F("starts_at")), _connector="OR"),
-                name="flash_sale_ends_after_start",
-            ),
+            model_name='flashsale',
+            constraint=models.CheckConstraint(condition=models.Q(('ends_at__isnull', True), ('ends_at__gt', models.F('starts_at')), _connector='OR'), name='flash_sale_ends_after_start'),
         ),
     ]

@@ -6,36 +6,25 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("inventory", "0010_stock_managers_run_flash_sales"),
-        ("shop", "0011_sale_price_kind"),
+        ('inventory', '0010_stock_managers_run_flash_sales'),
+        ('shop', '0011_sale_price_kind'),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="flashsale",
-            name="promotion",
-            field=models.OneToOneField(
-                blank=True,
-                editable=False,
-                null=True,
-                on_delete=django.db.models.deletion.SET_NULL,
-                related_name="flash_sale",
-                to="shop.promotion",
-            ),
+            model_name='flashsale',
+            name='promotion',
+            field=models.OneToOneField(blank=True, editable=False, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='flash_sale', to='shop.promotion'),
         ),
         migrations.AddField(
-            model_name="flashsale",
-            name="sale_price",
-            field=models.BigIntegerField(
-                blank=True, null=True, validators=[django.core.validators.MinValueValidator(1)]
-            ),
+            model_name='flashsale',
+            name='sale_price',
+            field=models.BigIntegerField(blank=True, null=True, validators=[django.core.validators.MinValueValidator(1)]),
         ),
         migrations.AddConstraint(
-            model_name="flashsale",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("sale_price__isnull", True), ("sale_price__gt", 0), _connector="OR"),
-                name="flash_sale_price_positive",
-            ),
+            model_name='flashsale',
+            constraint=models.CheckConstraint(condition=models.Q(('sale_price__isnull', True), ('sale_price__gt', 0), _connector='OR'), name='flash_sale_price_positive'),
         ),
     ]

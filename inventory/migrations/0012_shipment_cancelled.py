@@ -4,28 +4,23 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("inventory", "0011_flash_sale_price"),
+        ('inventory', '0011_flash_sale_price'),
     ]
 
     operations = [
         migrations.RemoveConstraint(
-            model_name="shipment",
-            name="shipment_status_valid",
+            model_name='shipment',
+            name='shipment_status_valid',
         ),
         migrations.AlterField(
-            model_name="shipment",
-            name="status",
-            field=models.CharField(
-                choices=[("REQUESTED", "Requested"), ("SHIPPED", "Shipped"), ("CANCELLED", "Cancelled")],
-                default="REQUESTED",
-                max_length=10,
-            ),
+            model_name='shipment',
+            name='status',
+            field=models.CharField(choices=[('REQUESTED', 'Requested'), ('SHIPPED', 'Shipped'), ('CANCELLED', 'Cancelled')], default='REQUESTED', max_length=10),
         ),
         migrations.AddConstraint(
-            model_name="shipment",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("status__in", ["REQUESTED", "SHIPPED", "CANCELLED"])), name="shipment_status_valid"
-            ),
+            model_name='shipment',
+            constraint=models.CheckConstraint(condition=models.Q(('status__in', ['REQUESTED', 'SHIPPED', 'CANCELLED'])), name='shipment_status_valid'),
         ),
     ]

@@ -5,36 +5,25 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("inventory", "0012_shipment_cancelled"),
-        ("shop", "0013_loyalty_entry_source"),
+        ('inventory', '0012_shipment_cancelled'),
+        ('shop', '0013_loyalty_entry_source'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.RemoveConstraint(
-            model_name="stockmovement",
-            name="stock_movement_reason_valid",
+            model_name='stockmovement',
+            name='stock_movement_reason_valid',
         ),
         migrations.AlterField(
-            model_name="stockmovement",
-            name="reason",
-            field=models.CharField(
-                choices=[
-                    ("received", "Received"),
-                    ("written_off", "Written off"),
-                    ("correction", "Correction"),
-                    ("returned", "Returned by a shopper"),
-                    ("damaged", "Returned damaged: written off"),
-                ],
-                max_length=20,
-            ),
+            model_name='stockmovement',
+            name='reason',
+            field=models.CharField(choices=[('received', 'Received'), ('written_off', 'Written off'), ('correction', 'Correction'), ('returned', 'Returned by a shopper'), ('damaged', 'Returned damaged: written off')], max_length=20),
         ),
         migrations.AddConstraint(
-            model_name="stockmovement",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("reason__in", ["received", "written_off", "correction", "returned", "damaged"])),
-                name="stock_movement_reason_valid",
-            ),
+            model_name='stockmovement',
+            constraint=models.CheckConstraint(condition=models.Q(('reason__in', ['received', 'written_off', 'correction', 'returned', 'damaged'])), name='stock_movement_reason_valid'),
         ),
     ]

@@ -6,131 +6,84 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     initial = True
 
     dependencies = [
-        ("shop", "0001_initial"),
+        ('shop', '0001_initial'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="Order",
+            name='Order',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("idempotency_key", models.CharField(max_length=64)),
-                ("request_hash", models.CharField(max_length=64)),
-                (
-                    "status",
-                    models.CharField(
-                        choices=[
-                            ("PENDING_PAYMENT", "Pending payment"),
-                            ("PAID", "Paid"),
-                            ("SHIPPED", "Shipped"),
-                            ("CANCELLED", "Cancelled"),
-                            ("REFUNDED", "Refunded"),
-                        ],
-                        default="PENDING_PAYMENT",
-                        max_length=20,
-                    ),
-                ),
-                ("total_amount", models.BigIntegerField()),
-                ("currency", models.CharField(max_length=3)),
-                ("expires_at", models.DateTimeField()),
-                ("created_at", models.DateTimeField()),
-                ("paid_at", models.DateTimeField(blank=True, null=True)),
-                ("cancelled_at", models.DateTimeField(blank=True, null=True)),
-                (
-                    "customer",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.PROTECT, related_name="orders", to=settings.AUTH_USER_MODEL
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('idempotency_key', models.CharField(max_length=64)),
+                ('request_hash', models.CharField(max_length=64)),
+                ('status', models.CharField(choices=[('PENDING_PAYMENT', 'Pending payment'), ('PAID', 'Paid'), ('SHIPPED', 'Shipped'), ('CANCELLED', 'Cancelled'), ('REFUNDED', 'Refunded')], default='PENDING_PAYMENT', max_length=20)),
+                ('total_amount', models.BigIntegerField()),
+                ('currency', models.CharField(max_length=3)),
+                ('expires_at', models.DateTimeField()),
+                ('created_at', models.DateTimeField()),
+                ('paid_at', models.DateTimeField(blank=True, null=True)),
+                ('cancelled_at', models.DateTimeField(blank=True, null=True)),
+                ('customer', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='orders', to=settings.AUTH_USER_MODEL)),
             ],
             options={
-                "db_table": "orders",
-                "ordering": ["-id"],
+                'db_table': 'orders',
+                'ordering': ['-id'],
             },
         ),
         migrations.CreateModel(
-            name="OrderItem",
+            name='OrderItem',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("name", models.CharField(max_length=200)),
-                ("quantity", models.IntegerField()),
-                ("unit_price", models.BigIntegerField()),
-                (
-                    "order",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="items", to="orders.order"
-                    ),
-                ),
-                (
-                    "product",
-                    models.ForeignKey(
-                        db_column="sku",
-                        on_delete=django.db.models.deletion.PROTECT,
-                        related_name="+",
-                        to="shop.product",
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('name', models.CharField(max_length=200)),
+                ('quantity', models.IntegerField()),
+                ('unit_price', models.BigIntegerField()),
+                ('order', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='items', to='orders.order')),
+                ('product', models.ForeignKey(db_column='sku', on_delete=django.db.models.deletion.PROTECT, related_name='+', to='shop.product')),
             ],
             options={
-                "db_table": "order_items",
-                "ordering": ["product_id"],
+                'db_table': 'order_items',
+                'ordering': ['product_id'],
             },
         ),
         migrations.AddIndex(
-            model_name="order",
-            index=models.Index(
-                condition=models.Q(("status", "PENDING_PAYMENT")),
-                fields=["expires_at"],
-                name="order_pending_expires_at",
-            ),
+            model_name='order',
+            index=models.Index(condition=models.Q(('status', 'PENDING_PAYMENT')), fields=['expires_at'], name='order_pending_expires_at'),
         ),
         migrations.AddIndex(
-            model_name="order",
-            index=models.Index(fields=["customer", "-id"], name="order_customer_newest"),
+            model_name='order',
+            index=models.Index(fields=['customer', '-id'], name='order_customer_newest'),
         ),
         migrations.AddConstraint(
-            model_name="order",
-            constraint=models.UniqueConstraint(
-                fields=("customer", "idempotency_key"), name="order_idempotency_key_unique"
-            ),
+            model_name='order',
+            constraint=models.UniqueConstraint(fields=('customer', 'idempotency_key'), name='order_idempotency_key_unique'),
         ),
         migrations.AddConstraint(
-            model_name="order",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("status__in", ["PENDING_PAYMENT", "PAID", "SHIPPED", "CANCELLED", "REFUNDED"])),
-                name="order_status_valid",
-            ),
+            model_name='order',
+            constraint=models.CheckConstraint(condition=models.Q(('status__in', ['PENDING_PAYMENT', 'PAID', 'SHIPPED', 'CANCELLED', 'REFUNDED'])), name='order_status_valid'),
         ),
         migrations.AddConstraint(
-            model_name="order",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("total_amount__gte", 0)), name="order_total_not_negative"
-            ),
+            model_name='order',
+            constraint=models.CheckConstraint(condition=models.Q(('total_amount__gte', 0)), name='order_total_not_negative'),
         ),
         migrations.AddConstraint(
-            model_name="order",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("idempotency_key", ""), _negated=True), name="order_idempotency_key_not_empty"
-            ),
+            model_name='order',
+            constraint=models.CheckConstraint(condition=models.Q(('idempotency_key', ''), _negated=True), name='order_idempotency_key_not_empty'),
         ),
         migrations.AddConstraint(
-            model_name="orderitem",
-            constraint=models.UniqueConstraint(fields=("order", "product"), name="order_item_sku_unique"),
+            model_name='orderitem',
+            constraint=models.UniqueConstraint(fields=('order', 'product'), name='order_item_sku_unique'),
         ),
         migrations.AddConstraint(
-            model_name="orderitem",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("quantity__gt", 0)), name="order_item_quantity_positive"
-            ),
+            model_name='orderitem',
+            constraint=models.CheckConstraint(condition=models.Q(('quantity__gt', 0)), name='order_item_quantity_positive'),
         ),
         migrations.AddConstraint(
-            model_name="orderitem",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("unit_price__gte", 0)), name="order_item_price_not_negative"
-            ),
+            model_name='orderitem',
+            constraint=models.CheckConstraint(condition=models.Q(('unit_price__gte', 0)), name='order_item_price_not_negative'),
         ),
     ]

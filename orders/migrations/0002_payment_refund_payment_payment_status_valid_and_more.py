@@ -6,141 +6,69 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("orders", "0001_initial"),
+        ('orders', '0001_initial'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="Payment",
+            name='Payment',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("provider_payment_id", models.CharField(max_length=100, unique=True)),
-                ("amount", models.BigIntegerField()),
-                ("currency", models.CharField(max_length=3)),
-                ("status", models.CharField(choices=[("succeeded", "Succeeded"), ("failed", "Failed")], max_length=10)),
-                (
-                    "outcome",
-                    models.CharField(
-                        choices=[
-                            ("applied", "Paid the order"),
-                            ("refunded", "Refund requested"),
-                            ("failed", "Payment failed"),
-                        ],
-                        max_length=10,
-                    ),
-                ),
-                ("received_at", models.DateTimeField()),
-                ("raw", models.JSONField()),
-                (
-                    "order",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.PROTECT,
-                        related_name="payments",
-                        to="orders.order",
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('provider_payment_id', models.CharField(max_length=100, unique=True)),
+                ('amount', models.BigIntegerField()),
+                ('currency', models.CharField(max_length=3)),
+                ('status', models.CharField(choices=[('succeeded', 'Succeeded'), ('failed', 'Failed')], max_length=10)),
+                ('outcome', models.CharField(choices=[('applied', 'Paid the order'), ('refunded', 'Refund requested'), ('failed', 'Payment failed')], max_length=10)),
+                ('received_at', models.DateTimeField()),
+                ('raw', models.JSONField()),
+                ('order', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='payments', to='orders.order')),
             ],
             options={
-                "ordering": ["-id"],
+                'ordering': ['-id'],
             },
         ),
         migrations.CreateModel(
-            name="Refund",
+            name='Refund',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("amount", models.BigIntegerField()),
-                ("currency", models.CharField(max_length=3)),
-                (
-                    "reason",
-                    models.CharField(
-                        choices=[
-                            ("order_not_pending", "Order was no longer awaiting payment"),
-                            ("amount_mismatch", "Amount or currency did not match the order"),
-                            ("unknown_order", "No such order"),
-                            ("staff", "Refunded by staff"),
-                        ],
-                        max_length=20,
-                    ),
-                ),
-                (
-                    "status",
-                    models.CharField(
-                        choices=[("REQUESTED", "Requested"), ("COMPLETED", "Completed")],
-                        default="REQUESTED",
-                        max_length=10,
-                    ),
-                ),
-                ("created_at", models.DateTimeField(auto_now_add=True)),
-                (
-                    "created_by",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        related_name="+",
-                        to=settings.AUTH_USER_MODEL,
-                    ),
-                ),
-                (
-                    "order",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.PROTECT,
-                        related_name="refunds",
-                        to="orders.order",
-                    ),
-                ),
-                (
-                    "payment",
-                    models.OneToOneField(
-                        on_delete=django.db.models.deletion.PROTECT, related_name="refund", to="orders.payment"
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('amount', models.BigIntegerField()),
+                ('currency', models.CharField(max_length=3)),
+                ('reason', models.CharField(choices=[('order_not_pending', 'Order was no longer awaiting payment'), ('amount_mismatch', 'Amount or currency did not match the order'), ('unknown_order', 'No such order'), ('staff', 'Refunded by staff')], max_length=20)),
+                ('status', models.CharField(choices=[('REQUESTED', 'Requested'), ('COMPLETED', 'Completed')], default='REQUESTED', max_length=10)),
+                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                ('order', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='refunds', to='orders.order')),
+                ('payment', models.OneToOneField(on_delete=django.db.models.deletion.PROTECT, related_name='refund', to='orders.payment')),
             ],
             options={
-                "ordering": ["-id"],
+                'ordering': ['-id'],
             },
         ),
         migrations.AddConstraint(
-            model_name="payment",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("status__in", ["succeeded", "failed"])), name="payment_status_valid"
-            ),
+            model_name='payment',
+            constraint=models.CheckConstraint(condition=models.Q(('status__in', ['succeeded', 'failed'])), name='payment_status_valid'),
         ),
         migrations.AddConstraint(
-            model_name="payment",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("outcome__in", ["applied", "refunded", "failed"])), name="payment_outcome_valid"
-            ),
+            model_name='payment',
+            constraint=models.CheckConstraint(condition=models.Q(('outcome__in', ['applied', 'refunded', 'failed'])), name='payment_outcome_valid'),
         ),
         migrations.AddConstraint(
-            model_name="payment",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("amount__gte", 0)), name="payment_amount_not_negative"
-            ),
+            model_name='payment',
+            constraint=models.CheckConstraint(condition=models.Q(('amount__gte', 0)), name='payment_amount_not_negative'),
         ),
         migrations.AddConstraint(
-            model_name="refund",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("amount__gte", 0)), name="refund_amount_not_negative"
-            ),
+            model_name='refund',
+            constraint=models.CheckConstraint(condition=models.Q(('amount__gte', 0)), name='refund_amount_not_negative'),
         ),
         migrations.AddConstraint(
-            model_name="refund",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("reason__in", ["order_not_pending", "amount_mismatch", "unknown_order", "staff"])),
-                name="refund_reason_valid",
-            ),
+            model_name='refund',
+            constraint=models.CheckConstraint(condition=models.Q(('reason__in', ['order_not_pending', 'amount_mismatch', 'unknown_order', 'staff'])), name='refund_reason_valid'),
         ),
         migrations.AddConstraint(
-            model_name="refund",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("status__in", ["REQUESTED", "COMPLETED"])), name="refund_status_valid"
-            ),
+            model_name='refund',
+            constraint=models.CheckConstraint(condition=models.Q(('status__in', ['REQUESTED', 'COMPLETED'])), name='refund_status_valid'),
         ),
     ]

@@ -5,38 +5,24 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("orders", "0002_payment_refund_payment_payment_status_valid_and_more"),
+        ('orders', '0002_payment_refund_payment_payment_status_valid_and_more'),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="Notification",
+            name='Notification',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                (
-                    "kind",
-                    models.CharField(
-                        choices=[
-                            ("order_confirmed", "Order confirmed"),
-                            ("order_cancelled", "Order cancelled"),
-                            ("refund_requested", "Refund on its way"),
-                        ],
-                        max_length=20,
-                    ),
-                ),
-                ("to", models.EmailField(max_length=254)),
-                ("subject", models.CharField(max_length=200)),
-                ("sent_at", models.DateTimeField(auto_now_add=True)),
-                (
-                    "order",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.PROTECT, related_name="notifications", to="orders.order"
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('kind', models.CharField(choices=[('order_confirmed', 'Order confirmed'), ('order_cancelled', 'Order cancelled'), ('refund_requested', 'Refund on its way')], max_length=20)),
+                ('to', models.EmailField(max_length=254)),
+                ('subject', models.CharField(max_length=200)),
+                ('sent_at', models.DateTimeField(auto_now_add=True)),
+                ('order', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='notifications', to='orders.order')),
             ],
             options={
-                "ordering": ["-id"],
+                'ordering': ['-id'],
             },
         ),
     ]

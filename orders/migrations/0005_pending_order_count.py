@@ -6,34 +6,22 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("auth", "0012_alter_user_first_name_max_length"),
-        ("orders", "0004_payment_raw_body"),
+        ('auth', '0012_alter_user_first_name_max_length'),
+        ('orders', '0004_payment_raw_body'),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="PendingOrderCount",
+            name='PendingOrderCount',
             fields=[
-                (
-                    "customer",
-                    models.OneToOneField(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        primary_key=True,
-                        related_name="+",
-                        serialize=False,
-                        to=settings.AUTH_USER_MODEL,
-                    ),
-                ),
-                ("pending", models.IntegerField()),
+                ('customer', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='+', serialize=False, to=settings.AUTH_USER_MODEL)),
+                ('pending', models.IntegerField()),
             ],
             options={
-                "db_table": "order_pending_counts",
-                "constraints": [
-                    models.CheckConstraint(
-                        condition=models.Q(("pending__gte", 0)), name="pending_order_count_not_negative"
-                    )
-                ],
+                'db_table': 'order_pending_counts',
+                'constraints': [models.CheckConstraint(condition=models.Q(('pending__gte', 0)), name='pending_order_count_not_negative')],
             },
         ),
         # The orders already awaiting payment hold their slots.

@@ -5,51 +5,33 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("orders", "0006_pending_counter_for_every_account"),
+        ('orders', '0006_pending_counter_for_every_account'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.RemoveConstraint(
-            model_name="order",
-            name="order_status_valid",
+            model_name='order',
+            name='order_status_valid',
         ),
         migrations.AddField(
-            model_name="order",
-            name="rejection_reason",
-            field=models.CharField(blank=True, db_default="", default="", max_length=40),
+            model_name='order',
+            name='rejection_reason',
+            field=models.CharField(blank=True, db_default='', default='', max_length=40),
         ),
         migrations.AlterField(
-            model_name="order",
-            name="status",
-            field=models.CharField(
-                choices=[
-                    ("PENDING_PAYMENT", "Pending payment"),
-                    ("PAID", "Paid"),
-                    ("SHIPPED", "Shipped"),
-                    ("CANCELLED", "Cancelled"),
-                    ("REFUNDED", "Refunded"),
-                    ("REJECTED", "Rejected"),
-                ],
-                default="PENDING_PAYMENT",
-                max_length=20,
-            ),
+            model_name='order',
+            name='status',
+            field=models.CharField(choices=[('PENDING_PAYMENT', 'Pending payment'), ('PAID', 'Paid'), ('SHIPPED', 'Shipped'), ('CANCELLED', 'Cancelled'), ('REFUNDED', 'Refunded'), ('REJECTED', 'Rejected')], default='PENDING_PAYMENT', max_length=20),
         ),
         migrations.AddConstraint(
-            model_name="order",
-            constraint=models.CheckConstraint(
-                condition=models.Q(
-                    ("status__in", ["PENDING_PAYMENT", "PAID", "SHIPPED", "CANCELLED", "REFUNDED", "REJECTED"])
-                ),
-                name="order_status_valid",
-            ),
+            model_name='order',
+            constraint=models.CheckConstraint(condition=models.Q(('status__in', ['PENDING_PAYMENT', 'PAID', 'SHIPPED', 'CANCELLED', 'REFUNDED', 'REJECTED'])), name='order_status_valid'),
         ),
         migrations.AddConstraint(
-            model_name="order",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("status", "REJECTED"), ("rejection_reason", ""), _connector="OR"),
-                name="order_rejection_reason_only_rejected",
-            ),
+            model_name='order',
+            constraint=models.CheckConstraint(condition=models.Q(('status', 'REJECTED'), ('rejection_reason', ''), _connector='OR'), name='order_rejection_reason_only_rejected'),
         ),
     ]

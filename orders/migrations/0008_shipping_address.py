@@ -5,47 +5,30 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("orders", "0007_queued_orders"),
+        ('orders', '0007_queued_orders'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="order",
-            name="shipped_at",
+            model_name='order',
+            name='shipped_at',
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name="order",
-            name="shipping_address",
+            model_name='order',
+            name='shipping_address',
             field=models.JSONField(blank=True, null=True),
         ),
         migrations.AlterField(
-            model_name="notification",
-            name="kind",
-            field=models.CharField(
-                choices=[
-                    ("order_confirmed", "Order confirmed"),
-                    ("order_cancelled", "Order cancelled"),
-                    ("refund_requested", "Refund on its way"),
-                    ("order_shipped", "Order shipped"),
-                ],
-                max_length=20,
-            ),
+            model_name='notification',
+            name='kind',
+            field=models.CharField(choices=[('order_confirmed', 'Order confirmed'), ('order_cancelled', 'Order cancelled'), ('refund_requested', 'Refund on its way'), ('order_shipped', 'Order shipped')], max_length=20),
         ),
         migrations.AddConstraint(
-            model_name="order",
-            constraint=models.CheckConstraint(
-                condition=models.Q(
-                    ("shipping_address__isnull", True),
-                    (
-                        "shipping_address__has_keys",
-                        ["name", "line1", "line2", "city", "postal_code", "country", "phone"],
-                    ),
-                    _connector="OR",
-                ),
-                name="order_shipping_address_complete",
-            ),
+            model_name='order',
+            constraint=models.CheckConstraint(condition=models.Q(('shipping_address__isnull', True), ('shipping_address__has_keys', ['name', 'line1', 'line2', 'city', 'postal_code', 'country', 'phone']), _connector='OR'), name='order_shipping_address_complete'),
         ),
     ]

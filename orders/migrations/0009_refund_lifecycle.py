@@ -5,99 +5,61 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("orders", "0008_shipping_address"),
+        ('orders', '0008_shipping_address'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.RemoveConstraint(
-            model_name="refund",
-            name="refund_status_valid",
+            model_name='refund',
+            name='refund_status_valid',
         ),
         migrations.AddField(
-            model_name="refund",
-            name="attempt",
+            model_name='refund',
+            name='attempt',
             field=models.PositiveSmallIntegerField(db_default=1, default=1),
         ),
         migrations.AddField(
-            model_name="refund",
-            name="completed_at",
+            model_name='refund',
+            name='completed_at',
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name="refund",
-            name="failure_reason",
-            field=models.CharField(blank=True, db_default="", default="", max_length=200),
+            model_name='refund',
+            name='failure_reason',
+            field=models.CharField(blank=True, db_default='', default='', max_length=200),
         ),
         migrations.AddField(
-            model_name="refund",
-            name="submitted_at",
+            model_name='refund',
+            name='submitted_at',
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AlterField(
-            model_name="notification",
-            name="kind",
-            field=models.CharField(
-                choices=[
-                    ("order_confirmed", "Order confirmed"),
-                    ("order_cancelled", "Order cancelled"),
-                    ("refund_requested", "Refund on its way"),
-                    ("order_shipped", "Order shipped"),
-                    ("refund_completed", "Refund completed"),
-                ],
-                max_length=20,
-            ),
+            model_name='notification',
+            name='kind',
+            field=models.CharField(choices=[('order_confirmed', 'Order confirmed'), ('order_cancelled', 'Order cancelled'), ('refund_requested', 'Refund on its way'), ('order_shipped', 'Order shipped'), ('refund_completed', 'Refund completed')], max_length=20),
         ),
         migrations.AlterField(
-            model_name="refund",
-            name="status",
-            field=models.CharField(
-                choices=[
-                    ("REQUESTED", "Requested"),
-                    ("SUBMITTED", "Submitted to the provider"),
-                    ("COMPLETED", "Completed"),
-                    ("FAILED", "Failed"),
-                ],
-                default="REQUESTED",
-                max_length=10,
-            ),
+            model_name='refund',
+            name='status',
+            field=models.CharField(choices=[('REQUESTED', 'Requested'), ('SUBMITTED', 'Submitted to the provider'), ('COMPLETED', 'Completed'), ('FAILED', 'Failed')], default='REQUESTED', max_length=10),
         ),
         migrations.AddIndex(
-            model_name="refund",
-            index=models.Index(
-                condition=models.Q(("status", "COMPLETED"), _negated=True),
-                fields=["status"],
-                name="refund_open_by_status",
-            ),
+            model_name='refund',
+            index=models.Index(condition=models.Q(('status', 'COMPLETED'), _negated=True), fields=['status'], name='refund_open_by_status'),
         ),
         migrations.AddConstraint(
-            model_name="refund",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("status__in", ["REQUESTED", "SUBMITTED", "COMPLETED", "FAILED"])),
-                name="refund_status_valid",
-            ),
+            model_name='refund',
+            constraint=models.CheckConstraint(condition=models.Q(('status__in', ['REQUESTED', 'SUBMITTED', 'COMPLETED', 'FAILED'])), name='refund_status_valid'),
         ),
         migrations.AddConstraint(
-            model_name="refund",
-            constraint=models.CheckConstraint(
-                condition=models.Q(
-                    models.Q(("completed_at__isnull", False), ("status", "COMPLETED")),
-                    models.Q(models.Q(("status", "COMPLETED"), _negated=True), ("completed_at__isnull", True)),
-                    _connector="OR",
-                ),
-                name="refund_completed_at_iff_completed",
-            ),
+            model_name='refund',
+            constraint=models.CheckConstraint(condition=models.Q(models.Q(('completed_at__isnull', False), ('status', 'COMPLETED')), models.Q(models.Q(('status', 'COMPLETED'), _negated=True), ('completed_at__isnull', True)), _connector='OR'), name='refund_completed_at_iff_completed'),
         ),
         migrations.AddConstraint(
-            model_name="refund",
-            constraint=models.CheckConstraint(
-                condition=models.Q(
-                    models.Q(("status", "FAILED"), models.Q(("failure_reason", ""), _negated=True)),
-                    models.Q(models.Q(("status", "FAILED"), _negated=True), ("failure_reason", "")),
-                    _connector="OR",
-                ),
-                name="refund_failure_reason_iff_failed",
-            ),
+            model_name='refund',
+            constraint=models.CheckConstraint(condition=models.Q(models.Q(('status', 'FAILED'), models.Q(('failure_reason', ''), _negated=True)), models.Q(models.Q(('status', 'FAILED'), _negated=True), ('failure_reason', '')), _connector='OR'), name='refund_failure_reason_iff_failed'),
         ),
     ]

@@ -5,28 +5,21 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("orders", "0009_refund_lifecycle"),
+        ('orders', '0009_refund_lifecycle'),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="QueuedOrderAlias",
+            name='QueuedOrderAlias',
             fields=[
-                ("queued_id", models.BigIntegerField(primary_key=True, serialize=False)),
-                (
-                    "order",
-                    models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name="+", to="orders.order"),
-                ),
+                ('queued_id', models.BigIntegerField(primary_key=True, serialize=False)),
+                ('order', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='orders.order')),
             ],
             options={
-                "db_table": "order_queued_aliases",
-                "constraints": [
-                    models.CheckConstraint(
-                        condition=models.Q(("queued_id", models.F("order")), _negated=True),
-                        name="queued_alias_not_itself",
-                    )
-                ],
+                'db_table': 'order_queued_aliases',
+                'constraints': [models.CheckConstraint(condition=models.Q(('queued_id', models.F('order')), _negated=True), name='queued_alias_not_itself')],
             },
         ),
     ]

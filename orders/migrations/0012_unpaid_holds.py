@@ -5,48 +5,35 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("orders", "0011_order_export_permission"),
-        ("shop", "0007_address_product_details"),
+        ('orders', '0011_order_export_permission'),
+        ('shop', '0007_address_product_details'),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="order",
-            name="hold_address",
-            field=models.CharField(blank=True, db_default="", default="", max_length=64),
+            model_name='order',
+            name='hold_address',
+            field=models.CharField(blank=True, db_default='', default='', max_length=64),
         ),
         migrations.AddField(
-            model_name="order",
-            name="holds_units",
+            model_name='order',
+            name='holds_units',
             field=models.BooleanField(db_default=False, default=False),
         ),
         migrations.CreateModel(
-            name="UnpaidHold",
+            name='UnpaidHold',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("holder", models.CharField(max_length=80)),
-                ("units", models.IntegerField()),
-                ("cap", models.IntegerField()),
-                (
-                    "product",
-                    models.ForeignKey(
-                        db_column="sku",
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="+",
-                        to="shop.product",
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('holder', models.CharField(max_length=80)),
+                ('units', models.IntegerField()),
+                ('cap', models.IntegerField()),
+                ('product', models.ForeignKey(db_column='sku', on_delete=django.db.models.deletion.CASCADE, related_name='+', to='shop.product')),
             ],
             options={
-                "db_table": "order_unpaid_holds",
-                "constraints": [
-                    models.UniqueConstraint(fields=("holder", "product"), name="unpaid_hold_unique"),
-                    models.CheckConstraint(condition=models.Q(("units__gte", 0)), name="unpaid_hold_not_negative"),
-                    models.CheckConstraint(
-                        condition=models.Q(("units__lte", models.F("cap"))), name="unpaid_hold_within_cap"
-                    ),
-                ],
+                'db_table': 'order_unpaid_holds',
+                'constraints': [models.UniqueConstraint(fields=('holder', 'product'), name='unpaid_hold_unique'), models.CheckConstraint(condition=models.Q(('units__gte', 0)), name='unpaid_hold_not_negative'), models.CheckConstraint(condition=models.Q(('units__lte', models.F('cap'))), name='unpaid_hold_within_cap')],
             },
         ),
     ]

@@ -4,21 +4,15 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("orders", "0013_fewer_order_indexes"),
+        ('orders', '0013_fewer_order_indexes'),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name="payment",
-            name="outcome",
-            field=models.CharField(
-                choices=[
-                    ("applied", "Paid the order"),
-                    ("refunded", "Not applied, refunded"),
-                    ("failed", "Payment failed"),
-                ],
-                max_length=10,
-            ),
+            model_name='payment',
+            name='outcome',
+            field=models.CharField(choices=[('applied', 'Paid the order'), ('refunded', 'Not applied, refunded'), ('failed', 'Payment failed')], max_length=10),
         ),
     ]

@@ -8,35 +8,25 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("orders", "0014_alter_payment_outcome"),
-        ("shop", "0010_stock_managers_run_promotions"),
+        ('orders', '0014_alter_payment_outcome'),
+        ('shop', '0010_stock_managers_run_promotions'),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="order",
-            name="discounts",
+            model_name='order',
+            name='discounts',
             field=models.JSONField(blank=True, db_default=[], default=list),
         ),
         migrations.AddField(
-            model_name="orderitem",
-            name="discount",
+            model_name='orderitem',
+            name='discount',
             field=models.BigIntegerField(db_default=0, default=0),
         ),
         AddConstraintNotValid(
-            model_name="orderitem",
-            constraint=models.CheckConstraint(
-                condition=models.Q(
-                    ("discount__gte", 0),
-                    (
-                        "discount__lte",
-                        django.db.models.expressions.CombinedExpression(
-                            models.F("quantity"), "*", models.F("unit_price")
-                        ),
-                    ),
-                ),
-                name="order_item_discount_within_line",
-            ),
+            model_name='orderitem',
+            constraint=models.CheckConstraint(condition=models.Q(('discount__gte', 0), ('discount__lte', django.db.models.expressions.CombinedExpression(models.F('quantity'), '*', models.F('unit_price')))), name='order_item_discount_within_line'),
         ),
     ]

@@ -5,93 +5,65 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("orders", "0016_validate_discount_check"),
+        ('orders', '0016_validate_discount_check'),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="PaymentSession",
+            name='PaymentSession',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("attempt", models.PositiveSmallIntegerField()),
-                ("amount", models.BigIntegerField()),
-                ("currency", models.CharField(max_length=3)),
-                ("expires_at", models.DateTimeField()),
-                ("provider_session_id", models.CharField(blank=True, default="", max_length=100)),
-                ("pay_url", models.URLField(blank=True, default="", max_length=500)),
-                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('attempt', models.PositiveSmallIntegerField()),
+                ('amount', models.BigIntegerField()),
+                ('currency', models.CharField(max_length=3)),
+                ('expires_at', models.DateTimeField()),
+                ('provider_session_id', models.CharField(blank=True, default='', max_length=100)),
+                ('pay_url', models.URLField(blank=True, default='', max_length=500)),
+                ('created_at', models.DateTimeField(auto_now_add=True)),
             ],
             options={
-                "ordering": ["-id"],
+                'ordering': ['-id'],
             },
         ),
         migrations.RemoveConstraint(
-            model_name="payment",
-            name="payment_status_valid",
+            model_name='payment',
+            name='payment_status_valid',
         ),
         migrations.RemoveConstraint(
-            model_name="payment",
-            name="payment_outcome_valid",
+            model_name='payment',
+            name='payment_outcome_valid',
         ),
         migrations.AddField(
-            model_name="payment",
-            name="authorized_at",
+            model_name='payment',
+            name='authorized_at',
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name="payment",
-            name="captured_at",
+            model_name='payment',
+            name='captured_at',
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name="payment",
-            name="voided_at",
+            model_name='payment',
+            name='voided_at',
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AlterField(
-            model_name="notification",
-            name="kind",
-            field=models.CharField(
-                choices=[
-                    ("order_confirmed", "Order confirmed"),
-                    ("order_cancelled", "Order cancelled"),
-                    ("refund_requested", "Refund on its way"),
-                    ("order_shipped", "Order shipped"),
-                    ("refund_completed", "Refund completed"),
-                    ("payment_receipt", "Payment receipt"),
-                ],
-                max_length=20,
-            ),
+            model_name='notification',
+            name='kind',
+            field=models.CharField(choices=[('order_confirmed', 'Order confirmed'), ('order_cancelled', 'Order cancelled'), ('refund_requested', 'Refund on its way'), ('order_shipped', 'Order shipped'), ('refund_completed', 'Refund completed'), ('payment_receipt', 'Payment receipt')], max_length=20),
         ),
         migrations.AlterField(
-            model_name="payment",
-            name="outcome",
-            field=models.CharField(
-                choices=[
-                    ("applied", "Paid the order"),
-                    ("refunded", "Not applied, refunded"),
-                    ("voided", "Not applied, voided"),
-                    ("failed", "Payment failed"),
-                ],
-                max_length=10,
-            ),
+            model_name='payment',
+            name='outcome',
+            field=models.CharField(choices=[('applied', 'Paid the order'), ('refunded', 'Not applied, refunded'), ('voided', 'Not applied, voided'), ('failed', 'Payment failed')], max_length=10),
         ),
         migrations.AlterField(
-            model_name="payment",
-            name="status",
-            field=models.CharField(
-                choices=[
-                    ("authorized", "Authorized"),
-                    ("capturing", "Capture requested"),
-                    ("captured", "Captured"),
-                    ("voiding", "Void requested"),
-                    ("voided", "Voided"),
-                    ("refunded", "Refunded"),
-                    ("failed", "Failed"),
-                ],
-                max_length=10,
-            ),
+            model_name='payment',
+            name='status',
+            field=models.CharField(choices=[('authorized', 'Authorized'), ('capturing', 'Capture requested'), ('captured', 'Captured'), ('voiding', 'Void requested'), ('voided', 'Voided'), ('refunded', 'Refunded'), ('failed', 'Failed')], max_length=10),
         ),
         # A payment before this migration succeeded (captured at once, as a "succeeded"
         # webhook still is) or failed: its stamps from when it was received.
@@ -102,80 +74,40 @@ class Migration(migrations.Migration):
             "WHERE status = 'captured'",
         ),
         migrations.AddConstraint(
-            model_name="payment",
-            constraint=models.CheckConstraint(
-                condition=models.Q(
-                    ("status__in", ["authorized", "capturing", "captured", "voiding", "voided", "refunded", "failed"])
-                ),
-                name="payment_status_valid",
-            ),
+            model_name='payment',
+            constraint=models.CheckConstraint(condition=models.Q(('status__in', ['authorized', 'capturing', 'captured', 'voiding', 'voided', 'refunded', 'failed'])), name='payment_status_valid'),
         ),
         migrations.AddConstraint(
-            model_name="payment",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("outcome__in", ["applied", "refunded", "voided", "failed"])),
-                name="payment_outcome_valid",
-            ),
+            model_name='payment',
+            constraint=models.CheckConstraint(condition=models.Q(('outcome__in', ['applied', 'refunded', 'voided', 'failed'])), name='payment_outcome_valid'),
         ),
         migrations.AddConstraint(
-            model_name="payment",
-            constraint=models.CheckConstraint(
-                condition=models.Q(
-                    models.Q(("authorized_at__isnull", True), ("status", "failed")),
-                    models.Q(models.Q(("status", "failed"), _negated=True), ("authorized_at__isnull", False)),
-                    _connector="OR",
-                ),
-                name="payment_authorized_at_unless_failed",
-            ),
+            model_name='payment',
+            constraint=models.CheckConstraint(condition=models.Q(models.Q(('authorized_at__isnull', True), ('status', 'failed')), models.Q(models.Q(('status', 'failed'), _negated=True), ('authorized_at__isnull', False)), _connector='OR'), name='payment_authorized_at_unless_failed'),
         ),
         migrations.AddConstraint(
-            model_name="payment",
-            constraint=models.CheckConstraint(
-                condition=models.Q(
-                    models.Q(("captured_at__isnull", False), ("status__in", ["captured", "refunded"])),
-                    models.Q(
-                        models.Q(("status__in", ["captured", "refunded"]), _negated=True), ("captured_at__isnull", True)
-                    ),
-                    _connector="OR",
-                ),
-                name="payment_captured_at_iff_captured",
-            ),
+            model_name='payment',
+            constraint=models.CheckConstraint(condition=models.Q(models.Q(('captured_at__isnull', False), ('status__in', ['captured', 'refunded'])), models.Q(models.Q(('status__in', ['captured', 'refunded']), _negated=True), ('captured_at__isnull', True)), _connector='OR'), name='payment_captured_at_iff_captured'),
         ),
         migrations.AddConstraint(
-            model_name="payment",
-            constraint=models.CheckConstraint(
-                condition=models.Q(
-                    models.Q(("status", "voided"), ("voided_at__isnull", False)),
-                    models.Q(models.Q(("status", "voided"), _negated=True), ("voided_at__isnull", True)),
-                    _connector="OR",
-                ),
-                name="payment_voided_at_iff_voided",
-            ),
+            model_name='payment',
+            constraint=models.CheckConstraint(condition=models.Q(models.Q(('status', 'voided'), ('voided_at__isnull', False)), models.Q(models.Q(('status', 'voided'), _negated=True), ('voided_at__isnull', True)), _connector='OR'), name='payment_voided_at_iff_voided'),
         ),
         migrations.AddField(
-            model_name="paymentsession",
-            name="order",
-            field=models.ForeignKey(
-                db_index=False,
-                on_delete=django.db.models.deletion.CASCADE,
-                related_name="payment_sessions",
-                to="orders.order",
-            ),
+            model_name='paymentsession',
+            name='order',
+            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='payment_sessions', to='orders.order'),
         ),
         migrations.AddConstraint(
-            model_name="paymentsession",
-            constraint=models.UniqueConstraint(fields=("order", "attempt"), name="payment_session_attempt_unique"),
+            model_name='paymentsession',
+            constraint=models.UniqueConstraint(fields=('order', 'attempt'), name='payment_session_attempt_unique'),
         ),
         migrations.AddConstraint(
-            model_name="paymentsession",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("amount__gte", 0)), name="payment_session_amount_not_negative"
-            ),
+            model_name='paymentsession',
+            constraint=models.CheckConstraint(condition=models.Q(('amount__gte', 0)), name='payment_session_amount_not_negative'),
         ),
         migrations.AddConstraint(
-            model_name="paymentsession",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("attempt__gte", 1)), name="payment_session_attempt_positive"
-            ),
+            model_name='paymentsession',
+            constraint=models.CheckConstraint(condition=models.Q(('attempt__gte', 1)), name='payment_session_attempt_positive'),
         ),
     ]

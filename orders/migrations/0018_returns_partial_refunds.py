@@ -7,142 +7,97 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("orders", "0017_payment_lifecycle"),
-        ("shop", "0013_loyalty_entry_source"),
+        ('orders', '0017_payment_lifecycle'),
+        ('shop', '0013_loyalty_entry_source'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="Return",
+            name='Return',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                (
-                    "status",
-                    models.CharField(
-                        choices=[
-                            ("REQUESTED", "Requested"),
-                            ("APPROVED", "Approved"),
-                            ("REJECTED", "Rejected"),
-                            ("RECEIVED", "Received"),
-                        ],
-                        default="REQUESTED",
-                        max_length=10,
-                    ),
-                ),
-                ("reason", models.CharField(blank=True, default="", max_length=500)),
-                ("created_at", models.DateTimeField(auto_now_add=True)),
-                ("decided_at", models.DateTimeField(blank=True, null=True)),
-                ("received_at", models.DateTimeField(blank=True, null=True)),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('status', models.CharField(choices=[('REQUESTED', 'Requested'), ('APPROVED', 'Approved'), ('REJECTED', 'Rejected'), ('RECEIVED', 'Received')], default='REQUESTED', max_length=10)),
+                ('reason', models.CharField(blank=True, default='', max_length=500)),
+                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ('decided_at', models.DateTimeField(blank=True, null=True)),
+                ('received_at', models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                "ordering": ["-id"],
+                'ordering': ['-id'],
             },
         ),
         migrations.CreateModel(
-            name="ReturnLine",
+            name='ReturnLine',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("quantity", models.IntegerField()),
-                (
-                    "condition",
-                    models.CharField(
-                        blank=True,
-                        choices=[("restock", "Back on sale"), ("damaged", "Damaged: written off")],
-                        default="",
-                        max_length=10,
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('quantity', models.IntegerField()),
+                ('condition', models.CharField(blank=True, choices=[('restock', 'Back on sale'), ('damaged', 'Damaged: written off')], default='', max_length=10)),
             ],
             options={
-                "ordering": ["id"],
+                'ordering': ['id'],
             },
         ),
         migrations.RemoveConstraint(
-            model_name="refund",
-            name="refund_reason_valid",
+            model_name='refund',
+            name='refund_reason_valid',
         ),
         migrations.AddField(
-            model_name="orderitem",
-            name="cancelled",
+            model_name='orderitem',
+            name='cancelled',
             field=models.IntegerField(db_default=0, default=0),
         ),
         migrations.AddField(
-            model_name="orderitem",
-            name="in_returns",
+            model_name='orderitem',
+            name='in_returns',
             field=models.IntegerField(db_default=0, default=0),
         ),
         migrations.AddField(
-            model_name="orderitem",
-            name="refunded",
+            model_name='orderitem',
+            name='refunded',
             field=models.IntegerField(db_default=0, default=0),
         ),
         migrations.AddField(
-            model_name="orderitem",
-            name="returned",
+            model_name='orderitem',
+            name='returned',
             field=models.IntegerField(db_default=0, default=0),
         ),
         migrations.AddField(
-            model_name="payment",
-            name="captured_amount",
+            model_name='payment',
+            name='captured_amount',
             field=models.BigIntegerField(db_default=0, default=0),
         ),
         migrations.AddField(
-            model_name="payment",
-            name="refunded_amount",
+            model_name='payment',
+            name='refunded_amount',
             field=models.BigIntegerField(db_default=0, default=0),
         ),
         migrations.AddField(
-            model_name="refund",
-            name="lines",
+            model_name='refund',
+            name='lines',
             field=models.JSONField(blank=True, db_default=[], default=list),
         ),
         migrations.AddField(
-            model_name="refund",
-            name="note",
-            field=models.CharField(blank=True, db_default="", default="", max_length=200),
+            model_name='refund',
+            name='note',
+            field=models.CharField(blank=True, db_default='', default='', max_length=200),
         ),
         migrations.AlterField(
-            model_name="notification",
-            name="kind",
-            field=models.CharField(
-                choices=[
-                    ("order_confirmed", "Order confirmed"),
-                    ("order_cancelled", "Order cancelled"),
-                    ("refund_requested", "Refund on its way"),
-                    ("order_shipped", "Order shipped"),
-                    ("refund_completed", "Refund completed"),
-                    ("payment_receipt", "Payment receipt"),
-                    ("return_decided", "Return approved or rejected"),
-                    ("return_received", "Return received"),
-                    ("lines_cancelled", "Lines removed from the order"),
-                ],
-                max_length=20,
-            ),
+            model_name='notification',
+            name='kind',
+            field=models.CharField(choices=[('order_confirmed', 'Order confirmed'), ('order_cancelled', 'Order cancelled'), ('refund_requested', 'Refund on its way'), ('order_shipped', 'Order shipped'), ('refund_completed', 'Refund completed'), ('payment_receipt', 'Payment receipt'), ('return_decided', 'Return approved or rejected'), ('return_received', 'Return received'), ('lines_cancelled', 'Lines removed from the order')], max_length=20),
         ),
         migrations.AlterField(
-            model_name="refund",
-            name="payment",
-            field=models.ForeignKey(
-                on_delete=django.db.models.deletion.PROTECT, related_name="refunds", to="orders.payment"
-            ),
+            model_name='refund',
+            name='payment',
+            field=models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='refunds', to='orders.payment'),
         ),
         migrations.AlterField(
-            model_name="refund",
-            name="reason",
-            field=models.CharField(
-                choices=[
-                    ("order_not_pending", "Order was no longer awaiting payment"),
-                    ("amount_mismatch", "Amount or currency did not match the order"),
-                    ("unknown_order", "No such order"),
-                    ("staff", "Refunded by staff"),
-                    ("return", "Returned items received"),
-                    ("goodwill", "Goodwill refund by staff"),
-                    ("lines_cancelled", "Lines removed before shipping"),
-                ],
-                max_length=20,
-            ),
+            model_name='refund',
+            name='reason',
+            field=models.CharField(choices=[('order_not_pending', 'Order was no longer awaiting payment'), ('amount_mismatch', 'Amount or currency did not match the order'), ('unknown_order', 'No such order'), ('staff', 'Refunded by staff'), ('return', 'Returned items received'), ('goodwill', 'Goodwill refund by staff'), ('lines_cancelled', 'Lines removed before shipping')], max_length=20),
         ),
         # What payments already took and gave back, before the CHECK that ties them holds:
         # captured payments took their whole amount; refunds not failed claim theirs.
@@ -159,168 +114,76 @@ class Migration(migrations.Migration):
             migrations.RunSQL.noop,
         ),
         migrations.AddConstraint(
-            model_name="orderitem",
-            constraint=models.CheckConstraint(
-                condition=models.Q(
-                    ("cancelled__gte", 0),
-                    ("in_returns__gte", 0),
-                    (
-                        "in_returns__lte",
-                        django.db.models.expressions.CombinedExpression(
-                            models.F("quantity"), "-", models.F("cancelled")
-                        ),
-                    ),
-                ),
-                name="order_item_returns_within_shipped",
-            ),
+            model_name='orderitem',
+            constraint=models.CheckConstraint(condition=models.Q(('cancelled__gte', 0), ('in_returns__gte', 0), ('in_returns__lte', django.db.models.expressions.CombinedExpression(models.F('quantity'), '-', models.F('cancelled')))), name='order_item_returns_within_shipped'),
         ),
         migrations.AddConstraint(
-            model_name="orderitem",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("returned__gte", 0), ("returned__lte", models.F("in_returns"))),
-                name="order_item_returned_within_returns",
-            ),
+            model_name='orderitem',
+            constraint=models.CheckConstraint(condition=models.Q(('returned__gte', 0), ('returned__lte', models.F('in_returns'))), name='order_item_returned_within_returns'),
         ),
         migrations.AddConstraint(
-            model_name="orderitem",
-            constraint=models.CheckConstraint(
-                condition=models.Q(
-                    ("refunded__gte", 0),
-                    (
-                        "refunded__lte",
-                        django.db.models.expressions.CombinedExpression(
-                            models.F("quantity"), "-", models.F("cancelled")
-                        ),
-                    ),
-                ),
-                name="order_item_refunded_within_line",
-            ),
+            model_name='orderitem',
+            constraint=models.CheckConstraint(condition=models.Q(('refunded__gte', 0), ('refunded__lte', django.db.models.expressions.CombinedExpression(models.F('quantity'), '-', models.F('cancelled')))), name='order_item_refunded_within_line'),
         ),
         migrations.AddConstraint(
-            model_name="payment",
-            constraint=models.CheckConstraint(
-                condition=models.Q(
-                    ("refunded_amount__gte", 0),
-                    ("refunded_amount__lte", models.F("captured_amount")),
-                    ("captured_amount__lte", models.F("amount")),
-                ),
-                name="payment_refunds_within_captured",
-            ),
+            model_name='payment',
+            constraint=models.CheckConstraint(condition=models.Q(('refunded_amount__gte', 0), ('refunded_amount__lte', models.F('captured_amount')), ('captured_amount__lte', models.F('amount'))), name='payment_refunds_within_captured'),
         ),
         migrations.AddConstraint(
-            model_name="refund",
-            constraint=models.CheckConstraint(
-                condition=models.Q(
-                    (
-                        "reason__in",
-                        [
-                            "order_not_pending",
-                            "amount_mismatch",
-                            "unknown_order",
-                            "staff",
-                            "return",
-                            "goodwill",
-                            "lines_cancelled",
-                        ],
-                    )
-                ),
-                name="refund_reason_valid",
-            ),
+            model_name='refund',
+            constraint=models.CheckConstraint(condition=models.Q(('reason__in', ['order_not_pending', 'amount_mismatch', 'unknown_order', 'staff', 'return', 'goodwill', 'lines_cancelled'])), name='refund_reason_valid'),
         ),
         migrations.AddField(
-            model_name="return",
-            name="decided_by",
-            field=models.ForeignKey(
-                blank=True,
-                null=True,
-                on_delete=django.db.models.deletion.SET_NULL,
-                related_name="+",
-                to=settings.AUTH_USER_MODEL,
-            ),
+            model_name='return',
+            name='decided_by',
+            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL),
         ),
         migrations.AddField(
-            model_name="return",
-            name="order",
-            field=models.ForeignKey(
-                on_delete=django.db.models.deletion.PROTECT, related_name="returns", to="orders.order"
-            ),
+            model_name='return',
+            name='order',
+            field=models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='returns', to='orders.order'),
         ),
         migrations.AddField(
-            model_name="return",
-            name="refund",
-            field=models.OneToOneField(
-                blank=True,
-                null=True,
-                on_delete=django.db.models.deletion.PROTECT,
-                related_name="for_return",
-                to="orders.refund",
-            ),
+            model_name='return',
+            name='refund',
+            field=models.OneToOneField(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='for_return', to='orders.refund'),
         ),
         migrations.AddField(
-            model_name="returnline",
-            name="item",
-            field=models.ForeignKey(
-                on_delete=django.db.models.deletion.PROTECT, related_name="return_lines", to="orders.orderitem"
-            ),
+            model_name='returnline',
+            name='item',
+            field=models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='return_lines', to='orders.orderitem'),
         ),
         migrations.AddField(
-            model_name="returnline",
-            name="return_request",
-            field=models.ForeignKey(
-                db_column="return_id",
-                on_delete=django.db.models.deletion.CASCADE,
-                related_name="lines",
-                to="orders.return",
-            ),
+            model_name='returnline',
+            name='return_request',
+            field=models.ForeignKey(db_column='return_id', on_delete=django.db.models.deletion.CASCADE, related_name='lines', to='orders.return'),
         ),
         migrations.AddIndex(
-            model_name="return",
-            index=models.Index(condition=models.Q(("status", "REQUESTED")), fields=["status"], name="return_open"),
+            model_name='return',
+            index=models.Index(condition=models.Q(('status', 'REQUESTED')), fields=['status'], name='return_open'),
         ),
         migrations.AddConstraint(
-            model_name="return",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("status__in", ["REQUESTED", "APPROVED", "REJECTED", "RECEIVED"])),
-                name="return_status_valid",
-            ),
+            model_name='return',
+            constraint=models.CheckConstraint(condition=models.Q(('status__in', ['REQUESTED', 'APPROVED', 'REJECTED', 'RECEIVED'])), name='return_status_valid'),
         ),
         migrations.AddConstraint(
-            model_name="return",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("status", "REQUESTED"), ("decided_at__isnull", False), _connector="OR"),
-                name="return_decided_at",
-            ),
+            model_name='return',
+            constraint=models.CheckConstraint(condition=models.Q(('status', 'REQUESTED'), ('decided_at__isnull', False), _connector='OR'), name='return_decided_at'),
         ),
         migrations.AddConstraint(
-            model_name="return",
-            constraint=models.CheckConstraint(
-                condition=models.Q(
-                    models.Q(("received_at__isnull", False), ("status", "RECEIVED")),
-                    models.Q(
-                        models.Q(("status", "RECEIVED"), _negated=True),
-                        ("received_at__isnull", True),
-                        ("refund__isnull", True),
-                    ),
-                    _connector="OR",
-                ),
-                name="return_received_at_iff_received",
-            ),
+            model_name='return',
+            constraint=models.CheckConstraint(condition=models.Q(models.Q(('received_at__isnull', False), ('status', 'RECEIVED')), models.Q(models.Q(('status', 'RECEIVED'), _negated=True), ('received_at__isnull', True), ('refund__isnull', True)), _connector='OR'), name='return_received_at_iff_received'),
         ),
         migrations.AddConstraint(
-            model_name="returnline",
-            constraint=models.UniqueConstraint(fields=("return_request", "item"), name="return_line_item_unique"),
+            model_name='returnline',
+            constraint=models.UniqueConstraint(fields=('return_request', 'item'), name='return_line_item_unique'),
         ),
         migrations.AddConstraint(
-            model_name="returnline",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("quantity__gt", 0)), name="return_line_quantity_positive"
-            ),
+            model_name='returnline',
+            constraint=models.CheckConstraint(condition=models.Q(('quantity__gt', 0)), name='return_line_quantity_positive'),
         ),
         migrations.AddConstraint(
-            model_name="returnline",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("condition", ""), ("condition__in", ["restock", "damaged"]), _connector="OR"),
-                name="return_line_condition_valid",
-            ),
+            model_name='returnline',
+            constraint=models.CheckConstraint(condition=models.Q(('condition', ''), ('condition__in', ['restock', 'damaged']), _connector='OR'), name='return_line_condition_valid'),
         ),
     ]

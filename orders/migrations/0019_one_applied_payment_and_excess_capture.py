@@ -10,10 +10,7 @@ def refuse_orders_paid_twice(apps, schema_editor):
     staff decide which one paid it (the other is refunded) before migrating."""
     Payment = apps.get_model("orders", "Payment")
     twice = list(
-        Payment.objects.filter(outcome="applied")
-        .values("order_id")
-        .annotate(n=Count("id"))
-        .filter(n__gt=1)
+        Payment.objects.filter(outcome="applied").values("order_id").annotate(n=Count("id")).filter(n__gt=1)
         .values_list("order_id", flat=True)[:20]
     )
     if twice:
@@ -21,59 +18,29 @@ def refuse_orders_paid_twice(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("orders", "0018_returns_partial_refunds"),
+        ('orders', '0018_returns_partial_refunds'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.RemoveConstraint(
-            model_name="refund",
-            name="refund_reason_valid",
+            model_name='refund',
+            name='refund_reason_valid',
         ),
         migrations.AlterField(
-            model_name="refund",
-            name="reason",
-            field=models.CharField(
-                choices=[
-                    ("order_not_pending", "Order was no longer awaiting payment"),
-                    ("amount_mismatch", "Amount or currency did not match the order"),
-                    ("unknown_order", "No such order"),
-                    ("staff", "Refunded by staff"),
-                    ("return", "Returned items received"),
-                    ("goodwill", "Goodwill refund by staff"),
-                    ("lines_cancelled", "Lines removed before shipping"),
-                    ("excess_capture", "Captured beyond what the order costs"),
-                ],
-                max_length=20,
-            ),
+            model_name='refund',
+            name='reason',
+            field=models.CharField(choices=[('order_not_pending', 'Order was no longer awaiting payment'), ('amount_mismatch', 'Amount or currency did not match the order'), ('unknown_order', 'No such order'), ('staff', 'Refunded by staff'), ('return', 'Returned items received'), ('goodwill', 'Goodwill refund by staff'), ('lines_cancelled', 'Lines removed before shipping'), ('excess_capture', 'Captured beyond what the order costs')], max_length=20),
         ),
         migrations.RunPython(refuse_orders_paid_twice, migrations.RunPython.noop),
         migrations.AddConstraint(
-            model_name="payment",
-            constraint=models.UniqueConstraint(
-                condition=models.Q(("outcome", "applied")), fields=("order",), name="payment_one_applied_per_order"
-            ),
+            model_name='payment',
+            constraint=models.UniqueConstraint(condition=models.Q(('outcome', 'applied')), fields=('order',), name='payment_one_applied_per_order'),
         ),
         migrations.AddConstraint(
-            model_name="refund",
-            constraint=models.CheckConstraint(
-                condition=models.Q(
-                    (
-                        "reason__in",
-                        [
-                            "order_not_pending",
-                            "amount_mismatch",
-                            "unknown_order",
-                            "staff",
-                            "return",
-                            "goodwill",
-                            "lines_cancelled",
-                            "excess_capture",
-                        ],
-                    )
-                ),
-                name="refund_reason_valid",
-            ),
+            model_name='refund',
+            constraint=models.CheckConstraint(condition=models.Q(('reason__in', ['order_not_pending', 'amount_mismatch', 'unknown_order', 'staff', 'return', 'goodwill', 'lines_cancelled', 'excess_capture'])), name='refund_reason_valid'),
         ),
     ]

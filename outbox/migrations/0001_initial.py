@@ -5,34 +5,31 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     initial = True
 
-    dependencies = []
+    dependencies = [
+    ]
 
     operations = [
         migrations.CreateModel(
-            name="OutboxEvent",
+            name='OutboxEvent',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("event_id", models.UUIDField(default=uuid.uuid4, editable=False, unique=True)),
-                ("aggregate_type", models.CharField(max_length=50)),
-                ("aggregate_id", models.CharField(max_length=64)),
-                ("event_type", models.CharField(max_length=50)),
-                ("payload", models.JSONField()),
-                ("created_at", models.DateTimeField(auto_now_add=True)),
-                ("published_at", models.DateTimeField(blank=True, null=True)),
-                ("attempts", models.PositiveIntegerField(default=0)),
-                ("last_error", models.TextField(blank=True)),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('event_id', models.UUIDField(default=uuid.uuid4, editable=False, unique=True)),
+                ('aggregate_type', models.CharField(max_length=50)),
+                ('aggregate_id', models.CharField(max_length=64)),
+                ('event_type', models.CharField(max_length=50)),
+                ('payload', models.JSONField()),
+                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ('published_at', models.DateTimeField(blank=True, null=True)),
+                ('attempts', models.PositiveIntegerField(default=0)),
+                ('last_error', models.TextField(blank=True)),
             ],
             options={
-                "db_table": "outbox_events",
-                "ordering": ["id"],
-                "indexes": [
-                    models.Index(
-                        condition=models.Q(("published_at__isnull", True)), fields=["id"], name="outbox_unpublished"
-                    ),
-                    models.Index(fields=["aggregate_type", "aggregate_id"], name="outbox_aggregate"),
-                ],
+                'db_table': 'outbox_events',
+                'ordering': ['id'],
+                'indexes': [models.Index(condition=models.Q(('published_at__isnull', True)), fields=['id'], name='outbox_unpublished'), models.Index(fields=['aggregate_type', 'aggregate_id'], name='outbox_aggregate')],
             },
         ),
     ]

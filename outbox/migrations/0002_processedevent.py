@@ -4,26 +4,25 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("outbox", "0001_initial"),
+        ('outbox', '0001_initial'),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="ProcessedEvent",
+            name='ProcessedEvent',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("consumer", models.CharField(max_length=50)),
-                ("event_id", models.UUIDField()),
-                ("event_type", models.CharField(max_length=50)),
-                ("processed_at", models.DateTimeField(auto_now_add=True)),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('consumer', models.CharField(max_length=50)),
+                ('event_id', models.UUIDField()),
+                ('event_type', models.CharField(max_length=50)),
+                ('processed_at', models.DateTimeField(auto_now_add=True)),
             ],
             options={
-                "db_table": "processed_events",
-                "ordering": ["-id"],
-                "constraints": [
-                    models.UniqueConstraint(fields=("consumer", "event_id"), name="processed_event_once_per_consumer")
-                ],
+                'db_table': 'processed_events',
+                'ordering': ['-id'],
+                'constraints': [models.UniqueConstraint(fields=('consumer', 'event_id'), name='processed_event_once_per_consumer')],
             },
         ),
     ]

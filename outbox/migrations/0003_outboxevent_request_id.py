@@ -4,14 +4,15 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("outbox", "0002_processedevent"),
+        ('outbox', '0002_processedevent'),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="outboxevent",
-            name="request_id",
-            field=models.CharField(blank=True, default="", max_length=128),
+            model_name='outboxevent',
+            name='request_id',
+            field=models.CharField(blank=True, default='', max_length=128),
         ),
     ]

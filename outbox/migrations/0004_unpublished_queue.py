@@ -31,35 +31,25 @@ DROP FUNCTION outbox_enqueue();
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("outbox", "0003_outboxevent_request_id"),
+        ('outbox', '0003_outboxevent_request_id'),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="UnpublishedEvent",
+            name='UnpublishedEvent',
             fields=[
-                (
-                    "event",
-                    models.OneToOneField(
-                        db_column="id",
-                        db_constraint=False,
-                        on_delete=django.db.models.deletion.DO_NOTHING,
-                        primary_key=True,
-                        related_name="pending",
-                        serialize=False,
-                        to="outbox.outboxevent",
-                    ),
-                ),
+                ('event', models.OneToOneField(db_column='id', db_constraint=False, on_delete=django.db.models.deletion.DO_NOTHING, primary_key=True, related_name='pending', serialize=False, to='outbox.outboxevent')),
             ],
             options={
-                "db_table": "outbox_pending",
-                "ordering": ["event"],
+                'db_table': 'outbox_pending',
+                'ordering': ['event'],
             },
         ),
         migrations.RunSQL(ENQUEUE, DROP_ENQUEUE),
         migrations.RemoveIndex(
-            model_name="outboxevent",
-            name="outbox_unpublished",
+            model_name='outboxevent',
+            name='outbox_unpublished',
         ),
     ]

@@ -4,21 +4,22 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("outbox", "0004_unpublished_queue"),
+        ('outbox', '0004_unpublished_queue'),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="RelayRun",
+            name='RelayRun',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("topic", models.CharField(max_length=249)),
-                ("started_at", models.DateTimeField()),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('topic', models.CharField(max_length=249)),
+                ('started_at', models.DateTimeField()),
             ],
             options={
-                "db_table": "outbox_relay_runs",
-                "ordering": ["id"],
+                'db_table': 'outbox_relay_runs',
+                'ordering': ['id'],
             },
         ),
     ]

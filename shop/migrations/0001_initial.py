@@ -5,41 +5,26 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     initial = True
 
-    dependencies = []
+    dependencies = [
+    ]
 
     operations = [
         migrations.CreateModel(
-            name="Product",
+            name='Product',
             fields=[
-                (
-                    "sku",
-                    models.CharField(
-                        max_length=64,
-                        primary_key=True,
-                        serialize=False,
-                        validators=[
-                            django.core.validators.RegexValidator(
-                                "^[A-Za-z0-9._-]{1,64}$", "A SKU is 1-64 characters of A-Z a-z 0-9 . _ -"
-                            )
-                        ],
-                    ),
-                ),
-                ("name", models.CharField(max_length=200)),
-                ("price", models.BigIntegerField(validators=[django.core.validators.MinValueValidator(1)])),
-                ("is_active", models.BooleanField(default=True)),
-                ("created_at", models.DateTimeField(auto_now_add=True)),
-                ("updated_at", models.DateTimeField(auto_now=True)),
+                ('sku', models.CharField(max_length=64, primary_key=True, serialize=False, validators=[django.core.validators.RegexValidator('^[A-Za-z0-9._-]{1,64}$', 'A SKU is 1-64 characters of A-Z a-z 0-9 . _ -')])),
+                ('name', models.CharField(max_length=200)),
+                ('price', models.BigIntegerField(validators=[django.core.validators.MinValueValidator(1)])),
+                ('is_active', models.BooleanField(default=True)),
+                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ('updated_at', models.DateTimeField(auto_now=True)),
             ],
             options={
-                "ordering": ["sku"],
-                "constraints": [
-                    models.CheckConstraint(condition=models.Q(("price__gt", 0)), name="product_price_positive"),
-                    models.CheckConstraint(
-                        condition=models.Q(("sku__regex", "^[A-Za-z0-9._-]{1,64}$")), name="product_sku_format"
-                    ),
-                ],
+                'ordering': ['sku'],
+                'constraints': [models.CheckConstraint(condition=models.Q(('price__gt', 0)), name='product_price_positive'), models.CheckConstraint(condition=models.Q(('sku__regex', '^[A-Za-z0-9._-]{1,64}$')), name='product_sku_format')],
             },
         ),
     ]

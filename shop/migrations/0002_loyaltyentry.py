@@ -6,43 +6,26 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("shop", "0001_initial"),
+        ('shop', '0001_initial'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="LoyaltyEntry",
+            name='LoyaltyEntry',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("order_id", models.BigIntegerField()),
-                ("points", models.IntegerField()),
-                (
-                    "reason",
-                    models.CharField(
-                        choices=[("order_paid", "Order paid"), ("order_refunded", "Order refunded")], max_length=20
-                    ),
-                ),
-                ("created_at", models.DateTimeField(auto_now_add=True)),
-                (
-                    "customer",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.PROTECT,
-                        related_name="loyalty_entries",
-                        to=settings.AUTH_USER_MODEL,
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('order_id', models.BigIntegerField()),
+                ('points', models.IntegerField()),
+                ('reason', models.CharField(choices=[('order_paid', 'Order paid'), ('order_refunded', 'Order refunded')], max_length=20)),
+                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ('customer', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='loyalty_entries', to=settings.AUTH_USER_MODEL)),
             ],
             options={
-                "ordering": ["-id"],
-                "constraints": [
-                    models.UniqueConstraint(fields=("order_id", "reason"), name="loyalty_once_per_order_and_reason"),
-                    models.CheckConstraint(
-                        condition=models.Q(("reason__in", ["order_paid", "order_refunded"])),
-                        name="loyalty_reason_valid",
-                    ),
-                ],
+                'ordering': ['-id'],
+                'constraints': [models.UniqueConstraint(fields=('order_id', 'reason'), name='loyalty_once_per_order_and_reason'), models.CheckConstraint(condition=models.Q(('reason__in', ['order_paid', 'order_refunded'])), name='loyalty_reason_valid')],
             },
         ),
     ]

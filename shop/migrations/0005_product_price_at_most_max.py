@@ -5,25 +5,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("shop", "0004_staff_groups_notifications_loyalty"),
+        ('shop', '0004_staff_groups_notifications_loyalty'),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name="product",
-            name="price",
-            field=models.BigIntegerField(
-                validators=[
-                    django.core.validators.MinValueValidator(1),
-                    django.core.validators.MaxValueValidator(1000000000000),
-                ]
-            ),
+            model_name='product',
+            name='price',
+            field=models.BigIntegerField(validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(1000000000000)]),
         ),
         migrations.AddConstraint(
-            model_name="product",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("price__lte", 1000000000000)), name="product_price_at_most_max"
-            ),
+            model_name='product',
+            constraint=models.CheckConstraint(condition=models.Q(('price__lte', 1000000000000)), name='product_price_at_most_max'),
         ),
     ]

@@ -7,77 +7,38 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("auth", "0012_alter_user_first_name_max_length"),
-        ("shop", "0006_drop_plain_text_tokens"),
+        ('auth', '0012_alter_user_first_name_max_length'),
+        ('shop', '0006_drop_plain_text_tokens'),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="product",
-            name="description",
-            field=models.TextField(blank=True, db_default="", default="", max_length=5000),
+            model_name='product',
+            name='description',
+            field=models.TextField(blank=True, db_default='', default='', max_length=5000),
         ),
         migrations.AddField(
-            model_name="product",
-            name="image_url",
-            field=models.URLField(blank=True, db_default="", default="", max_length=500),
+            model_name='product',
+            name='image_url',
+            field=models.URLField(blank=True, db_default='', default='', max_length=500),
         ),
         migrations.CreateModel(
-            name="Address",
+            name='Address',
             fields=[
-                (
-                    "customer",
-                    models.OneToOneField(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        primary_key=True,
-                        related_name="address",
-                        serialize=False,
-                        to=settings.AUTH_USER_MODEL,
-                    ),
-                ),
-                ("name", models.CharField(max_length=100)),
-                ("line1", models.CharField(max_length=200)),
-                ("line2", models.CharField(blank=True, default="", max_length=200)),
-                ("city", models.CharField(max_length=100)),
-                ("postal_code", models.CharField(max_length=20)),
-                ("country", models.CharField(max_length=2)),
-                (
-                    "phone",
-                    models.CharField(
-                        max_length=20,
-                        validators=[
-                            django.core.validators.RegexValidator(
-                                "^\\+?[0-9][0-9 ()./-]{3,18}[0-9]$",
-                                "A phone number: digits, optionally a leading +, spaces ( ) . / - between them",
-                            )
-                        ],
-                    ),
-                ),
-                ("updated_at", models.DateTimeField(auto_now=True)),
+                ('customer', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='address', serialize=False, to=settings.AUTH_USER_MODEL)),
+                ('name', models.CharField(max_length=100)),
+                ('line1', models.CharField(max_length=200)),
+                ('line2', models.CharField(blank=True, default='', max_length=200)),
+                ('city', models.CharField(max_length=100)),
+                ('postal_code', models.CharField(max_length=20)),
+                ('country', models.CharField(max_length=2)),
+                ('phone', models.CharField(max_length=20, validators=[django.core.validators.RegexValidator('^\\+?[0-9][0-9 ()./-]{3,18}[0-9]$', 'A phone number: digits, optionally a leading +, spaces ( ) . / - between them')])),
+                ('updated_at', models.DateTimeField(auto_now=True)),
             ],
             options={
-                "constraints": [
-                    models.CheckConstraint(
-                        condition=models.Q(("country__regex", "^[A-Z]{2}$")), name="address_country_iso"
-                    ),
-                    models.CheckConstraint(
-                        condition=models.Q(("phone__regex", "^\\+?[0-9][0-9 ()./-]{3,18}[0-9]$")),
-                        name="address_phone_format",
-                    ),
-                    models.CheckConstraint(
-                        condition=models.Q(("name", ""), _negated=True), name="address_name_not_empty"
-                    ),
-                    models.CheckConstraint(
-                        condition=models.Q(("line1", ""), _negated=True), name="address_line1_not_empty"
-                    ),
-                    models.CheckConstraint(
-                        condition=models.Q(("city", ""), _negated=True), name="address_city_not_empty"
-                    ),
-                    models.CheckConstraint(
-                        condition=models.Q(("postal_code", ""), _negated=True), name="address_postal_code_not_empty"
-                    ),
-                ],
+                'constraints': [models.CheckConstraint(condition=models.Q(('country__regex', '^[A-Z]{2}$')), name='address_country_iso'), models.CheckConstraint(condition=models.Q(('phone__regex', '^\\+?[0-9][0-9 ()./-]{3,18}[0-9]$')), name='address_phone_format'), models.CheckConstraint(condition=models.Q(('name', ''), _negated=True), name='address_name_not_empty'), models.CheckConstraint(condition=models.Q(('line1', ''), _negated=True), name='address_line1_not_empty'), models.CheckConstraint(condition=models.Q(('city', ''), _negated=True), name='address_city_not_empty'), models.CheckConstraint(condition=models.Q(('postal_code', ''), _negated=True), name='address_postal_code_not_empty')],
             },
         ),
     ]

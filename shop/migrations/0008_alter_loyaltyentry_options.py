@@ -4,13 +4,14 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("shop", "0007_address_product_details"),
+        ('shop', '0007_address_product_details'),
     ]
 
     operations = [
         migrations.AlterModelOptions(
-            name="loyaltyentry",
-            options={"ordering": ["-id"], "verbose_name_plural": "loyalty entries"},
+            name='loyaltyentry',
+            options={'ordering': ['-id'], 'verbose_name_plural': 'loyalty entries'},
         ),
     ]

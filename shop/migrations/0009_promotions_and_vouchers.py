@@ -8,270 +8,134 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("shop", "0008_alter_loyaltyentry_options"),
+        ('shop', '0008_alter_loyaltyentry_options'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="Promotion",
+            name='Promotion',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("name", models.CharField(max_length=200)),
-                (
-                    "kind",
-                    models.CharField(
-                        choices=[
-                            ("percent", "Percent off each unit"),
-                            ("amount", "Amount off each unit"),
-                            ("cart_amount", "Amount off the cart"),
-                        ],
-                        max_length=20,
-                    ),
-                ),
-                (
-                    "value",
-                    models.BigIntegerField(
-                        validators=[
-                            django.core.validators.MinValueValidator(1),
-                            django.core.validators.MaxValueValidator(1000000000000),
-                        ]
-                    ),
-                ),
-                (
-                    "scope",
-                    models.CharField(
-                        choices=[("skus", "The listed SKUs"), ("cart", "The whole cart")], default="skus", max_length=10
-                    ),
-                ),
-                (
-                    "min_subtotal",
-                    models.BigIntegerField(
-                        db_default=0,
-                        default=0,
-                        validators=[
-                            django.core.validators.MinValueValidator(0),
-                            django.core.validators.MaxValueValidator(1000000000000),
-                        ],
-                    ),
-                ),
-                ("starts_at", models.DateTimeField(default=django.utils.timezone.now)),
-                ("ends_at", models.DateTimeField(blank=True, null=True)),
-                (
-                    "code",
-                    models.CharField(
-                        blank=True,
-                        max_length=32,
-                        null=True,
-                        validators=[
-                            django.core.validators.RegexValidator(
-                                "^[A-Z0-9-]{1,32}$",
-                                "A voucher code is 1-32 letters, digits or dashes (stored upper-cased)",
-                            )
-                        ],
-                    ),
-                ),
-                (
-                    "usage_limit",
-                    models.IntegerField(
-                        blank=True, null=True, validators=[django.core.validators.MinValueValidator(1)]
-                    ),
-                ),
-                ("uses", models.IntegerField(db_default=0, default=0)),
-                (
-                    "per_customer_limit",
-                    models.IntegerField(
-                        blank=True, null=True, validators=[django.core.validators.MinValueValidator(1)]
-                    ),
-                ),
-                ("created_at", models.DateTimeField(auto_now_add=True)),
-                ("updated_at", models.DateTimeField(auto_now=True)),
-                ("products", models.ManyToManyField(blank=True, related_name="promotions", to="shop.product")),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('name', models.CharField(max_length=200)),
+                ('kind', models.CharField(choices=[('percent', 'Percent off each unit'), ('amount', 'Amount off each unit'), ('cart_amount', 'Amount off the cart')], max_length=20)),
+                ('value', models.BigIntegerField(validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(1000000000000)])),
+                ('scope', models.CharField(choices=[('skus', 'The listed SKUs'), ('cart', 'The whole cart')], default='skus', max_length=10)),
+                ('min_subtotal', models.BigIntegerField(db_default=0, default=0, validators=[django.core.validators.MinValueValidator(0), django.core.validators.MaxValueValidator(1000000000000)])),
+                ('starts_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ('ends_at', models.DateTimeField(blank=True, null=True)),
+                ('code', models.CharField(blank=True, max_length=32, null=True, validators=[django.core.validators.RegexValidator('^[A-Z0-9-]{1,32}$', 'A voucher code is 1-32 letters, digits or dashes (stored upper-cased)')])),
+                ('usage_limit', models.IntegerField(blank=True, null=True, validators=[django.core.validators.MinValueValidator(1)])),
+                ('uses', models.IntegerField(db_default=0, default=0)),
+                ('per_customer_limit', models.IntegerField(blank=True, null=True, validators=[django.core.validators.MinValueValidator(1)])),
+                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ('updated_at', models.DateTimeField(auto_now=True)),
+                ('products', models.ManyToManyField(blank=True, related_name='promotions', to='shop.product')),
             ],
             options={
-                "ordering": ["-id"],
+                'ordering': ['-id'],
             },
         ),
         migrations.CreateModel(
-            name="VoucherCustomerUse",
+            name='VoucherCustomerUse',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("uses", models.IntegerField(default=0)),
-                ("cap", models.IntegerField()),
-                (
-                    "customer",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to=settings.AUTH_USER_MODEL
-                    ),
-                ),
-                (
-                    "voucher",
-                    models.ForeignKey(
-                        db_index=False,
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="customer_uses",
-                        to="shop.promotion",
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('uses', models.IntegerField(default=0)),
+                ('cap', models.IntegerField()),
+                ('customer', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to=settings.AUTH_USER_MODEL)),
+                ('voucher', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='customer_uses', to='shop.promotion')),
             ],
         ),
         migrations.CreateModel(
-            name="VoucherRedemption",
+            name='VoucherRedemption',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("order_id", models.BigIntegerField()),
-                ("customer_counted", models.BooleanField(default=False)),
-                ("created_at", models.DateTimeField(auto_now_add=True)),
-                (
-                    "customer",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.PROTECT, related_name="+", to=settings.AUTH_USER_MODEL
-                    ),
-                ),
-                (
-                    "voucher",
-                    models.ForeignKey(
-                        db_index=False,
-                        on_delete=django.db.models.deletion.PROTECT,
-                        related_name="redemptions",
-                        to="shop.promotion",
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('order_id', models.BigIntegerField()),
+                ('customer_counted', models.BooleanField(default=False)),
+                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ('customer', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to=settings.AUTH_USER_MODEL)),
+                ('voucher', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.PROTECT, related_name='redemptions', to='shop.promotion')),
             ],
             options={
-                "ordering": ["-id"],
+                'ordering': ['-id'],
             },
         ),
         migrations.AddConstraint(
-            model_name="promotion",
-            constraint=models.UniqueConstraint(fields=("code",), name="promotion_code_unique"),
+            model_name='promotion',
+            constraint=models.UniqueConstraint(fields=('code',), name='promotion_code_unique'),
         ),
         migrations.AddConstraint(
-            model_name="promotion",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("kind__in", ["percent", "amount", "cart_amount"])), name="promotion_kind_valid"
-            ),
+            model_name='promotion',
+            constraint=models.CheckConstraint(condition=models.Q(('kind__in', ['percent', 'amount', 'cart_amount'])), name='promotion_kind_valid'),
         ),
         migrations.AddConstraint(
-            model_name="promotion",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("scope__in", ["skus", "cart"])), name="promotion_scope_valid"
-            ),
+            model_name='promotion',
+            constraint=models.CheckConstraint(condition=models.Q(('scope__in', ['skus', 'cart'])), name='promotion_scope_valid'),
         ),
         migrations.AddConstraint(
-            model_name="promotion",
-            constraint=models.CheckConstraint(
-                condition=models.Q(
-                    ("value__gte", 1),
-                    models.Q(models.Q(("kind", "percent"), _negated=True), ("value__lte", 100), _connector="OR"),
-                    models.Q(("kind", "percent"), ("value__lte", 1000000000000), _connector="OR"),
-                ),
-                name="promotion_value_in_range",
-                violation_error_message="A percentage is 1 to 100; an amount is 1 to 1000000000000 minor units.",
-            ),
+            model_name='promotion',
+            constraint=models.CheckConstraint(condition=models.Q(('value__gte', 1), models.Q(models.Q(('kind', 'percent'), _negated=True), ('value__lte', 100), _connector='OR'), models.Q(('kind', 'percent'), ('value__lte', 1000000000000), _connector='OR')), name='promotion_value_in_range', violation_error_message='A percentage is 1 to 100; an amount is 1 to 1000000000000 minor units.'),
         ),
         migrations.AddConstraint(
-            model_name="promotion",
-            constraint=models.CheckConstraint(
-                condition=models.Q(
-                    models.Q(("kind", "cart_amount"), _negated=True), ("scope", "cart"), _connector="OR"
-                ),
-                name="promotion_cart_amount_is_cart_wide",
-                violation_error_message="An amount off the cart applies to the whole cart.",
-            ),
+            model_name='promotion',
+            constraint=models.CheckConstraint(condition=models.Q(models.Q(('kind', 'cart_amount'), _negated=True), ('scope', 'cart'), _connector='OR'), name='promotion_cart_amount_is_cart_wide', violation_error_message='An amount off the cart applies to the whole cart.'),
         ),
         migrations.AddConstraint(
-            model_name="promotion",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("min_subtotal__gte", 0), ("min_subtotal__lte", 1000000000000)),
-                name="promotion_min_subtotal_in_range",
-            ),
+            model_name='promotion',
+            constraint=models.CheckConstraint(condition=models.Q(('min_subtotal__gte', 0), ('min_subtotal__lte', 1000000000000)), name='promotion_min_subtotal_in_range'),
         ),
         migrations.AddConstraint(
-            model_name="promotion",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("ends_at__isnull", True), ("ends_at__gt", models.F("starts_at")), _connector="OR"),
-                name="promotion_ends_after_start",
-                violation_error_message="A promotion ends after it starts.",
-            ),
+            model_name='promotion',
+            constraint=models.CheckConstraint(condition=models.Q(('ends_at__isnull', True), ('ends_at__gt', models.F('starts_at')), _connector='OR'), name='promotion_ends_after_start', violation_error_message='A promotion ends after it starts.'),
         ),
         migrations.AddConstraint(
-            model_name="promotion",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("code__isnull", True), ("code__regex", "^[A-Z0-9-]{1,32}$"), _connector="OR"),
-                name="promotion_code_format",
-                violation_error_message="A voucher code is 1-32 of A-Z 0-9 and -, upper-cased.",
-            ),
+            model_name='promotion',
+            constraint=models.CheckConstraint(condition=models.Q(('code__isnull', True), ('code__regex', '^[A-Z0-9-]{1,32}$'), _connector='OR'), name='promotion_code_format', violation_error_message='A voucher code is 1-32 of A-Z 0-9 and -, upper-cased.'),
         ),
         migrations.AddConstraint(
-            model_name="promotion",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("usage_limit__isnull", True), ("usage_limit__gt", 0), _connector="OR"),
-                name="promotion_usage_limit_positive",
-            ),
+            model_name='promotion',
+            constraint=models.CheckConstraint(condition=models.Q(('usage_limit__isnull', True), ('usage_limit__gt', 0), _connector='OR'), name='promotion_usage_limit_positive'),
         ),
         migrations.AddConstraint(
-            model_name="promotion",
-            constraint=models.CheckConstraint(
-                condition=models.Q(
-                    ("per_customer_limit__isnull", True), ("per_customer_limit__gt", 0), _connector="OR"
-                ),
-                name="promotion_per_customer_limit_positive",
-            ),
+            model_name='promotion',
+            constraint=models.CheckConstraint(condition=models.Q(('per_customer_limit__isnull', True), ('per_customer_limit__gt', 0), _connector='OR'), name='promotion_per_customer_limit_positive'),
         ),
         migrations.AddConstraint(
-            model_name="promotion",
-            constraint=models.CheckConstraint(condition=models.Q(("uses__gte", 0)), name="promotion_uses_not_negative"),
+            model_name='promotion',
+            constraint=models.CheckConstraint(condition=models.Q(('uses__gte', 0)), name='promotion_uses_not_negative'),
         ),
         migrations.AddConstraint(
-            model_name="promotion",
-            constraint=models.CheckConstraint(
-                condition=models.Q(
-                    ("usage_limit__isnull", True), ("uses__lte", models.F("usage_limit")), _connector="OR"
-                ),
-                name="promotion_uses_within_limit",
-                violation_error_message="The usage limit cannot be below the uses so far.",
-            ),
+            model_name='promotion',
+            constraint=models.CheckConstraint(condition=models.Q(('usage_limit__isnull', True), ('uses__lte', models.F('usage_limit')), _connector='OR'), name='promotion_uses_within_limit', violation_error_message='The usage limit cannot be below the uses so far.'),
         ),
         migrations.AddConstraint(
-            model_name="promotion",
-            constraint=models.CheckConstraint(
-                condition=models.Q(
-                    ("code__isnull", False),
-                    models.Q(("per_customer_limit__isnull", True), ("usage_limit__isnull", True), ("uses", 0)),
-                    _connector="OR",
-                ),
-                name="promotion_limits_only_for_vouchers",
-                violation_error_message="Only a voucher (a promotion with a code) has usage limits and uses.",
-            ),
+            model_name='promotion',
+            constraint=models.CheckConstraint(condition=models.Q(('code__isnull', False), models.Q(('per_customer_limit__isnull', True), ('usage_limit__isnull', True), ('uses', 0)), _connector='OR'), name='promotion_limits_only_for_vouchers', violation_error_message='Only a voucher (a promotion with a code) has usage limits and uses.'),
         ),
         migrations.AddConstraint(
-            model_name="vouchercustomeruse",
-            constraint=models.UniqueConstraint(fields=("voucher", "customer"), name="voucher_customer_use_unique"),
+            model_name='vouchercustomeruse',
+            constraint=models.UniqueConstraint(fields=('voucher', 'customer'), name='voucher_customer_use_unique'),
         ),
         migrations.AddConstraint(
-            model_name="vouchercustomeruse",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("uses__gte", 0)), name="voucher_customer_uses_not_negative"
-            ),
+            model_name='vouchercustomeruse',
+            constraint=models.CheckConstraint(condition=models.Q(('uses__gte', 0)), name='voucher_customer_uses_not_negative'),
         ),
         migrations.AddConstraint(
-            model_name="vouchercustomeruse",
-            constraint=models.CheckConstraint(condition=models.Q(("cap__gt", 0)), name="voucher_customer_cap_positive"),
+            model_name='vouchercustomeruse',
+            constraint=models.CheckConstraint(condition=models.Q(('cap__gt', 0)), name='voucher_customer_cap_positive'),
         ),
         migrations.AddConstraint(
-            model_name="vouchercustomeruse",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("uses__lte", models.F("cap"))), name="voucher_customer_uses_within_cap"
-            ),
+            model_name='vouchercustomeruse',
+            constraint=models.CheckConstraint(condition=models.Q(('uses__lte', models.F('cap'))), name='voucher_customer_uses_within_cap'),
         ),
         migrations.AddIndex(
-            model_name="voucherredemption",
-            index=models.Index(fields=["voucher", "-id"], name="voucher_redemption_newest"),
+            model_name='voucherredemption',
+            index=models.Index(fields=['voucher', '-id'], name='voucher_redemption_newest'),
         ),
         migrations.AddConstraint(
-            model_name="voucherredemption",
-            constraint=models.UniqueConstraint(fields=("order_id",), name="voucher_redemption_one_per_order"),
+            model_name='voucherredemption',
+            constraint=models.UniqueConstraint(fields=('order_id',), name='voucher_redemption_one_per_order'),
         ),
     ]

@@ -4,41 +4,27 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("shop", "0010_stock_managers_run_promotions"),
+        ('shop', '0010_stock_managers_run_promotions'),
     ]
 
     operations = [
         migrations.RemoveConstraint(
-            model_name="promotion",
-            name="promotion_kind_valid",
+            model_name='promotion',
+            name='promotion_kind_valid',
         ),
         migrations.AlterField(
-            model_name="promotion",
-            name="kind",
-            field=models.CharField(
-                choices=[
-                    ("percent", "Percent off each unit"),
-                    ("amount", "Amount off each unit"),
-                    ("cart_amount", "Amount off the cart"),
-                    ("sale_price", "Sale price of each unit"),
-                ],
-                max_length=20,
-            ),
+            model_name='promotion',
+            name='kind',
+            field=models.CharField(choices=[('percent', 'Percent off each unit'), ('amount', 'Amount off each unit'), ('cart_amount', 'Amount off the cart'), ('sale_price', 'Sale price of each unit')], max_length=20),
         ),
         migrations.AddConstraint(
-            model_name="promotion",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("kind__in", ["percent", "amount", "cart_amount", "sale_price"])),
-                name="promotion_kind_valid",
-            ),
+            model_name='promotion',
+            constraint=models.CheckConstraint(condition=models.Q(('kind__in', ['percent', 'amount', 'cart_amount', 'sale_price'])), name='promotion_kind_valid'),
         ),
         migrations.AddConstraint(
-            model_name="promotion",
-            constraint=models.CheckConstraint(
-                condition=models.Q(models.Q(("kind", "sale_price"), _negated=True), ("scope", "skus"), _connector="OR"),
-                name="promotion_sale_price_is_per_sku",
-                violation_error_message="A sale price applies to the listed SKUs.",
-            ),
+            model_name='promotion',
+            constraint=models.CheckConstraint(condition=models.Q(models.Q(('kind', 'sale_price'), _negated=True), ('scope', 'skus'), _connector='OR'), name='promotion_sale_price_is_per_sku', violation_error_message='A sale price applies to the listed SKUs.'),
         ),
     ]

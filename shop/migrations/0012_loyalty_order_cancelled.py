@@ -5,33 +5,24 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("shop", "0011_sale_price_kind"),
+        ('shop', '0011_sale_price_kind'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.RemoveConstraint(
-            model_name="loyaltyentry",
-            name="loyalty_reason_valid",
+            model_name='loyaltyentry',
+            name='loyalty_reason_valid',
         ),
         migrations.AlterField(
-            model_name="loyaltyentry",
-            name="reason",
-            field=models.CharField(
-                choices=[
-                    ("order_paid", "Order paid"),
-                    ("order_refunded", "Order refunded"),
-                    ("order_cancelled", "Paid order cancelled (payment voided)"),
-                ],
-                max_length=20,
-            ),
+            model_name='loyaltyentry',
+            name='reason',
+            field=models.CharField(choices=[('order_paid', 'Order paid'), ('order_refunded', 'Order refunded'), ('order_cancelled', 'Paid order cancelled (payment voided)')], max_length=20),
         ),
         migrations.AddConstraint(
-            model_name="loyaltyentry",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("reason__in", ["order_paid", "order_refunded", "order_cancelled"])),
-                name="loyalty_reason_valid",
-            ),
+            model_name='loyaltyentry',
+            constraint=models.CheckConstraint(condition=models.Q(('reason__in', ['order_paid', 'order_refunded', 'order_cancelled'])), name='loyalty_reason_valid'),
         ),
     ]

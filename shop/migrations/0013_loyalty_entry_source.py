@@ -5,49 +5,37 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("shop", "0012_loyalty_order_cancelled"),
+        ('shop', '0012_loyalty_order_cancelled'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.RemoveConstraint(
-            model_name="loyaltyentry",
-            name="loyalty_once_per_order_and_reason",
+            model_name='loyaltyentry',
+            name='loyalty_once_per_order_and_reason',
         ),
         migrations.RemoveConstraint(
-            model_name="loyaltyentry",
-            name="loyalty_reason_valid",
+            model_name='loyaltyentry',
+            name='loyalty_reason_valid',
         ),
         migrations.AddField(
-            model_name="loyaltyentry",
-            name="source",
-            field=models.CharField(blank=True, db_default="", default="", max_length=60),
+            model_name='loyaltyentry',
+            name='source',
+            field=models.CharField(blank=True, db_default='', default='', max_length=60),
         ),
         migrations.AlterField(
-            model_name="loyaltyentry",
-            name="reason",
-            field=models.CharField(
-                choices=[
-                    ("order_paid", "Order paid"),
-                    ("order_refunded", "Refund completed"),
-                    ("order_cancelled", "Paid order cancelled (payment voided)"),
-                    ("lines_removed", "Lines removed before the capture"),
-                ],
-                max_length=20,
-            ),
+            model_name='loyaltyentry',
+            name='reason',
+            field=models.CharField(choices=[('order_paid', 'Order paid'), ('order_refunded', 'Refund completed'), ('order_cancelled', 'Paid order cancelled (payment voided)'), ('lines_removed', 'Lines removed before the capture')], max_length=20),
         ),
         migrations.AddConstraint(
-            model_name="loyaltyentry",
-            constraint=models.UniqueConstraint(fields=("order_id", "reason", "source"), name="loyalty_once_per_source"),
+            model_name='loyaltyentry',
+            constraint=models.UniqueConstraint(fields=('order_id', 'reason', 'source'), name='loyalty_once_per_source'),
         ),
         migrations.AddConstraint(
-            model_name="loyaltyentry",
-            constraint=models.CheckConstraint(
-                condition=models.Q(
-                    ("reason__in", ["order_paid", "order_refunded", "order_cancelled", "lines_removed"])
-                ),
-                name="loyalty_reason_valid",
-            ),
+            model_name='loyaltyentry',
+            constraint=models.CheckConstraint(condition=models.Q(('reason__in', ['order_paid', 'order_refunded', 'order_cancelled', 'lines_removed'])), name='loyalty_reason_valid'),
         ),
     ]
