@@ -13,9 +13,9 @@ def lock_order(order_id: int, **filters) -> Order | None:
     return for_update(Order.objects.filter(id=order_id, **filters)).first()
 
 
-def lock_orders(order_ids: Iterable[int], **filters) -> list[Order]:
+def lock_orders(order_ids: Iterable[int]) -> list[Order]:
     """The orders, locked in id order."""
-    return list(for_update(Order.objects.filter(id__in=list(order_ids), **filters)))
+    return list(for_update(Order.objects.filter(id__in=list(order_ids))))
 
 
 def lock_items(*, order_id: int) -> list[OrderItem]:

@@ -27,11 +27,10 @@ from django.db.models import F
 
 from core.locks import for_update
 from orders.exceptions import PaymentNotCaptured, RefundExceedsCaptured
-from orders.models import Order, OrderStatus, Payment
+from orders.models import CAPTURED_STATUSES, Order, OrderStatus, Payment
 from orders.transitions import move_orders, move_payment
 
 HELD = (Payment.Status.AUTHORIZED, Payment.Status.CAPTURING, Payment.Status.VOIDING)
-TAKEN = (Payment.Status.CAPTURED, Payment.Status.REFUNDED)
 
 
 # Reads
@@ -55,7 +54,7 @@ def is_held(payment: Payment | None) -> bool:
 
 
 def is_taken(payment: Payment | None) -> bool:
-    return payment is not None and payment.status in TAKEN
+    return payment is not None and payment.status in CAPTURED_STATUSES
 
 
 def is_settling(payment: Payment | None) -> bool:
@@ -134,9 +133,8 @@ def refund_the_order_if_paid_back(*, order: Order, payment: Payment) -> bool:
 def claim_void(*, order_id: int) -> bool:
     """The payment that paid the order claimed for a void (AUTHORIZED ->
     VOIDING), or found claimed so: whether its money is only held and now on its
-    way back. The caller holds the order's lock."""
-    claimable = [Payment.Status.AUTHORIZED, Payment.Status.VOIDING]
-    payment = Payment.objects.filter(order_id=order_id, outcome=Payment.Outcome.APPLIED, status__in=claimable).first()
+    way back (a capture claimed first keeps it). The caller holds the order's lock."""
+    payment = held_payment(order_id=order_id)
     if payment is None:
         return False
     return move_payment(payment.id, Payment.Status.VOIDING) or payment.status == Payment.Status.VOIDING

@@ -9,7 +9,7 @@ from django.test import Client
 from django.utils import timezone
 
 from orders import money
-from orders.handlers import send_refund_notice
+from orders.handlers import send_refund_completed, send_refund_notice
 from orders.models import Order, OrderStatus, Payment, Refund
 from orders.services import mark_order_shipped, refund_goodwill, remove_order_lines
 from orders.services.refunds import submit_refund
@@ -58,6 +58,9 @@ def test_a_duplicate_payment_after_shipping_is_refunded_and_the_order_stays_ship
     told("RefundRequested", send_refund_notice)
     [notice] = mail.outbox
     assert "Refund for order" not in notice.subject and "pay_second" in notice.subject
+    [requested] = events("RefundRequested")
+    send_refund_completed(consumer_event("RefundCompleted", **requested, payment_refunded=True))
+    assert [m.subject for m in mail.outbox[1:]] == ["Your payment pay_second is refunded"]
 
 
 def test_a_refund_of_the_payment_that_paid_a_shipped_order_in_full_makes_it_refunded(redis, provider):
