@@ -24,5 +24,13 @@ def env_int(name: str, default: int) -> int:
         raise ImproperlyConfigured(f"{name} must be an integer, got {raw!r}") from None
 
 
+def env_float(name: str, default: float) -> float:
+    raw = env(name, str(default))
+    try:
+        return float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from None
+
+
 def env_list(name: str, default: str) -> list[str]:
     return [item.strip() for item in env(name, default).split(",") if item.strip()]

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env, env_bool, env_int, env_list
+from config.env import env, env_bool, env_float, env_int, env_list
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -308,7 +308,7 @@ KAFKA_CHECKOUT_TOPIC = env("KAFKA_CHECKOUT_TOPIC", "shop.checkout-requests")
 # (plus librdkafka's one-second timer scan at most: orders/queue_producer.py).
 QUEUE_ADMIT_TIMEOUT_MS = env_int("QUEUE_ADMIT_TIMEOUT_MS", 1_000)
 # After a failed send, queue checkouts are refused at once for this long, then one is tried.
-QUEUE_BREAKER_OPEN_SECONDS = float(env("QUEUE_BREAKER_OPEN_SECONDS", "2"))
+QUEUE_BREAKER_OPEN_SECONDS = env_float("QUEUE_BREAKER_OPEN_SECONDS", 2)
 # A queued checkout not written after this long is counted as stale (shop_status, metrics, live page).
 QUEUE_STALE_AFTER_SECONDS = env_int("QUEUE_STALE_AFTER_SECONDS", 120)
 # Fault drills only: "kill-after-commit" makes the writer kill itself between a batch's
@@ -322,13 +322,13 @@ QUEUE_WRITER_NICE = env_int("QUEUE_WRITER_NICE", 10)
 
 # --- Outbox relay and consumers ---------------------------------------------
 OUTBOX_BATCH_SIZE = env_int("OUTBOX_BATCH_SIZE", 500)
-OUTBOX_FLUSH_TIMEOUT_SECONDS = float(env("OUTBOX_FLUSH_TIMEOUT_SECONDS", "10"))
-OUTBOX_POLL_INTERVAL_SECONDS = float(env("OUTBOX_POLL_INTERVAL_SECONDS", "0.1"))
-OUTBOX_MAX_BACKOFF_SECONDS = float(env("OUTBOX_MAX_BACKOFF_SECONDS", "5"))
+OUTBOX_FLUSH_TIMEOUT_SECONDS = env_float("OUTBOX_FLUSH_TIMEOUT_SECONDS", 10)
+OUTBOX_POLL_INTERVAL_SECONDS = env_float("OUTBOX_POLL_INTERVAL_SECONDS", 0.1)
+OUTBOX_MAX_BACKOFF_SECONDS = env_float("OUTBOX_MAX_BACKOFF_SECONDS", 5)
 OUTBOX_RETENTION_DAYS = env_int("OUTBOX_RETENTION_DAYS", 7)
 CONSUMER_MAX_ATTEMPTS = env_int("CONSUMER_MAX_ATTEMPTS", 5)
 # A consumer waiting for PostgreSQL, Redis or the network retries its message at most this far apart.
-CONSUMER_MAX_BACKOFF_SECONDS = float(env("CONSUMER_MAX_BACKOFF_SECONDS", "5"))
+CONSUMER_MAX_BACKOFF_SECONDS = env_float("CONSUMER_MAX_BACKOFF_SECONDS", 5)
 
 # --- The shop ---------------------------------------------------------------
 SHOP_CURRENCY = env("SHOP_CURRENCY", "EUR")
@@ -355,7 +355,7 @@ MAX_UNPAID_UNITS_PER_ADDRESS = env_int("MAX_UNPAID_UNITS_PER_ADDRESS", 20)
 NEW_ACCOUNT_SECONDS = env_int("NEW_ACCOUNT_SECONDS", 3600)
 NEW_ACCOUNT_PAYMENT_TIMEOUT_SECONDS = env_int("NEW_ACCOUNT_PAYMENT_TIMEOUT_SECONDS", 300)
 LOW_STOCK_THRESHOLD = env_int("LOW_STOCK_THRESHOLD", 10)
-HEALTH_CHECK_TIMEOUT_SECONDS = float(env("HEALTH_CHECK_TIMEOUT_SECONDS", "1.0"))
+HEALTH_CHECK_TIMEOUT_SECONDS = env_float("HEALTH_CHECK_TIMEOUT_SECONDS", 1.0)
 # GET /metrics needs `Authorization: Bearer <METRICS_TOKEN>`; unset, it is open with DEBUG on and 404 without.
 METRICS_TOKEN = env("METRICS_TOKEN", "")
 # The relay, the consumers and the queue's writer on a host of their own serve their own /metrics

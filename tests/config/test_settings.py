@@ -249,3 +249,9 @@ def test_the_deploy_check_is_clean_with_production_settings():
     )
     assert result.returncode == 0, result.stderr + result.stdout
     assert "no issues" in result.stdout
+
+
+def test_a_process_stops_on_a_number_setting_that_is_not_a_number_and_names_it():
+    result = _start_django(DEBUG="1", OUTBOX_POLL_INTERVAL_SECONDS="0,1")
+    assert result.returncode != 0
+    assert "OUTBOX_POLL_INTERVAL_SECONDS must be a number, got '0,1'" in result.stderr
