@@ -1,4 +1,5 @@
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
@@ -11,6 +12,11 @@ MAX_PRICE = 10**12
 PHONE_PATTERN = r"^\+?[0-9][0-9 ()./-]{3,18}[0-9]$"
 PHONE_MESSAGE = "A phone number: digits, optionally a leading +, spaces ( ) . / - between them"
 ADDRESS_FIELDS = ("name", "line1", "line2", "city", "postal_code", "country", "phone")
+COUNTRY_PATTERN = r"^[A-Z]{2}$"  # ISO 3166-1 alpha-2
+TAX_CLASS_PATTERN = r"^[a-z0-9_-]{1,20}$"
+SHIPPING_CODE_PATTERN = r"^[a-z0-9-]{1,32}$"
+MAX_WEIGHT_GRAMS = 10**7  # ten tonnes: a band or a product above it is a typing error
+STANDARD_TAX_CLASS = "standard"
 
 
 class Product(models.Model):
@@ -21,6 +27,18 @@ class Product(models.Model):
     is_active = models.BooleanField(default=True)
     description = models.TextField(blank=True, default="", db_default="", max_length=5000)
     image_url = models.URLField(blank=True, default="", db_default="", max_length=500)
+    # 0: goods that do not ship (a cart of them needs no shipping method)
+    weight_grams = models.IntegerField(
+        default=0, db_default=0, validators=[MinValueValidator(0), MaxValueValidator(MAX_WEIGHT_GRAMS)]
+    )
+    tax_class = models.ForeignKey(
+        "TaxClass",
+        on_delete=models.PROTECT,
+        default=STANDARD_TAX_CLASS,
+        db_default=STANDARD_TAX_CLASS,
+        related_name="+",
+        db_index=False,
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -30,6 +48,10 @@ class Product(models.Model):
             models.CheckConstraint(condition=models.Q(price__gt=0), name="product_price_positive"),
             models.CheckConstraint(condition=models.Q(price__lte=MAX_PRICE), name="product_price_at_most_max"),
             models.CheckConstraint(condition=models.Q(sku__regex=SKU_PATTERN), name="product_sku_format"),
+            models.CheckConstraint(
+                condition=models.Q(weight_grams__gte=0, weight_grams__lte=MAX_WEIGHT_GRAMS),
+                name="product_weight_in_range",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -115,6 +137,10 @@ class DiscountKind(models.TextChoices):
     AMOUNT = "amount", "Amount off each unit"
     CART_AMOUNT = "cart_amount", "Amount off the cart"
     SALE_PRICE = "sale_price", "Sale price of each unit"  # a flash sale's price (inventory writes these)
+    FREE_SHIPPING = "free_shipping", "Percent off the shipping (100: free shipping)"
+
+
+PERCENT_KINDS = (DiscountKind.PERCENT, DiscountKind.FREE_SHIPPING)
 
 
 class PromotionScope(models.TextChoices):
@@ -163,8 +189,8 @@ class Promotion(models.Model):
             models.CheckConstraint(condition=models.Q(scope__in=PromotionScope.values), name="promotion_scope_valid"),
             models.CheckConstraint(
                 condition=models.Q(value__gte=1)
-                & (~models.Q(kind=DiscountKind.PERCENT) | models.Q(value__lte=100))
-                & (models.Q(kind=DiscountKind.PERCENT) | models.Q(value__lte=MAX_PRICE)),
+                & (~models.Q(kind__in=PERCENT_KINDS) | models.Q(value__lte=100))
+                & (models.Q(kind__in=PERCENT_KINDS) | models.Q(value__lte=MAX_PRICE)),
                 name="promotion_value_in_range",
                 violation_error_message=f"A percentage is 1 to 100; an amount is 1 to {MAX_PRICE} minor units.",
             ),
@@ -172,6 +198,11 @@ class Promotion(models.Model):
                 condition=~models.Q(kind=DiscountKind.CART_AMOUNT) | models.Q(scope=PromotionScope.CART),
                 name="promotion_cart_amount_is_cart_wide",
                 violation_error_message="An amount off the cart applies to the whole cart.",
+            ),
+            models.CheckConstraint(
+                condition=~models.Q(kind=DiscountKind.FREE_SHIPPING) | models.Q(scope=PromotionScope.CART),
+                name="promotion_free_shipping_is_cart_wide",
+                violation_error_message="A shipping discount applies to the whole cart.",
             ),
             models.CheckConstraint(
                 condition=~models.Q(kind=DiscountKind.SALE_PRICE) | models.Q(scope=PromotionScope.SKUS),
@@ -226,6 +257,8 @@ class Promotion(models.Model):
             return f"{self.value}% off each unit"
         if self.kind == DiscountKind.SALE_PRICE:
             return f"each unit at {self.value}"
+        if self.kind == DiscountKind.FREE_SHIPPING:
+            return "free shipping" if self.value == 100 else f"{self.value}% off the shipping"
         return f"{self.value} off {'each unit' if self.kind == DiscountKind.AMOUNT else 'the cart'}"
 
     @property
@@ -284,3 +317,150 @@ class VoucherCustomerUse(models.Model):
 
     def __str__(self) -> str:
         return f"voucher {self.voucher_id}: customer {self.customer_id} used it {self.uses} of {self.cap}"
+
+
+# --- Tax and shipping (shop/totals.py prices with them) -------------------------------------------------------------
+
+
+class TaxClass(models.Model):
+    """A kind of goods for tax: `standard`, `reduced`, `zero`, … (the rates are per country)."""
+
+    code = models.CharField(
+        primary_key=True, max_length=20, validators=[RegexValidator(TAX_CLASS_PATTERN, "1-20 of a-z 0-9 _ -")]
+    )
+    name = models.CharField(max_length=100)
+
+    class Meta:
+        ordering = ["code"]
+        verbose_name_plural = "tax classes"
+        constraints = [models.CheckConstraint(condition=models.Q(code__regex=TAX_CLASS_PATTERN), name="tax_class_code")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class TaxRate(models.Model):
+    """The rate of one tax class in one country from `valid_from` on (until the
+    next one's), in basis points: 2000 is 20%. No rate for a country and class:
+    nothing is charged (docs/architecture.md, "Totals")."""
+
+    country = models.CharField(max_length=2)
+    tax_class = models.ForeignKey(TaxClass, on_delete=models.PROTECT, related_name="rates", db_index=False)
+    rate = models.IntegerField(
+        validators=[MinValueValidator(0), MaxValueValidator(10_000)], help_text="Basis points: 2000 is 20%"
+    )
+    valid_from = models.DateField()
+    source = models.CharField(max_length=200, blank=True, default="", db_default="")
+
+    class Meta:
+        ordering = ["country", "tax_class", "-valid_from"]
+        constraints = [
+            models.UniqueConstraint(fields=["tax_class", "country", "valid_from"], name="tax_rate_one_per_day"),
+            models.CheckConstraint(condition=models.Q(country__regex=COUNTRY_PATTERN), name="tax_rate_country_iso"),
+            models.CheckConstraint(
+                condition=models.Q(rate__gte=0, rate__lte=10_000),
+                name="tax_rate_in_range",
+                violation_error_message="A rate is 0 to 10000 basis points (0% to 100%).",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.country} {self.tax_class_id} {self.rate / 100:g}% from {self.valid_from}"
+
+
+class ShippingZone(models.Model):
+    """Countries shipped to alike (a method ships to the countries of its zone)."""
+
+    name = models.CharField(max_length=100, unique=True)
+    countries = ArrayField(models.CharField(max_length=2), help_text="ISO 3166-1 alpha-2 codes, e.g. GB, IE")
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=~models.Q(countries=[]), name="shipping_zone_has_countries"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({', '.join(self.countries)})"
+
+
+class ShippingPricing(models.TextChoices):
+    FLAT = "flat", "Flat price"
+    WEIGHT = "weight", "By the cart's weight, in bands"
+
+
+class ShippingMethod(models.Model):
+    """A way to deliver: its price in the catalog's terms (tax included when
+    PRICES_INCLUDE_TAX), flat or by weight band; free from `free_over` (the goods'
+    total after discounts) when set."""
+
+    Pricing = ShippingPricing
+
+    code = models.CharField(
+        max_length=32, unique=True, validators=[RegexValidator(SHIPPING_CODE_PATTERN, "1-32 of a-z 0-9 -")]
+    )
+    name = models.CharField(max_length=100)
+    zone = models.ForeignKey(ShippingZone, on_delete=models.PROTECT, related_name="methods")
+    pricing = models.CharField(max_length=10, choices=ShippingPricing.choices, default=ShippingPricing.FLAT)
+    price = models.BigIntegerField(
+        default=0, validators=[MinValueValidator(0), MaxValueValidator(MAX_PRICE)], help_text="Flat: minor units"
+    )
+    free_over = models.BigIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0), MaxValueValidator(MAX_PRICE)],
+        help_text="Free when the goods (after discounts) cost at least this; empty: never free",
+    )
+    min_days = models.PositiveSmallIntegerField(default=1)
+    max_days = models.PositiveSmallIntegerField(default=3)
+    is_active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["code"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(code__regex=SHIPPING_CODE_PATTERN), name="shipping_method_code"),
+            models.CheckConstraint(
+                condition=models.Q(pricing__in=ShippingPricing.values), name="shipping_pricing_valid"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(price__gte=0, price__lte=MAX_PRICE), name="shipping_price_in_range"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(free_over__isnull=True) | models.Q(free_over__gte=0, free_over__lte=MAX_PRICE),
+                name="shipping_free_over_in_range",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(max_days__gte=models.F("min_days")),
+                name="shipping_days_ordered",
+                violation_error_message="The longest estimate is at least the shortest.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.code})"
+
+
+class ShippingRateBand(models.Model):
+    """A weight-priced method's price for carts up to `up_to_grams` (the
+    lightest band that holds the cart's weight prices it; heavier than every
+    band: the method cannot carry the cart)."""
+
+    method = models.ForeignKey(ShippingMethod, on_delete=models.CASCADE, related_name="bands", db_index=False)
+    up_to_grams = models.IntegerField(validators=[MinValueValidator(1), MaxValueValidator(MAX_WEIGHT_GRAMS)])
+    price = models.BigIntegerField(validators=[MinValueValidator(0), MaxValueValidator(MAX_PRICE)])
+
+    class Meta:
+        ordering = ["method", "up_to_grams"]
+        constraints = [
+            models.UniqueConstraint(fields=["method", "up_to_grams"], name="shipping_band_unique"),
+            models.CheckConstraint(
+                condition=models.Q(up_to_grams__gte=1, up_to_grams__lte=MAX_WEIGHT_GRAMS),
+                name="shipping_band_weight_in_range",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(price__gte=0, price__lte=MAX_PRICE), name="shipping_band_price_in_range"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"up to {self.up_to_grams} g: {self.price}"

@@ -67,7 +67,11 @@ class PromotionRule:
 
     @property
     def per_unit(self) -> bool:
-        return self.kind != DiscountKind.CART_AMOUNT
+        return self.kind in (DiscountKind.PERCENT, DiscountKind.AMOUNT, DiscountKind.SALE_PRICE)
+
+    @property
+    def off_the_cart(self) -> bool:
+        return self.kind == DiscountKind.CART_AMOUNT
 
     def is_active_at(self, now: datetime) -> bool:
         return (self.starts_at is None or self.starts_at <= now) and (self.ends_at is None or now < self.ends_at)
@@ -186,15 +190,32 @@ def price_lines(
             if voucher.covers(sku):
                 pricing.take_per_unit(voucher, sku, voucher.unit_discount(pricing.unit_left[sku]))
     # 3. At most one automatic amount off the cart, the largest (capped at what is left).
-    cart_amounts = [promotion for promotion in taking_part if not promotion.per_unit]
+    cart_amounts = [promotion for promotion in taking_part if promotion.off_the_cart]
     if cart_amounts:
         left = pricing.left()
         best = max(cart_amounts, key=lambda promotion: (min(promotion.value, left), -promotion.id))
         pricing.take_from_cart(best, min(best.value, left))
     # 4. An amount-off-the-cart voucher.
-    if voucher is not None and not voucher.per_unit:
+    if voucher is not None and voucher.off_the_cart:
         pricing.take_from_cart(voucher, min(voucher.value, pricing.left()))
     return pricing.result(subtotal)
+
+
+def largest_remainder(amount: int, weights: list[int]) -> list[int]:
+    """`amount` split in proportion to `weights` (not all 0) in whole units: the
+    floors first, then the units they left over (fewer than the weights with a
+    remainder) one each to the largest remainders, ties in the given order. A
+    share never passes its exact part by a unit, so never its weight when
+    `amount` is at most their sum; the shares add up to `amount`."""
+    whole = sum(weights)
+    shares, remainders = [], []
+    for index, weight in enumerate(weights):
+        share, remainder = divmod(amount * weight, whole)
+        shares.append(share)
+        remainders.append((-remainder, index))
+    for _, index in sorted(remainders)[: amount - sum(shares)]:
+        shares[index] += 1
+    return shares
 
 
 class _Pricing:
@@ -220,20 +241,12 @@ class _Pricing:
     def take_from_cart(self, promotion: PromotionRule, amount: int) -> None:
         """`amount` (at most what is left) spread over the lines in proportion to
         what each still costs: the largest-remainder method, ties in SKU order."""
-        left = self.left()
-        amount = min(amount, left)
+        amount = min(amount, self.left())
         if amount <= 0:
             return
-        shares, remainders = {}, []
-        for sku in self.skus:
-            shares[sku], remainder = divmod(amount * self.line_left[sku], left)
-            remainders.append((-remainder, sku))
-        # The units the floors left over (fewer than the lines with a remainder) go one each to the
-        # largest remainders: a share never passes what its line still costs.
-        for _, sku in sorted(remainders)[: amount - sum(shares.values())]:
-            shares[sku] += 1
-        for sku in self.skus:
-            self._take(promotion, sku, shares[sku])
+        shares = largest_remainder(amount, [self.line_left[sku] for sku in self.skus])
+        for sku, share in zip(self.skus, shares, strict=True):
+            self._take(promotion, sku, share)
 
     def _take(self, promotion: PromotionRule, sku: str, amount: int) -> None:
         if amount > 0:
