@@ -1,5 +1,6 @@
 """Any change to what the hot caches hold (products, promotions and their SKUs,
-tokens, users; flash sales in inventory/signals.py) moves the
+tax classes and rates, shipping zones, methods and bands, tokens, users; flash
+sales in inventory/signals.py) moves the
 cache generation: before the transaction commits, so that a change no cache can hear of
 fails instead (Redis down: 503), and again after; see core/hotcache.py.
 
@@ -21,7 +22,18 @@ from redis.exceptions import RedisError
 
 from core.authentication import forget_tokens, remember_tokens
 from core.hotcache import bump_generation_on_commit
-from shop.models import Product, Promotion
+from shop.models import (
+    Product,
+    Promotion,
+    ShippingMethod,
+    ShippingRateBand,
+    ShippingZone,
+    TaxClass,
+    TaxRate,
+)
+
+# The cart and checkout keep rates and methods in process memory (shop/selectors.py, charges).
+CACHED_MODELS = (Product, Promotion, TaxClass, TaxRate, ShippingZone, ShippingMethod, ShippingRateBand)
 
 
 def _bump(**kwargs) -> None:
@@ -63,9 +75,9 @@ def _best_effort(function, argument) -> None:
 
 
 def connect() -> None:
-    for model in (Product, Promotion):
+    for model in CACHED_MODELS:
         post_save.connect(_bump, sender=model, dispatch_uid=f"hotcache-save-{model.__name__}")
-    for model in (Product, Promotion, get_user_model()):
+    for model in (*CACHED_MODELS, get_user_model()):
         post_delete.connect(_bump, sender=model, dispatch_uid=f"hotcache-delete-{model.__name__}")
     m2m_changed.connect(
         _promotion_products_changed, sender=Promotion.products.through, dispatch_uid="hotcache-promotion-products"

@@ -1,5 +1,6 @@
 """shop/signals.py: a changed user leaves every cache before it commits, without
-reading its stored password first, and a login, touching only last_login, none.
+reading its stored password first, and a login, touching only last_login, none;
+a saved or deleted tax or shipping row moves the generation.
 (A password change revokes the tokens in shop/services.py: tests/shop/test_services.py.)"""
 
 import pytest
@@ -8,6 +9,7 @@ from django.test.utils import CaptureQueriesContext
 from knox.models import AuthToken
 
 from core.hotcache import hot_cache
+from shop.models import ShippingMethod, ShippingRateBand, ShippingZone, TaxClass, TaxRate
 from tests.factories import api_token
 from tests.helpers import client_with
 
@@ -49,3 +51,28 @@ def test_a_login_only_touching_last_login_keeps_the_caches(api_client, user, red
     body = {"username": user.username, "password": "correct-horse-battery"}
     assert api_client.post("/api/auth/token", body, format="json").status_code == 200
     assert redis.get("shop:cache-generation") == generation
+
+
+def test_saving_or_deleting_tax_and_shipping_rows_moves_the_generation(redis, django_capture_on_commit_callbacks):
+    """The cart and checkout keep rates and methods in process memory: any change drops them everywhere."""
+
+    def moves(change) -> int:
+        before = int(redis.get("shop:cache-generation") or 0)
+        with django_capture_on_commit_callbacks(execute=True):
+            change()
+        return int(redis.get("shop:cache-generation")) - before
+
+    made = {}
+    creations = {
+        "class": lambda: TaxClass.objects.create(code="books", name="Books"),
+        "rate": lambda: TaxRate.objects.create(country="GB", tax_class_id="books", rate=0, valid_from="2026-01-01"),
+        "zone": lambda: ShippingZone.objects.create(name="UK", countries=["GB"]),
+        "method": lambda: ShippingMethod.objects.create(code="parcel", name="Parcel", zone=made["zone"]),
+        "band": lambda: ShippingRateBand.objects.create(method=made["method"], up_to_grams=1000, price=500),
+    }
+    for name, create in creations.items():
+        assert moves(lambda name=name, create=create: made.update({name: create()})) == 2, name  # before and after
+    for name, row in made.items():
+        assert moves(row.save) == 2, name
+    for name in ["band", "rate", "method", "zone", "class"]:  # the referring rows first (PROTECT)
+        assert moves(made[name].delete) == 2, name
