@@ -1,18 +1,35 @@
+import re
+from decimal import Decimal
+
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
 from django.contrib.auth.forms import AdminPasswordChangeForm
+from django.core.exceptions import ValidationError
+from django.db.models import Count
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.formats import localize
 from django.utils.html import format_html
+from django_countries import countries
 
 from core.admin import ReadOnlyAdmin
 from core.locks import for_update
 from core.money import format_money, minor_units_help
-from shop.models import LoyaltyEntry, Product, Promotion, VoucherRedemption
+from shop.models import (
+    STANDARD_TAX_CLASS,
+    LoyaltyEntry,
+    Product,
+    Promotion,
+    ShippingMethod,
+    ShippingRateBand,
+    ShippingZone,
+    TaxClass,
+    TaxRate,
+    VoucherRedemption,
+)
 from shop.promotions import end_promotions, normalize_code, save_promotion
 from shop.services import set_password
 
@@ -26,8 +43,9 @@ def _money(amount: int) -> str:
 
 @admin.register(Product)
 class ProductAdmin(admin.ModelAdmin):
-    list_display = ["sku", "name", "price_shown", "is_active", "updated_at"]
-    list_filter = ["is_active"]
+    list_display = ["sku", "name", "price_shown", "weight_grams", "tax_class", "is_active", "updated_at"]
+    list_filter = ["is_active", "tax_class"]
+    list_select_related = ["tax_class"]
     search_fields = ["sku", "name"]
     readonly_fields = ["price_shown", "created_at", "updated_at"]
     ordering = ["sku"]
@@ -39,11 +57,16 @@ class ProductAdmin(admin.ModelAdmin):
     def get_fields(self, request, obj=None):
         # The price is typed in minor units; a page that only shows it shows money.
         price = "price" if obj is None or self.has_change_permission(request, obj) else "price_shown"
-        fields = ["sku", "name", price, "is_active", "description", "image_url"]
+        fields = ["sku", "name", price, "weight_grams", "tax_class", "is_active", "description", "image_url"]
         return [*fields, "created_at", "updated_at"] if obj else fields
 
     def get_form(self, request, obj=None, **kwargs):
-        return super().get_form(request, obj, help_texts={"price": f"In {MINOR_UNITS}."}, **kwargs)
+        help_texts = {
+            "price": f"In {MINOR_UNITS}.",
+            "weight_grams": "Grams, what shipping by weight counts; 0 for goods that do not ship.",
+            "tax_class": "Its tax rate in each country is the class's (Tax rates).",
+        }
+        return super().get_form(request, obj, help_texts=help_texts, **kwargs)
 
     @admin.display(description="price", ordering="price")
     def price_shown(self, product):
@@ -78,7 +101,10 @@ class PromotionForm(forms.ModelForm):
             "per_customer_limit",
         ]
         help_texts = {
-            "value": f"Percent (1-100) for a percentage; for an amount, {MINOR_UNITS}.",
+            "value": (
+                f"Percent (1-100) for a percentage or a shipping discount (100: free shipping); "
+                f"for an amount, {MINOR_UNITS}."
+            ),
             "products": "The SKUs a promotion of the listed SKUs applies to (ignored for the whole cart).",
             "min_subtotal": f"In {MINOR_UNITS}. Applies only when the cart's subtotal at catalog prices reaches it.",
             "ends_at": "Blank: open-ended.",
@@ -177,7 +203,7 @@ class PromotionAdmin(admin.ModelAdmin):
     @admin.display(description="discount")
     def discount(self, promotion):
         # Promotion.discount_label, with an amount shown as money.
-        if promotion.kind == Promotion.Kind.PERCENT:
+        if promotion.kind in (Promotion.Kind.PERCENT, Promotion.Kind.FREE_SHIPPING):
             return promotion.discount_label
         money = _money(promotion.value)
         if promotion.kind == Promotion.Kind.SALE_PRICE:
@@ -242,6 +268,185 @@ class VoucherRedemptionAdmin(ReadOnlyAdmin):
     search_fields = ["=order_id", "voucher__code", "customer__username"]
     list_select_related = ["voucher", "customer"]
     list_filter = [("voucher", admin.RelatedOnlyFieldListFilter)]
+
+
+# --- tax and shipping (shop/totals.py prices with them) -------------------------------------------
+
+
+def _unknown_country(code: str) -> bool:
+    """Whether `code` is no ISO 3166-1 alpha-2 code: django-countries' keys are those alone
+    ("GBR", "826" and "UK" are not among them)."""
+    return code not in countries
+
+
+class CountryCodesField(forms.CharField):
+    """ISO 3166-1 alpha-2 codes typed as a list ("GB, IE" or "gb ie"), stored upper-cased, once each."""
+
+    def prepare_value(self, value):
+        return ", ".join(value) if isinstance(value, list | tuple) else value
+
+    def to_python(self, value):
+        text = super().to_python(value)
+        return list(dict.fromkeys(code.upper() for code in re.split(r"[\s,;]+", text) if code))
+
+    def validate(self, value):
+        super().validate(value)  # an empty list: "This field is required."
+        if unknown := [code for code in value if _unknown_country(code)]:
+            raise ValidationError(
+                f"Not ISO 3166-1 alpha-2 country codes: {', '.join(unknown)} (two letters, e.g. GB, IE, DE)."
+            )
+
+
+@admin.register(TaxClass)
+class TaxClassAdmin(admin.ModelAdmin):
+    list_display = ["code", "name"]
+    search_fields = ["code", "name"]
+
+    def get_readonly_fields(self, request, obj=None):
+        # The code is the key products and rates refer to: set once.
+        return ["code"] if obj else []
+
+    def has_delete_permission(self, request, obj=None):
+        # A new product is `standard` unless told otherwise (the column's default): that class stays.
+        return super().has_delete_permission(request, obj) and (obj is None or obj.code != STANDARD_TAX_CLASS)
+
+
+class TaxRateForm(forms.ModelForm):
+    class Meta:
+        model = TaxRate
+        fields = ["country", "tax_class", "rate", "valid_from", "source"]
+        help_texts = {
+            "country": "ISO 3166-1 alpha-2 code, e.g. GB, DE.",
+            "rate": "Basis points: 2000 is 20%, 550 is 5.5%, 0 for a zero rate.",
+            "valid_from": "In force from this day until the next rate's for the same country and class.",
+            "source": "Where the rate was read, and when.",
+        }
+
+    def clean_country(self):
+        code = self.cleaned_data["country"].strip().upper()
+        if _unknown_country(code):
+            raise ValidationError(f"{code!r} is not an ISO 3166-1 alpha-2 country code (e.g. GB, DE).")
+        return code
+
+
+def _percent(basis_points: int) -> str:
+    return f"{Decimal(basis_points) / 100:f}%"  # exact: 550 -> "5.5%", 2000 -> "20%"
+
+
+@admin.register(TaxRate)
+class TaxRateAdmin(admin.ModelAdmin):
+    """`manage.py load_tax_rates` loads a whole table (shop/data/README.md); this edits one rate."""
+
+    form = TaxRateForm
+    list_display = ["country", "tax_class", "rate", "percent", "valid_from", "source"]
+    list_filter = ["country", "tax_class"]
+    list_select_related = ["tax_class"]
+    search_fields = ["=country", "source"]
+    date_hierarchy = "valid_from"
+
+    @admin.display(description="percent", ordering="rate")
+    def percent(self, tax_rate):
+        return _percent(tax_rate.rate)
+
+
+class ShippingZoneForm(forms.ModelForm):
+    countries = CountryCodesField(help_text="ISO 3166-1 alpha-2 codes, separated by commas or spaces: GB, IE")
+
+    class Meta:
+        model = ShippingZone
+        fields = ["name", "countries"]
+
+
+@admin.register(ShippingZone)
+class ShippingZoneAdmin(admin.ModelAdmin):
+    form = ShippingZoneForm
+    list_display = ["name", "country_list", "methods"]
+    search_fields = ["name"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(method_count=Count("methods"))
+
+    @admin.display(description="countries")
+    def country_list(self, zone):
+        return ", ".join(zone.countries)
+
+    @admin.display(description="methods", ordering="method_count")
+    def methods(self, zone):
+        return zone.method_count
+
+
+class ShippingRateBandFormSet(forms.BaseInlineFormSet):
+    """A method priced by weight cannot price a cart without a band: it needs one.
+    A flat method ignores its bands (kept, so that switching back loses nothing)."""
+
+    def clean(self):
+        super().clean()
+        if self.instance.pricing != ShippingMethod.Pricing.WEIGHT:
+            return
+        bands = [
+            form
+            for form in self.forms
+            if getattr(form, "cleaned_data", None) and not (self.can_delete and self._should_delete_form(form))
+        ]
+        if not bands:
+            raise ValidationError(
+                "A method priced by weight needs at least one weight band (up to how many grams, at what price): "
+                "add one, or price the method flat."
+            )
+
+
+class ShippingRateBandInline(admin.TabularInline):
+    model = ShippingRateBand
+    formset = ShippingRateBandFormSet
+    fields = ["up_to_grams", "price"]
+    extra = 1
+    verbose_name = "weight band"
+    verbose_name_plural = "weight bands (pricing by weight only: the lightest band that holds the cart prices it)"
+
+    def get_formset(self, request, obj=None, **kwargs):
+        help_texts = {"up_to_grams": "Carts up to this weight, in grams.", "price": f"In {MINOR_UNITS}."}
+        return super().get_formset(request, obj, help_texts=help_texts, **kwargs)
+
+
+@admin.register(ShippingMethod)
+class ShippingMethodAdmin(admin.ModelAdmin):
+    list_display = ["code", "name", "zone", "pricing", "price_shown", "free_over_shown", "days", "is_active"]
+    list_filter = ["is_active", "pricing", "zone"]
+    list_select_related = ["zone"]
+    search_fields = ["code", "name"]
+    inlines = [ShippingRateBandInline]
+    fields = ["code", "name", "zone", "pricing", "price", "free_over", "min_days", "max_days", "is_active"]
+
+    def get_readonly_fields(self, request, obj=None):
+        # Carts name their method by its code: set once.
+        return ["code"] if obj else []
+
+    def get_form(self, request, obj=None, **kwargs):
+        help_texts = {
+            "price": f"Flat pricing: in {MINOR_UNITS}. Ignored when priced by weight (the bands price it).",
+            "free_over": f"In {MINOR_UNITS}. Free when the goods (after discounts) cost at least this; "
+            "blank: never free.",
+            "min_days": "Delivery estimate, shortest, in days.",
+            "max_days": "Delivery estimate, longest, in days (at least the shortest).",
+        }
+        return super().get_form(request, obj, help_texts=help_texts, **kwargs)
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(band_count=Count("bands"))
+
+    @admin.display(description="price", ordering="price")
+    def price_shown(self, method):
+        if method.pricing == ShippingMethod.Pricing.WEIGHT:
+            return f"by weight ({method.band_count} band{'s' if method.band_count != 1 else ''})"
+        return _money(method.price)
+
+    @admin.display(description="free over", ordering="free_over")
+    def free_over_shown(self, method):
+        return "-" if method.free_over is None else _money(method.free_over)
+
+    @admin.display(description="days")
+    def days(self, method):
+        return f"{method.min_days}" if method.min_days == method.max_days else f"{method.min_days}-{method.max_days}"
 
 
 class UserPasswordChangeForm(AdminPasswordChangeForm):
