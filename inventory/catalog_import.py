@@ -1,7 +1,10 @@
-"""Catalog import from CSV (`sku,name,price,stock`, optionally followed by
-`description` and/or `image_url`): every row is checked before anything is
-written, then the whole file goes in one transaction. A file without an
-optional column leaves that field of existing products as it is."""
+"""Catalog import from CSV (`sku,name,price,stock`, optionally followed, in any
+order, by `description`, `image_url`, `weight_grams` (whole grams, 0 for goods
+that do not ship) and `tax_class` (the code of an existing tax class, e.g.
+`standard`, `reduced`)): every row is checked before anything is written, then
+the whole file goes in one transaction. A file without an optional column
+leaves that field of existing products as it is, and gives new ones the
+field's default (weight 0, tax class `standard`)."""
 
 import csv
 import re
@@ -17,10 +20,10 @@ from django.utils import timezone
 from core.hotcache import bump_generation_on_commit
 from inventory.models import MAX_UNITS
 from inventory.services import set_available_stock_bulk
-from shop.models import MAX_PRICE, SKU_PATTERN, Product
+from shop.models import MAX_PRICE, MAX_WEIGHT_GRAMS, SKU_PATTERN, Product, TaxClass
 
 COLUMNS = ["sku", "name", "price", "stock"]
-OPTIONAL_COLUMNS = ["description", "image_url"]
+OPTIONAL_COLUMNS = ["description", "image_url", "weight_grams", "tax_class"]
 _URL = URLValidator(schemes=["http", "https"])
 BATCH_SIZE = 2000
 _SKU = re.compile(SKU_PATTERN)
@@ -34,7 +37,7 @@ class CatalogRow:
     name: str
     price: int
     stock: int
-    extra: dict[str, str]  # the optional columns the file has
+    extra: dict[str, str | int]  # the optional columns the file has, as Product's fields take them
 
 
 @dataclass(frozen=True)
@@ -56,9 +59,11 @@ def parse_catalog(lines: Iterable[str]) -> list[CatalogRow]:
     header = [h.strip().lower() for h in next(reader, None) or []]
     optional = header[len(COLUMNS) :]
     if header[: len(COLUMNS)] != COLUMNS or len(set(optional)) < len(optional) or set(optional) - set(OPTIONAL_COLUMNS):
-        expected = f"{','.join(COLUMNS)}, then optionally {' and/or '.join(OPTIONAL_COLUMNS)}"
+        expected = f"{','.join(COLUMNS)}, then optionally any of {', '.join(OPTIONAL_COLUMNS)}"
         raise CatalogFileInvalid([f"line 1: the header must be {expected}, got {header!r}"])
     rows, errors, seen = [], [], {}
+    # Read once, only for a file with the column: the parse is otherwise the file's alone.
+    tax_classes = set(TaxClass.objects.values_list("code", flat=True)) if "tax_class" in optional else set()
     for values in reader:
         line = reader.line_num
         if not values or all(not v.strip() for v in values):
@@ -68,7 +73,7 @@ def parse_catalog(lines: Iterable[str]) -> list[CatalogRow]:
             continue
         sku, name, price, stock = (v.strip() for v in values[: len(COLUMNS)])
         extra = dict(zip(optional, (v.strip() for v in values[len(COLUMNS) :]), strict=True))
-        problems = _extra_problems(extra)
+        problems = _extra_problems(extra, tax_classes)
         if not _SKU.match(sku):
             problems.append(f"sku {sku!r} must be 1-64 characters of A-Z a-z 0-9 . _ -")
         elif sku in seen:
@@ -83,14 +88,24 @@ def parse_catalog(lines: Iterable[str]) -> list[CatalogRow]:
             errors.append(f"line {line}: " + "; ".join(problems))
             continue
         seen[sku] = line
-        rows.append(CatalogRow(line, sku, name, int(price), int(stock), extra))
+        typed: dict[str, str | int] = {**extra}
+        if "weight_grams" in extra:
+            typed["weight_grams"] = int(extra["weight_grams"])
+        rows.append(CatalogRow(line, sku, name, int(price), int(stock), typed))
     if errors:
         raise CatalogFileInvalid(errors)
     return rows
 
 
-def _extra_problems(extra: dict[str, str]) -> list[str]:
+def _extra_problems(extra: dict[str, str], tax_classes: set[str]) -> list[str]:
     problems = []
+    if "weight_grams" in extra:
+        weight = extra["weight_grams"]
+        if not _INTEGER.match(weight) or int(weight) > MAX_WEIGHT_GRAMS:
+            problems.append(f"weight_grams {weight!r} must be a whole number of grams, 0 to {MAX_WEIGHT_GRAMS}")
+    if "tax_class" in extra and extra["tax_class"] not in tax_classes:
+        known = ", ".join(sorted(tax_classes)) or "none"
+        problems.append(f"tax_class {extra['tax_class']!r} does not exist (there are: {known})")
     if len(extra.get("description", "")) > 5000:
         problems.append("description must be at most 5000 characters")
     if url := extra.get("image_url"):
@@ -101,6 +116,11 @@ def _extra_problems(extra: dict[str, str]) -> list[str]:
         except ValidationError:
             problems.append(f"image_url {url[:80]!r} must be an http(s) URL of at most 500 characters")
     return problems
+
+
+def _fields(extra: dict[str, str | int]) -> dict[str, str | int]:
+    """The optional columns as Product() takes them: the tax class by its code (the key)."""
+    return {"tax_class_id" if column == "tax_class" else column: value for column, value in extra.items()}
 
 
 def read_catalog_file(path: str) -> list[CatalogRow]:
@@ -126,9 +146,12 @@ def import_catalog(
         batch = sorted(rows[start : start + BATCH_SIZE], key=lambda row: row.sku)
         skus = [row.sku for row in batch]
         existing = set(Product.objects.filter(sku__in=skus).values_list("sku", flat=True))
-        optional = sorted(batch[0].extra)  # the same columns on every row of a file
+        optional = sorted(batch[0].extra)  # the same columns on every row of a file (field names)
         Product.objects.bulk_create(
-            [Product(sku=r.sku, name=r.name, price=r.price, created_at=now, updated_at=now, **r.extra) for r in batch],
+            [
+                Product(sku=r.sku, name=r.name, price=r.price, created_at=now, updated_at=now, **_fields(r.extra))
+                for r in batch
+            ],
             update_conflicts=True,
             unique_fields=["sku"],
             update_fields=["name", "price", "updated_at", *optional],

@@ -113,3 +113,41 @@ def test_bad_optional_columns_are_refused_whole(tmp_path, capsys, text, message)
         call_command("load_catalog", write_csv(tmp_path, text))
     assert message in capsys.readouterr().err
     assert not Product.objects.exists()
+
+
+def test_optional_weight_and_tax_class_columns(tmp_path):
+    call_command(
+        "load_catalog",
+        write_csv(tmp_path, "sku,name,price,stock,tax_class,weight_grams\nBOOK-1,Book,1299,5,reduced,450\n"),
+    )
+    book = Product.objects.get(sku="BOOK-1")
+    assert (book.weight_grams, book.tax_class_id) == (450, "reduced")
+    call_command("load_catalog", write_csv(tmp_path, "sku,name,price,stock\nBOOK-1,Book,1299,5\nMUG-1,Mug,999,1\n"))
+    book.refresh_from_db()
+    assert (book.weight_grams, book.tax_class_id) == (450, "reduced")  # without the columns: left as they are
+    mug = Product.objects.get(sku="MUG-1")
+    assert (mug.weight_grams, mug.tax_class_id) == (0, "standard")  # a new product: the defaults
+    call_command("load_catalog", write_csv(tmp_path, "sku,name,price,stock,weight_grams\nBOOK-1,Book,1299,5,0\n"))
+    book.refresh_from_db()
+    assert (book.weight_grams, book.tax_class_id) == (0, "reduced")  # only the column the file has
+
+
+def test_bad_weight_or_tax_class_names_the_row_and_nothing_is_written(tmp_path, capsys):
+    text = """sku,name,price,stock,weight_grams,tax_class
+OK-1,Fine,100,1,250,zero
+OK-2,Heavy,100,1,10000001,standard
+OK-3,Fraction,100,1,2.5,standard
+OK-4,Blank,100,1,,standard
+OK-5,Luxury,100,1,100,luxury
+OK-6,Capital,100,1,100,Reduced
+OK-7,No class,100,1,100,
+"""
+    with pytest.raises(CommandError, match="6 invalid row"):
+        call_command("load_catalog", write_csv(tmp_path, text))
+    errors = capsys.readouterr().err.splitlines()
+    assert [error.split(":")[0] for error in errors] == [f"line {n}" for n in range(3, 9)]
+    assert "weight_grams '10000001' must be a whole number of grams, 0 to 10000000" in errors[0]
+    assert "weight_grams '2.5'" in errors[1] and "weight_grams ''" in errors[2]
+    assert "tax_class 'luxury' does not exist (there are: reduced, standard, zero)" in errors[3]
+    assert "tax_class 'Reduced' does not exist" in errors[4] and "tax_class '' does not exist" in errors[5]
+    assert not Product.objects.exists()

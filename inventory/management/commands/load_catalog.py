@@ -5,10 +5,16 @@ from inventory.catalog_import import CatalogFileInvalid, import_catalog, read_ca
 
 
 class Command(BaseCommand):
-    help = "Load products and stock from a CSV file with columns sku,name,price,stock (all or nothing)."
+    help = (
+        "Load products and stock from a CSV file with columns sku,name,price,stock, then optionally any of "
+        "description, image_url, weight_grams, tax_class (all or nothing; see inventory/catalog_import.py)."
+    )
 
     def add_arguments(self, parser):
-        parser.add_argument("file", help="CSV file: sku,name,price,stock (price in minor units)")
+        parser.add_argument(
+            "file",
+            help="CSV file: sku,name,price,stock[,description,image_url,weight_grams,tax_class] (price in minor units)",
+        )
 
     def handle(self, *args, file, **options):
         try:
