@@ -107,6 +107,20 @@ def answers() -> dict:
     return memo
 
 
+def answer_in_memory(key: str):
+    """What answers() holds for `key` when it still stands and reading it needs no
+    query (the catalog loaded, its stock read fresh, no flash-sale edge passed),
+    else None: answers() then reads what is due first."""
+    catalog = hot_cache.catalog
+    if (
+        catalog is None
+        or time.monotonic() - catalog.stock_read_at >= STOCK_HINT_MAX_AGE_SECONDS
+        or time.time() * 1000 >= catalog.answers_until_ms
+    ):
+        return None
+    return catalog.answers.get(key)
+
+
 def browse_products(*, q: str = "", in_stock: bool = False, sort: str = "sku") -> list[CatalogProduct]:
     """Active products matching `q` (SKU or name, case-insensitive), in stock
     only if asked, in `sort` order (a key of SORTS): page them, then `with_stock`."""

@@ -143,3 +143,61 @@ def test_the_hand_built_body_is_what_the_serializer_documents(api_client, catalo
 
     view = browse_product(sku="MUG-RED")
     assert product_json(view) == ProductOutputSerializer(view).data
+
+
+def _headers(response) -> dict:
+    return {name: value for name, value in response.headers.items() if name != "X-Request-ID"}
+
+
+@pytest.mark.parametrize("url", ["/api/products?sort=-price", "/api/products/MUG-RED"])
+def test_a_remembered_answer_is_the_first_one_again(api_client, catalog, url):
+    """The first request renders through DRF; the next are answered from memory
+    before DRF's Request (inventory/apis.py): same status, headers and body, HEAD
+    included, and a 304 for the ETag."""
+    first = api_client.get(url)
+    again = api_client.get(url)
+    assert again.status_code == first.status_code == 200
+    assert _headers(again) == _headers(first) and again.content == first.content
+    assert _headers(api_client.head(url)) == _headers(first)
+    not_modified = api_client.get(url, HTTP_IF_NONE_MATCH=first["ETag"])
+    assert not_modified.status_code == 304 and not_modified["ETag"] == first["ETag"]
+
+
+def test_a_remembered_answer_skips_drf_but_not_the_generation_check(api_client, catalog, monkeypatch):
+    from django_redis import get_redis_connection
+    from rest_framework.views import APIView
+
+    from core.hotcache import GENERATION_KEY
+
+    assert api_client.get("/api/products/MUG-RED").json()["price"] == 900
+    monkeypatch.setattr(APIView, "initialize_request", lambda *args, **kwargs: pytest.fail("DRF's path taken"))
+    assert api_client.get("/api/products/MUG-RED").json()["price"] == 900
+    monkeypatch.undo()
+    Product.objects.filter(sku="MUG-RED").update(price=950)  # an UPDATE: no signal, as if in another process ...
+    get_redis_connection("default").incr(GENERATION_KEY)  # ... whose commit moved the generation
+    assert api_client.get("/api/products/MUG-RED").json()["price"] == 950
+
+
+def test_a_remembered_answer_with_redis_down_is_the_503_envelope(api_client, catalog, monkeypatch):
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    assert api_client.get("/api/products").status_code == 200
+
+    def unreachable(self):
+        raise RedisConnectionError("down")
+
+    monkeypatch.setattr(type(hot_cache), "check_generation", unreachable)
+    response = api_client.get("/api/products")
+    assert response.status_code == 503 and response.json()["error"]["code"]
+
+
+def test_the_catalog_views_are_public_and_unthrottled():
+    """What lets a remembered answer skip DRF's initial(): nothing to authenticate,
+    permit or throttle. A view that needs one of them must not take that path."""
+    from rest_framework.permissions import AllowAny
+
+    from inventory.apis import ProductDetailApi, ProductsApi
+
+    for view in (ProductsApi, ProductDetailApi):
+        assert view.authentication_classes == [] and view.permission_classes == [AllowAny]
+        assert view().get_throttles() == []
