@@ -560,21 +560,28 @@ def measure_endpoints(args, specs: dict[str, list[Spec]], *, env=None, app="conf
         print(f"gunicorn {args.workers} x {args.threads} threads")
         for spec_list in specs.values() if args.warmup > 0 else ():
             run_wrk(server, specs=spec_list, **{**load, "duration": args.warmup})
-        for _ in range(args.rounds):
+        for n in range(1, args.rounds + 1):
             for name, spec_list in specs.items():
                 before = probe() if probe else None
                 runs[name].append(run := run_wrk(server, specs=spec_list, **load))
                 run.probe = probe() - before if probe else None
-                print(f"  {name}: {run.rps:,.0f} req/s ({run.answered:,} in {run.seconds:.1f} s)", file=sys.stderr)
+                base = runs[next(iter(specs))][-1]
+                by_rps, by_cpu = ratios_to(base, run)
+                ratios = "" if run is base else f" = {by_rps:.2f} (by CPU {'-' if by_cpu is None else f'{by_cpu:.2f}'})"
+                print(f"  round {n} {name}: {run.rps:,.0f} req/s, {run.cpu_ms:.3f} CPU ms/req{ratios}")
     return {name: median(r, lambda x: x.rps) for name, r in runs.items()}
+
+
+def ratios_to(base: Run, run: Run) -> tuple[float, float | None]:
+    """`run` against `base`: by requests/s, and by CPU per request (inverted)."""
+    return run.rps / base.rps if base.rps else 0.0, base.cpu_ms / run.cpu_ms if run.cpu_ms else None
 
 
 def print_endpoints(runs: dict[str, Run], args, ratio: str, goal: float, extra=None) -> int:
     """The endpoints' table, each but the first with its ratios to it (requests/s, and CPU per request inverted), and
     the goal (every ratio by requests/s >= `goal`); the exit code: 1 on errors, or on a missed goal with --check."""
     (_, base), extra = next(iter(runs.items())), extra or {}
-    against = lambda r: (r.rps / base.rps if base.rps else 0.0, base.cpu_ms / r.cpu_ms if r.cpu_ms else None)  # noqa: E731
-    ratios = {name: against(r) for name, r in list(runs.items())[1:]}
+    ratios = {name: ratios_to(base, r) for name, r in list(runs.items())[1:]}
     rounds = f", median of {args.rounds} rounds" if args.rounds > 1 else ""
     print(f"\nclient {base.client}, {base.concurrency} connections, {args.duration:g} s per endpoint{rounds}")
     rows = []
