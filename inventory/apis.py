@@ -109,14 +109,16 @@ class CatalogApiView(HotCacheApiView):
         # Request, initial() and exception handling: they were most of a warm
         # request's CPU (bench/catalog.py). They have nothing to do here: no
         # authentication, AllowAny, no throttle (tests/inventory/test_catalog_api.py).
-        if request.method in ("GET", "HEAD") and (answer := answer_in_memory(request.get_full_path())):
+        generation = hot_cache.generation
+        if request.method in ("GET", "HEAD") and generation and (answer := answer_in_memory(request.get_full_path())):
             try:
                 hot_cache.check_generation()
             except (StaleCache, RedisError):
                 pass  # DRF's path asks again and answers it: the retry from the database, or the 503
             else:
-                self.headers = self.default_response_headers
-                return self.finalize_response(request, answer.response())
+                if hot_cache.generation == generation:  # else dropped meanwhile (a change made here): not the answer
+                    self.headers = self.default_response_headers
+                    return self.finalize_response(request, answer.response())
         return super().dispatch(request, *args, **kwargs)
 
     def finalize_response(self, request, response, *args, **kwargs):

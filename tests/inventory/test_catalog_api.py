@@ -201,3 +201,21 @@ def test_the_catalog_views_are_public_and_unthrottled():
     for view in (ProductsApi, ProductDetailApi):
         assert view.authentication_classes == [] and view.permission_classes == [AllowAny]
         assert view().get_throttles() == []
+
+
+def test_a_remembered_answer_is_not_served_when_the_caches_are_dropped_meanwhile(api_client, catalog, monkeypatch):
+    """A change committed in this process drops its caches (bump_generation): a
+    request that had found the old answer before must not serve it, though the
+    check that follows passes (nothing cached: nothing to compare)."""
+    from core.hotcache import HotCache
+
+    assert api_client.get("/api/products/MUG-RED").json()["price"] == 900
+    Product.objects.filter(sku="MUG-RED").update(price=950)
+    check = HotCache.check_generation
+
+    def dropped_first(self):
+        hot_cache.clear()  # another thread's commit, between the look-up and the check
+        check(self)
+
+    monkeypatch.setattr(HotCache, "check_generation", dropped_first)
+    assert api_client.get("/api/products/MUG-RED").json()["price"] == 950
