@@ -23,16 +23,19 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from bench import harness as h
-from cart.storage import VOUCHER_FIELD
-from core.hotcache import StaleCache, hot_cache
+from cart.storage import SHIPPING_FIELD, VOUCHER_FIELD, shipping_value
+from core.hotcache import StaleCache, bump_generation, hot_cache
 from orders.services import place_order
-from shop.models import Product, Promotion
+from shop.models import Product, Promotion, ShippingMethod, ShippingZone, TaxRate
 from shop.promotions import REDEEM_SQL, create_voucher
-from shop.selectors import cached_products, cached_promotions, cached_voucher
+from shop.selectors import cached_charges, cached_products, cached_promotions, cached_voucher
+from shop.tax_rates import SHIPPED_TAX_RATES, load_tax_rates, read_tax_rates_file
+from shop.totals import tax_of
 
 PREFIX = "BENCH-CO-"
 HOT_SKU = f"{PREFIX}HOT"
 VOUCHER = f"{PREFIX}V"  # scenario (v): 10% off each unit, limits far away (its row is locked and counted all the same)
+SHIPPING, SHIPPING_PRICE, WEIGHT = f"{PREFIX.lower()}ship", 499, 350  # every cart ships, flat, taxed as its goods
 STOCK = 1_000_000  # "plenty": topped up to at least this (plus what a run needs) before a run
 GOALS = {"a": 0.6, "b": 0.6, "v": 0.6}
 STATEMENT_GOAL_EXTRA = 6  # k + 6 statements for a k-line cart, BEGIN/COMMIT included
@@ -45,11 +48,12 @@ STATEMENT_GOAL_EXTRA = 6  # k + 6 statements for a k-line cart, BEGIN/COMMIT inc
 # OrderCreated event; with a voucher, count its use (shop.promotions.REDEEM_SQL); reserve the stock, last; COMMIT.
 SLOT = "UPDATE order_pending_counts SET pending = pending + %s WHERE customer_id = %s AND pending < %s"
 ORDER = """WITH o AS (INSERT INTO orders (customer_id, idempotency_key, request_hash, status, total_amount, currency,
-    expires_at, created_at, rejection_reason, shipping_address, hold_address, holds_units, discounts)
-    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, '', %s::jsonb, '', true, %s::jsonb)
+    expires_at, created_at, rejection_reason, shipping_address, hold_address, holds_units, discounts,
+    prices_include_tax, tax_country, tax_amount, shipping_amount, shipping)
+    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, '', %s::jsonb, '', true, %s::jsonb, true, %s, %s, %s, %s::jsonb)
     ON CONFLICT (customer_id, idempotency_key) DO NOTHING RETURNING id),
-  i AS (INSERT INTO order_items (order_id, sku, name, quantity, unit_price, discount)
-    SELECT o.id, %s, %s, %s, %s, %s FROM o RETURNING 1) SELECT id FROM o"""
+  i AS (INSERT INTO order_items (order_id, sku, name, quantity, unit_price, discount, tax_rate, tax, gross)
+    SELECT o.id, %s, %s, %s, %s, %s, %s, %s, %s FROM o RETURNING 1) SELECT id FROM o"""
 HOLDS = """INSERT INTO order_unpaid_holds AS h (holder, sku, units, cap) VALUES (%s, %s, %s, %s)
     ON CONFLICT (holder, sku) DO UPDATE SET units = h.units + EXCLUDED.units, cap = EXCLUDED.cap
     WHERE h.units + EXCLUDED.units <= EXCLUDED.cap RETURNING holder"""
@@ -57,6 +61,7 @@ EVENT = """INSERT INTO outbox_events (event_id, aggregate_type, aggregate_id, ev
     attempts, last_error, request_id) VALUES (%s, %s, %s, %s, %s::jsonb, %s, 0, '', %s) RETURNING id"""
 RESERVE = "UPDATE inventory SET available = available - %s, reserved = reserved + %s WHERE available >= %s AND sku = %s"
 PRICES: dict[str, tuple[str, int]] = {}  # sku -> (name, price): the ceiling's hot cache, filled before the runs
+RATES: dict[str, int] = {}  # tax class -> basis points in the bench address's country, as the hot cache holds them
 CEILING_STATEMENTS = 5  # besides COMMIT; one more with a voucher
 
 
@@ -85,7 +90,13 @@ def psycopg_order(conn, cur, job: Job) -> bool:
     currency, now = settings.SHOP_CURRENCY, timezone.now()
     expires_at = now + timedelta(seconds=settings.ORDER_PAYMENT_TIMEOUT_SECONDS)
     off = (price * 10 + 50) // 100 if job.voucher else 0  # the voucher's 10%, half up
-    line, total = ((job.sku, 1, price, off) if off else (job.sku, 1, price)), price - off
+    rate, country = RATES.get("standard", 0), h.BENCH_ADDRESS["country"]
+    tax, ship_tax = tax_of(price - off, rate, included=True), tax_of(SHIPPING_PRICE, rate, included=True)
+    line = (job.sku, 1, price, *([off] * bool(off or tax)), *([rate, tax] * bool(tax)))
+    total, tax_amount = price - off + SHIPPING_PRICE, tax + ship_tax
+    ship_net, taxes = SHIPPING_PRICE - ship_tax, [{"rate": rate, "base": SHIPPING_PRICE - ship_tax, "amount": ship_tax}]
+    shipping = dict(code=SHIPPING, name="Bench shipping", price=SHIPPING_PRICE, discount=0, net=ship_net, tax=ship_tax)
+    shipping |= dict(gross=SHIPPING_PRICE, taxes=taxes, country=country)
     voucher_id, voucher_name = job.voucher or (None, None)
     discounts = [{"promotion_id": voucher_id, "name": voucher_name, "code": VOUCHER, "amount": off}] if off else []
     try:
@@ -93,17 +104,23 @@ def psycopg_order(conn, cur, job: Job) -> bool:
         if cur.rowcount != 1:
             raise RuntimeError(f"no pending-order slot for {job.customer_id}")
         address = h.BENCH_ADDRESS  # the shopper's saved address, from process memory as the prices
-        request_hash = hashlib.sha256(json.dumps([currency, [line], address], sort_keys=True).encode()).hexdigest()
+        canonical = [currency, [line], address, [SHIPPING, SHIPPING_PRICE, ship_tax]]
+        request_hash = hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()
         order = [job.customer_id, job.key, request_hash, "PENDING_PAYMENT", total, currency, expires_at, now]
-        cur.execute(ORDER, [*order, json.dumps(address), json.dumps(discounts), job.sku, name, 1, price, off])
+        order += [json.dumps(address), json.dumps(discounts), country, tax_amount, SHIPPING_PRICE, json.dumps(shipping)]
+        cur.execute(ORDER, [*order, job.sku, name, 1, price, off, rate, tax, price - off])
         if (row := cur.fetchone()) is None:
             raise RuntimeError(f"order {job.key} exists")
         cur.execute(HOLDS, [f"customer:{job.customer_id}", job.sku, 1, settings.MAX_UNPAID_UNITS_PER_SKU])
         if cur.fetchone() is None:
             raise RuntimeError(f"hold limit reached for {job.customer_id}")
-        items = [{"sku": job.sku, "name": name, "quantity": 1, "unit_price": price, "discount": off}]
+        item = {"sku": job.sku, "name": name, "quantity": 1, "unit_price": price, "discount": off, "tax_rate": rate}
+        items = [item | {"net": price - off - tax, "tax": tax, "gross": price - off}]
+        tax_lines = [{"rate": rate, "base": price - off - tax + ship_net, "amount": tax_amount}]
         payload = dict(order_id=row[0], customer_id=job.customer_id, subtotal=price, discounts=discounts, total=total)
         payload |= dict(currency=currency, shipping_address=address, items=items, expires_at=expires_at.isoformat())
+        payload |= dict(shipping=shipping, prices_include_tax=True, tax_country=country, tax=tax_amount)
+        payload |= dict(tax_lines=tax_lines)
         event = json.dumps(payload, cls=DjangoJSONEncoder)
         cur.execute(EVENT, [uuid.uuid4(), "order", str(row[0]), "OrderCreated", event, timezone.now(), ""])
         cur.fetchone()
@@ -183,8 +200,30 @@ def run_threads(side: str, jobs: list[Job], warm: list[Job], threads: int) -> h.
     return h.Run("threads", threads, len(jobs), len(ms), seconds, len(errors), 0, p50, p99, cpu, ms, errors)
 
 
+SHIPS = {SHIPPING_FIELD: shipping_value(SHIPPING, h.BENCH_ADDRESS["country"])}
+
+
 def cart(job: Job) -> dict:
-    return {job.sku: 1, VOUCHER_FIELD: VOUCHER} if job.voucher else {job.sku: 1}
+    return {job.sku: 1, VOUCHER_FIELD: VOUCHER, **SHIPS} if job.voucher else {job.sku: 1, **SHIPS}
+
+
+def ensure_shipping_and_tax(skus: list[str]) -> None:
+    """Every bench product weighs something (so every cart ships), a flat method ships to the bench address, and
+    its country has tax rates (the shipped table, in a shop with none): checkout prices shipping and tax."""
+    if not TaxRate.objects.exists():
+        load_tax_rates(rows=read_tax_rates_file(SHIPPED_TAX_RATES))
+    zone, _ = ShippingZone.objects.get_or_create(
+        name="Bench zone", defaults={"countries": [h.BENCH_ADDRESS["country"]]}
+    )
+    defaults = dict(name="Bench shipping", zone=zone, price=SHIPPING_PRICE, min_days=1, max_days=2)
+    ShippingMethod.objects.get_or_create(code=SHIPPING, defaults=defaults)  # signals: the caches drop
+    if Product.objects.filter(sku__in=skus).exclude(weight_grams=WEIGHT).update(weight_grams=WEIGHT):
+        bump_generation()  # an UPDATE sends no signal
+
+
+def delete_shipping() -> None:
+    ShippingMethod.objects.filter(code=SHIPPING).delete()
+    ShippingZone.objects.filter(name="Bench zone", methods=None).delete()
 
 
 def same_work(customer_id: int, sku: str, key: str, voucher: tuple | None) -> list[str]:
@@ -215,8 +254,10 @@ def same_work(customer_id: int, sku: str, key: str, voucher: tuple | None) -> li
 def count_statements(customer_id: int, skus: list[str], k: int, key: str, address=None, voucher=None) -> tuple:
     """One checkout of a k-line cart outside any transaction: (CaptureQueriesContext, execute_wrapper) counts."""
     cached_products(skus=skus[:k])  # a checkout in steady state: the prices, promotions and voucher in the hot cache
-    cached_promotions(), cached_voucher(VOUCHER)
-    h.fill_carts([(customer_id, {**{sku: 1 for sku in skus[:k]}, **({VOUCHER_FIELD: voucher} if voucher else {})})])
+    cached_promotions(), cached_voucher(VOUCHER), cached_charges()
+    h.fill_carts(
+        [(customer_id, {**{sku: 1 for sku in skus[:k]}, **({VOUCHER_FIELD: voucher} if voucher else {}), **SHIPS})]
+    )
     with CaptureQueriesContext(connection) as ctx, h.counting_sql() as counted:
         django_order(Job(customer_id, key, ""), address)
     return len(ctx.captured_queries), counted[0]
@@ -225,11 +266,12 @@ def count_statements(customer_id: int, skus: list[str], k: int, key: str, addres
 def main(argv=None) -> int:
     args = parse_args(argv)
     h.setup()
-    with h.lock_or_exit("checkout", lambda: h.delete_orders(h.user_ids(PREFIX))):
+    with h.lock_or_exit("checkout", lambda: (h.delete_orders(h.user_ids(PREFIX)), delete_shipping())):
         warm_total = args.warmup * args.threads
         per_run, run_id, rng = args.orders + warm_total, uuid.uuid4().hex[:8], random.Random(4)
         skus = [f"{PREFIX}{i:04d}" for i in range(1, args.skus + 1)]
         h.ensure_products([HOT_SKU, *skus], STOCK + 2 * args.rounds * per_run + 100)  # a run reserves per_run at most
+        ensure_shipping_and_tax([HOT_SKU, *skus])
         shoppers = h.ensure_users(per_run + 1, prefix=PREFIX)
         limits = {"percent": 10, "usage_limit": 10**9, "per_customer_limit": 10**6}
         found = Promotion.objects.filter(code=VOUCHER).first() or create_voucher(code=VOUCHER, **limits)
@@ -237,6 +279,7 @@ def main(argv=None) -> int:
         products = Product.objects.filter(sku__in=[HOT_SKU, *skus], is_active=True)
         PRICES.update({sku: (name, price) for sku, name, price in products.values_list("sku", "name", "price")})
         cached_products(skus=list(PRICES))  # place_order's hot cache holds the prices, as the ceiling's PRICES
+        RATES.update(cached_charges().rates_in(h.BENCH_ADDRESS["country"], on=timezone.now().date()))
         results: dict[str, dict[str, list[h.Run]]] = {}
         differences = same_work(shoppers[-1], skus[0], f"{PREFIX}{run_id}-same", None)
         differences += same_work(shoppers[-1], skus[1], f"{PREFIX}{run_id}-same-v", voucher)

@@ -1,4 +1,7 @@
+from dataclasses import asdict
+
 from django.conf import settings
+from django_countries import countries
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
@@ -11,10 +14,13 @@ from cart.services import (
     get_guest_cart,
     remove_cart_item,
     remove_guest_cart_item,
+    remove_shipping_method,
     remove_voucher,
     set_cart_item,
     set_guest_cart_item,
+    set_shipping_method,
     set_voucher,
+    shipping_quotes,
 )
 from core.authentication import CachedTokenAuthentication
 from core.fields import StrictIntegerField
@@ -38,15 +44,23 @@ class CartOutputSerializer(serializers.Serializer):
         quantity = serializers.IntegerField()
         unit_price = serializers.IntegerField(help_text="Minor units of `currency`, today's catalog price")
         discount = serializers.IntegerField(help_text="Minor units taken off the whole line by the promotions")
-        line_total = serializers.IntegerField(help_text="`quantity` x `unit_price` - `discount`")
+        line_total = serializers.IntegerField(
+            help_text="`quantity` x `unit_price` - `discount`, in the catalog's terms (tax included or not)"
+        )
+        tax_rate = serializers.IntegerField(help_text="Basis points (2000: 20%) of the line's tax class where it ships")
+        net = serializers.IntegerField(help_text="The line without tax")
+        tax = serializers.IntegerField(help_text="The line's tax, rounded half up")
+        gross = serializers.IntegerField(help_text="`net` + `tax`")
         in_stock = serializers.BooleanField(help_text="A hint: checkout decides")
 
     class WarningSerializer(serializers.Serializer):
         class Meta:
             ref_name = "CartWarning"
 
-        sku = serializers.CharField()
-        code = serializers.CharField()
+        sku = serializers.CharField(allow_null=True, help_text="null: about the cart (its shipping method)")
+        code = serializers.CharField(
+            help_text="`unknown_sku`, `inactive_sku` or `shipping_method_unavailable` (it takes no part)"
+        )
         message = serializers.CharField()
 
     class VoucherSerializer(serializers.Serializer):
@@ -69,12 +83,42 @@ class CartOutputSerializer(serializers.Serializer):
             "applies. A voucher used up by other orders meanwhile is found at checkout (422 `voucher_used_up`).",
         )
 
+    class TaxLineSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "TaxLine"
+
+        rate = serializers.IntegerField(help_text="Basis points")
+        base = serializers.IntegerField(help_text="The net taxed at this rate")
+        amount = serializers.IntegerField(help_text="The tax at this rate")
+
+    class ShippingSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "ShippingCharge"
+
+        code = serializers.CharField()
+        name = serializers.CharField()
+        country = serializers.CharField(required=False, help_text="Where it ships to")
+        price = serializers.IntegerField(help_text="The method's price for these goods, before its discount")
+        discount = serializers.IntegerField(help_text="Taken off by a free-shipping promotion or voucher")
+        net = serializers.IntegerField()
+        tax = serializers.IntegerField(help_text="At the rates of the goods it carries, in proportion")
+        gross = serializers.IntegerField()
+        taxes = serializers.ListField(child=serializers.DictField(), help_text="Its parts per rate: rate, base, amount")
+
     items = LineSerializer(many=True)
     voucher = VoucherSerializer(allow_null=True, help_text="The code entered (`PUT /api/cart/voucher`), or null")
     subtotal = serializers.IntegerField(help_text="The lines at catalog prices")
     discounts = DiscountSerializer(many=True, help_text="The promotions applied, each with what it takes off")
+    shipping = ShippingSerializer(
+        allow_null=True, help_text="The chosen method (`PUT /api/cart/shipping-method`) priced for the cart, or null"
+    )
+    needs_shipping = serializers.BooleanField(help_text="Some goods weigh something: checkout needs a method")
+    country = serializers.CharField(help_text="Whose tax rates price the cart: where it ships, else the shop's")
+    prices_include_tax = serializers.BooleanField(help_text="Catalog prices include tax (extracted) or not (added)")
+    tax = serializers.IntegerField(help_text="The lines' tax + shipping's tax")
+    tax_lines = TaxLineSerializer(many=True, help_text="Per rate, highest first")
     total = serializers.IntegerField(
-        help_text="`subtotal` - the discounts' amounts (also the sum of the lines' `line_total`): what checkout charges"
+        help_text="The lines' `gross` + shipping's `gross`: what checkout charges; also the tax lines' bases + `tax`"
     )
     currency = serializers.CharField()
     warnings = WarningSerializer(many=True)
@@ -93,6 +137,10 @@ def cart_json(cart) -> dict:
                 "unit_price": line.unit_price,
                 "discount": line.discount,
                 "line_total": line.line_total,
+                "tax_rate": line.tax_rate,
+                "net": line.net,
+                "tax": line.tax,
+                "gross": line.gross,
                 "in_stock": line.in_stock,
             }
             for line in cart.items
@@ -100,6 +148,12 @@ def cart_json(cart) -> dict:
         "voucher": cart.voucher,
         "subtotal": cart.subtotal,
         "discounts": cart.discounts,
+        "shipping": cart.shipping,
+        "needs_shipping": cart.needs_shipping,
+        "country": cart.country,
+        "prices_include_tax": cart.prices_include_tax,
+        "tax": cart.tax,
+        "tax_lines": cart.tax_lines,
         "total": cart.total,
         "currency": cart.currency,
         "warnings": cart.warnings,
@@ -239,3 +293,94 @@ class CartVoucherApi(HotCacheApiView):
         else:
             remove_voucher(token=guest_token(request))
         return Response(status=204)
+
+
+class CountryField(serializers.CharField):
+    """An ISO 3166-1 alpha-2 code that exists, any case (stored upper-case)."""
+
+    def to_internal_value(self, data):
+        code = super().to_internal_value(data).upper()
+        if code not in countries:
+            raise serializers.ValidationError("Not an ISO 3166-1 alpha-2 country code (e.g. GB, ES).")
+        return code
+
+
+class CartShippingApi(HotCacheApiView):
+    """The cart's shipping method and where it goes (one at a time: a new one replaces it)."""
+
+    authentication_classes = [CachedTokenAuthentication]
+    permission_classes = [AllowAny]  # a guest: the Cart-Token
+
+    class InputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "CartShippingMethod"
+
+        code = serializers.CharField(max_length=32, help_text="A method of GET /api/shipping-methods")
+        country = CountryField(
+            max_length=2,
+            required=False,
+            help_text="Where it ships to; default: the shopper's saved address's, else the shop's country",
+        )
+
+    @extend_schema(
+        request=InputSerializer,
+        parameters=[CART_TOKEN],
+        responses={200: CartOutputSerializer, **ERRORS(*BODY_ERRORS, 401, 404, 422, 503)},
+        description="Choose how the cart ships: the cart, priced with it and taxed at the country's rates. 422 "
+        "`shipping_method_unknown` (no active method has the code) or `shipping_method_unavailable` (`details`: "
+        "`code`, `country`: it does not ship there), and the cart keeps what it had.",
+    )
+    def put(self, request):
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        chosen = serializer.validated_data
+        if request.user.is_authenticated:
+            return Response(cart_json(set_shipping_method(**chosen, customer_id=request.user.id)))
+        return Response(cart_json(set_shipping_method(**chosen, token=guest_token(request))))
+
+    @extend_schema(parameters=[CART_TOKEN], responses={204: None, **ERRORS(401, 404, 503)})
+    def delete(self, request):
+        if request.user.is_authenticated:
+            remove_shipping_method(customer_id=request.user.id)
+        else:
+            remove_shipping_method(token=guest_token(request))
+        return Response(status=204)
+
+
+class ShippingMethodsApi(HotCacheApiView):
+    """Public: the methods that ship to a country; with a cart, each priced for it."""
+
+    authentication_classes = [CachedTokenAuthentication]
+    permission_classes = [AllowAny]
+
+    class QuerySerializer(serializers.Serializer):
+        country = CountryField(max_length=2, help_text="ISO 3166-1 alpha-2, e.g. GB")
+
+    class OutputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "ShippingMethod"
+
+        code = serializers.CharField()
+        name = serializers.CharField()
+        min_days = serializers.IntegerField(help_text="Estimated delivery, in days")
+        max_days = serializers.IntegerField()
+        price = serializers.IntegerField(
+            allow_null=True,
+            help_text="For the cart sent (after free-shipping discounts, in the catalog's terms); null without one",
+        )
+        available = serializers.BooleanField(help_text="It can carry the cart (false: too heavy for its bands)")
+        currency = serializers.CharField()
+
+    @extend_schema(
+        parameters=[QuerySerializer, CART_TOKEN],
+        responses={200: OutputSerializer(many=True), **ERRORS(400, 401, 404, 503)},
+    )
+    def get(self, request):
+        query = self.QuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        country, currency = query.validated_data["country"], settings.SHOP_CURRENCY
+        if request.user.is_authenticated:
+            quotes = shipping_quotes(country=country, customer_id=request.user.id)
+        else:
+            quotes = shipping_quotes(country=country, token=guest_token(request, required=False))
+        return Response([{**asdict(quote), "currency": currency} for quote in quotes])

@@ -13,11 +13,13 @@ from cart.storage import StoredCart
 from core import ratelimit
 from core.hotcache import CachedProduct, hot_cache
 from inventory.stock_hints import fresh_available_hints, remember_available
-from shop.exceptions import VoucherRefused
+from shop.exceptions import ShippingMethodUnavailable, ShippingMethodUnknown, VoucherRefused
 from shop.models import Product
-from shop.pricing import PromotionRule, price_lines
+from shop.pricing import PromotionRule
 from shop.promotions import check_voucher, find_voucher
-from shop.selectors import active_promotions, cached_products, cached_voucher
+from shop.selectors import CACHED_PRODUCT_FIELDS, active_promotions, cached_charges, cached_products, cached_voucher
+from shop.services import default_address
+from shop.totals import price_order, shipping_weight
 
 
 @dataclass(frozen=True)
@@ -27,7 +29,11 @@ class CartLine:
     quantity: int
     unit_price: int  # the catalog's
     discount: int  # minor units off the whole line (its promotions)
-    line_total: int  # quantity x unit_price - discount
+    line_total: int  # quantity x unit_price - discount, in the catalog's terms
+    tax_rate: int  # basis points
+    net: int
+    tax: int
+    gross: int
     in_stock: bool
 
 
@@ -35,19 +41,27 @@ class CartLine:
 class PricedCart:
     items: list[CartLine]
     currency: str
+    country: str  # whose tax rates price it: where it ships, or SHOP_TAX_COUNTRY
+    prices_include_tax: bool
     warnings: list[dict] = field(default_factory=list)
     subtotal: int = 0  # at catalog prices
-    discounts: list[dict] = field(default_factory=list)  # shop.pricing.PricedCart.discounts()
-    total: int = 0  # subtotal - the discounts' amounts, and the sum of the lines' totals
+    discounts: list[dict] = field(default_factory=list)  # shop.totals.Totals.discounts()
+    shipping: dict | None = None  # {"code", "name", "price", "discount", "net", "tax", "gross", "taxes", ...}
+    needs_shipping: bool = False  # some of its goods weigh something
+    tax: int = 0
+    tax_lines: list[dict] = field(default_factory=list)  # [{"rate", "base", "amount"}], highest rate first
+    total: int = 0  # the lines' gross + shipping's gross: what checkout charges
     voucher: dict | None = None  # {"code", "error"}: the code the cart holds, and why checkout would refuse it
 
 
 def _price(cart: StoredCart, products: Mapping[str, CachedProduct | None], available: Mapping[str, int]) -> PricedCart:
-    """The cart as checkout would charge it now: shop.pricing.price_lines over the
-    active products, with the automatic promotions and the cart's voucher (from
-    the hot cache: no query once warm). Unknown and inactive SKUs are warnings
-    and take no part; a voucher checkout would refuse takes no part either, and
-    says why (its uses are counted at checkout: a used-up voucher shows there)."""
+    """The cart as checkout would charge it now: shop.totals.price_order over the
+    active products, with the automatic promotions, the cart's voucher, its
+    shipping method and the tax rates of the country it ships to (all from the
+    hot cache: no query once warm). Unknown and inactive SKUs are warnings and
+    take no part; a voucher checkout would refuse takes no part either, and
+    says why (its uses are counted at checkout: a used-up voucher shows there);
+    so does a shipping method that does not ship there or cannot carry the cart."""
     lines = cart.lines
     priced, warnings = {}, []
     for sku in sorted(lines):
@@ -58,33 +72,68 @@ def _price(cart: StoredCart, products: Mapping[str, CachedProduct | None], avail
             warnings.append({"sku": sku, "code": "inactive_sku", "message": "This product is no longer on sale."})
         else:
             priced[sku] = lines[sku]
-    currency = settings.SHOP_CURRENCY
+    currency, included = settings.SHOP_CURRENCY, settings.PRICES_INCLUDE_TAX
+    code, country = cart.shipping or (None, settings.SHOP_TAX_COUNTRY)
     now = timezone.now()
     voucher, voucher_json = _cart_voucher(cart.voucher, now=now, lines=priced, products=products)
     if not priced:  # nothing to price: no promotions to read
-        return PricedCart(items=[], currency=currency, warnings=warnings, voucher=voucher_json)
-    result = price_lines(priced, products=products, promotions=active_promotions(now=now), voucher=voucher, now=now)
+        return PricedCart([], currency, country, included, warnings=warnings, voucher=voucher_json)
+    charges = cached_charges()
+    shipping, weight = None, shipping_weight(priced, products)
+    if code is not None and weight:
+        shipping = charges.method(code)
+        if shipping is None or not shipping.ships_to(country):
+            warnings.append(_shipping_warning(f"{code} does not ship to {country}."))
+            shipping = None
+        elif not shipping.carries(weight):
+            warnings.append(_shipping_warning(f"{code} does not carry {weight} g."))
+            shipping = None
+    totals = price_order(
+        priced,
+        products=products,
+        promotions=active_promotions(now=now),
+        voucher=voucher,
+        now=now,
+        rates=charges.rates_in(country, on=now.date()),
+        country=country,
+        prices_include_tax=included,
+        shipping=shipping,
+    )
     items = [
         CartLine(
             sku=line.sku,
             name=products[line.sku].name,
-            quantity=line.quantity,
-            unit_price=line.unit_price,
-            discount=line.discount,
-            line_total=line.total,
-            in_stock=available.get(line.sku, 0) >= line.quantity,
+            quantity=line.line.quantity,
+            unit_price=line.line.unit_price,
+            discount=line.line.discount,
+            line_total=line.line.total,
+            tax_rate=line.rate,
+            net=line.net,
+            tax=line.tax,
+            gross=line.gross,
+            in_stock=available.get(line.sku, 0) >= line.line.quantity,
         )
-        for line in result.lines
+        for line in totals.lines
     ]
     return PricedCart(
         items=items,
         currency=currency,
+        country=country,
+        prices_include_tax=included,
         warnings=warnings,
-        subtotal=result.subtotal,
-        discounts=result.discounts(),
-        total=result.total,
+        subtotal=totals.subtotal,
+        discounts=totals.discounts(),
+        shipping=totals.shipping and {**totals.shipping.as_json(), "country": country},
+        needs_shipping=weight > 0,
+        tax=totals.tax,
+        tax_lines=[line.as_json() for line in totals.tax_lines],
+        total=totals.total,
         voucher=voucher_json,
     )
+
+
+def _shipping_warning(message: str) -> dict:
+    return {"sku": None, "code": "shipping_method_unavailable", "message": message}
 
 
 def _cart_voucher(
@@ -108,13 +157,11 @@ def catalog_for(skus: list[str]) -> tuple[dict[str, CachedProduct | None], dict[
     missing = [sku for sku in skus if sku not in products or sku not in available]
     if missing:
         hot_cache.ensure_generation()
-        rows = Product.objects.filter(sku__in=missing).values_list(
-            "sku", "name", "price", "is_active", "stock__available"
-        )
+        rows = Product.objects.filter(sku__in=missing).values_list(*CACHED_PRODUCT_FIELDS, "stock__available")
         read = {}
-        for sku, name, price, is_active, stock in rows:
-            products[sku] = CachedProduct(sku=sku, name=name, price=price, is_active=is_active)
-            read[sku] = stock or 0
+        for *fields, stock in rows:
+            products[fields[0]] = CachedProduct(*fields)
+            read[fields[0]] = stock or 0
         for sku in missing:
             products.setdefault(sku, None)
             hot_cache.remember(hot_cache.products, sku, products[sku])
@@ -254,3 +301,79 @@ def _voucher_target(*, customer_id: int | None, token: str | None) -> tuple[str,
     digest = _guest_digest(token)
     cart_key, live = storage.guest_cart_keys(digest)
     return cart_key, live, ratelimit.window("voucher", f"guest:{digest}")
+
+
+def set_shipping_method(
+    *, code: str, country: str | None = None, customer_id: int | None = None, token: str | None = None
+) -> PricedCart:
+    """Choose the shipping method `code` for the shopper's cart (`customer_id`) or
+    a guest's (`token`), to `country` (default: the shopper's saved address's,
+    else SHOP_TAX_COUNTRY), kept with the cart; the cart priced with it.
+    ShippingMethodUnknown (no active method has the code), ShippingMethodUnavailable
+    (it does not ship there): 422s, and the cart keeps what it had."""
+    if country is None and customer_id is not None:
+        country = (default_address(customer_id=customer_id) or {}).get("country")
+    country = country or settings.SHOP_TAX_COUNTRY
+    method = cached_charges().method(code)
+    if method is None:
+        raise ShippingMethodUnknown(code=code)
+    if not method.ships_to(country):
+        raise ShippingMethodUnavailable(code=code, country=country)
+    cart_key, live = _cart_target(customer_id=customer_id, token=token)
+    cart = storage.set_shipping(
+        cart=cart_key,
+        live=live,
+        generation=hot_cache.ensure_generation(),
+        value=storage.shipping_value(code, country),
+        ttl=_ttl(customer_id),
+    )
+    return _price(cart, *catalog_for(list(cart.lines)))
+
+
+def remove_shipping_method(*, customer_id: int | None = None, token: str | None = None) -> None:
+    cart_key, live = _cart_target(customer_id=customer_id, token=token)
+    storage.set_shipping(
+        cart=cart_key, live=live, generation=hot_cache.ensure_generation(), value=None, ttl=_ttl(customer_id)
+    )
+
+
+@dataclass(frozen=True)
+class ShippingQuote:
+    code: str
+    name: str
+    min_days: int
+    max_days: int
+    price: int | None  # for the cart (after its shipping discounts, in the catalog's terms); None: no cart
+    available: bool  # it can carry the cart (always, without one)
+
+
+def shipping_quotes(*, country: str, customer_id: int | None = None, token: str | None = None) -> list[ShippingQuote]:
+    """The active methods that ship to `country`; with a cart (a shopper's, or a
+    guest's token), each priced for it as checkout would charge it."""
+    methods = cached_charges().methods_to(country)
+    if customer_id is None and token is None:
+        return [ShippingQuote(m.code, m.name, m.min_days, m.max_days, None, True) for m in methods]
+    if customer_id is not None:
+        stored = storage.read_cart(customer_id=customer_id, generation=hot_cache.ensure_generation())
+    else:
+        stored = storage.guest_read_cart(digest=_guest_digest(token), generation=hot_cache.ensure_generation())
+    products, available = catalog_for(list(stored.lines))
+    quotes = []
+    for method in methods:
+        cart = _price(StoredCart(stored.lines, stored.voucher, (method.code, country)), products, available)
+        charge = cart.shipping
+        carried = charge is not None or not cart.needs_shipping
+        price = (charge["price"] - charge["discount"]) if charge else 0
+        quotes.append(ShippingQuote(method.code, method.name, method.min_days, method.max_days, price, carried))
+    return quotes
+
+
+def _cart_target(*, customer_id: int | None, token: str | None) -> tuple[str, str | None]:
+    """(the cart's key, its liveness key for a guest's; None for a shopper's)."""
+    if customer_id is not None:
+        return storage.cart_key(customer_id), None
+    return storage.guest_cart_keys(_guest_digest(token))
+
+
+def _ttl(customer_id: int | None) -> int:
+    return settings.CART_TTL_SECONDS if customer_id is not None else settings.GUEST_CART_TTL_SECONDS

@@ -1,7 +1,8 @@
 """The cart in Redis: hash `cart:{customer_id}`, field = SKU, value = quantity,
-and the code of the voucher the shopper entered under the field `@voucher`
-(a SKU never contains '@'), so that it is taken, given back, merged and
-expired with the lines.
+and the code of the voucher the shopper entered under the field `@voucher`,
+the shipping method and country chosen under `@shipping` (a SKU never
+contains '@'), so that they are taken, given back, merged and expired with
+the lines.
 
 A guest's cart is the same hash under `cart:guest:{digest}`, alive while its
 token's key `cart:guest:{digest}:live` exists (digest: sha256 of the token, so
@@ -32,8 +33,14 @@ logger = logging.getLogger(__name__)
 # What a cart script answers instead of 0 (done); the scripts get the same names (lua_constants).
 STALE, FULL, LIMITED, NO_GUEST_CART = -1, -2, -3, -4
 VOUCHER_FIELD = "@voucher"
+SHIPPING_FIELD = "@shipping"  # "{method code} {country}"
 _STATUSES = lua_constants(
-    STALE=STALE, FULL=FULL, LIMITED=LIMITED, NO_GUEST_CART=NO_GUEST_CART, VOUCHER_FIELD=VOUCHER_FIELD
+    STALE=STALE,
+    FULL=FULL,
+    LIMITED=LIMITED,
+    NO_GUEST_CART=NO_GUEST_CART,
+    VOUCHER_FIELD=VOUCHER_FIELD,
+    SHIPPING_FIELD=SHIPPING_FIELD,
 )
 
 # The cart's scripts (cart/lua/): each starts with the functions it calls. LUA
@@ -71,20 +78,28 @@ def _connection():
 class StoredCart:
     lines: dict[str, int]
     voucher: str | None = None  # the code the shopper entered
+    shipping: tuple[str, str] | None = None  # the method the shopper chose, and the country to ship to
 
 
-_VOUCHER_FIELD = VOUCHER_FIELD.encode()
+def shipping_value(code: str, country: str) -> str:
+    return f"{code} {country}"
+
+
+_VOUCHER_FIELD, _SHIPPING_FIELD = VOUCHER_FIELD.encode(), SHIPPING_FIELD.encode()
 
 
 def as_cart(flat: list[bytes]) -> StoredCart:
     """A cart script's flat {field, value, ...} list."""
-    lines, voucher = {}, None
+    lines, voucher, shipping = {}, None, None
     for i in range(0, len(flat), 2):
         if flat[i] == _VOUCHER_FIELD:
             voucher = flat[i + 1].decode()
+        elif flat[i] == _SHIPPING_FIELD:
+            code, _, country = flat[i + 1].decode().partition(" ")
+            shipping = (code, country)
         else:
             lines[flat[i].decode()] = int(flat[i + 1])
-    return StoredCart(lines, voucher)
+    return StoredCart(lines, voucher, shipping)
 
 
 def check_status(status: int, payload) -> None:
@@ -230,6 +245,11 @@ def voucher_attempt(
 def set_voucher(*, cart: str, live: str | None, generation: str, code: str | None, ttl: int) -> StoredCart:
     """The cart's voucher set to `code` (None removes it), its TTL refreshed."""
     return _run(_VOUCHER, [cart, GENERATION_KEY, live or cart], [generation, "set", code or "", ttl])
+
+
+def set_shipping(*, cart: str, live: str | None, generation: str, value: str | None, ttl: int) -> StoredCart:
+    """The cart's shipping method and country (shipping_value; None removes them), its TTL refreshed."""
+    return _run(_VOUCHER, [cart, GENERATION_KEY, live or cart], [generation, "shipping", value or "", ttl])
 
 
 def merge_guest_cart(*, digest: str, customer_id: int) -> int:

@@ -9,10 +9,11 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 
 from inventory.services import receive_stock
-from shop.demo import DEMO_PRODUCTS
-from shop.models import Product, Promotion
+from shop.demo import DEMO_PRODUCTS, DEMO_SHIPPING, DEMO_ZONES
+from shop.models import Product, Promotion, ShippingMethod, ShippingRateBand, ShippingZone, TaxRate
 from shop.promotions import create_voucher
 from shop.services import default_address, issue_token_for, set_default_address
+from shop.tax_rates import SHIPPED_TAX_RATES, load_tax_rates, read_tax_rates_file
 
 User = get_user_model()
 
@@ -62,17 +63,42 @@ def _ensure_user(login: DemoLogin, *, random_password: bool, **flags) -> DemoLog
 DEMO_VOUCHER = "WELCOME10"
 
 
+def _seed_shipping() -> None:
+    """The demo's zones and methods, if the shop has none yet, and the shipped VAT rates."""
+    if not TaxRate.objects.exists():
+        load_tax_rates(rows=read_tax_rates_file(SHIPPED_TAX_RATES))
+    if ShippingMethod.objects.exists():
+        return
+    zones = {name: ShippingZone.objects.create(name=name, countries=countries) for name, countries in DEMO_ZONES}
+    for code, name, zone, price, free_over, (min_days, max_days) in DEMO_SHIPPING:
+        by_weight = isinstance(price, list)
+        method = ShippingMethod.objects.create(
+            code=code,
+            name=name,
+            zone=zones[zone],
+            pricing=ShippingMethod.Pricing.WEIGHT if by_weight else ShippingMethod.Pricing.FLAT,
+            price=0 if by_weight else price,
+            free_over=free_over,
+            min_days=min_days,
+            max_days=max_days,
+        )
+        for up_to, band_price in price if by_weight else ():
+            ShippingRateBand.objects.create(method=method, up_to_grams=up_to, price=band_price)
+
+
 @transaction.atomic
 def seed_demo(*, random_passwords: bool = False) -> DemoSeed:
     """Idempotent: existing products, stock and users are left as they are.
     `random_passwords`: new demo users get random passwords (outside DEBUG)."""
     created = 0
-    for sku, name, price, stock in DEMO_PRODUCTS:
-        _, is_new = Product.objects.get_or_create(sku=sku, defaults={"name": name, "price": price})
+    for sku, name, price, stock, weight in DEMO_PRODUCTS:
+        defaults = {"name": name, "price": price, "weight_grams": weight}
+        _, is_new = Product.objects.get_or_create(sku=sku, defaults=defaults)
         if is_new:
             created += 1
             if stock:
                 receive_stock(sku=sku, quantity=stock, note="demo seed")
+    _seed_shipping()
     if not Promotion.objects.filter(code=DEMO_VOUCHER).exists():  # the README's tour enters it
         create_voucher(code=DEMO_VOUCHER, percent=10, usage_limit=1000, per_customer_limit=1, name="Welcome, 10% off")
     logins = [

@@ -5,6 +5,7 @@ developer machine as it is; production differs only by environment values.
 """
 
 import os
+import re
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -332,6 +333,13 @@ CONSUMER_MAX_BACKOFF_SECONDS = env_float("CONSUMER_MAX_BACKOFF_SECONDS", 5)
 
 # --- The shop ---------------------------------------------------------------
 SHOP_CURRENCY = env("SHOP_CURRENCY", "EUR")
+# Catalog and shipping prices include tax (the EU's way: the tax is extracted) or not
+# (the US's: added on top); docs/architecture.md, "Totals".
+PRICES_INCLUDE_TAX = env_bool("PRICES_INCLUDE_TAX", True)
+# Whose tax rates a cart shows before the shopper says where it goes (ISO 3166-1 alpha-2).
+SHOP_TAX_COUNTRY = env("SHOP_TAX_COUNTRY", "ES")
+if not re.fullmatch(r"[A-Z]{2}", SHOP_TAX_COUNTRY):
+    raise ImproperlyConfigured(f"SHOP_TAX_COUNTRY must be an ISO 3166-1 alpha-2 code (ES), got {SHOP_TAX_COUNTRY!r}")
 ORDER_PAYMENT_TIMEOUT_SECONDS = env_int("ORDER_PAYMENT_TIMEOUT_SECONDS", 900)
 CART_TTL_SECONDS = env_int("CART_TTL_SECONDS", 30 * 24 * 3600)
 CART_MAX_LINES = env_int("CART_MAX_LINES", 100)

@@ -46,6 +46,11 @@ class ErrorCode(StrEnum):
     VOUCHER_USED_UP = "voucher_used_up"  # its usage limit reached, or this shopper's
     VOUCHER_NOT_APPLICABLE = "voucher_not_applicable"  # no listed SKU in the cart, or the subtotal below its minimum
 
+    # --- shop: shipping ---------------------------------------------------------------
+    SHIPPING_METHOD_UNKNOWN = "shipping_method_unknown"  # no active method has the code
+    SHIPPING_METHOD_UNAVAILABLE = "shipping_method_unavailable"  # it does not ship there, or cannot carry the cart
+    SHIPPING_METHOD_REQUIRED = "shipping_method_required"  # the cart's goods ship and none was chosen
+
     # --- cart -------------------------------------------------------------------------
     CART_FULL = "cart_full"
     CART_TOKEN_UNKNOWN = "cart_token_unknown"

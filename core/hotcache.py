@@ -44,6 +44,8 @@ class CachedProduct:
     name: str
     price: int
     is_active: bool
+    weight_grams: int
+    tax_class: str
 
 
 class HotCache:
@@ -55,6 +57,7 @@ class HotCache:
         self.flash_sales: dict | None = None  # inventory's flash sales (inventory/services/flash_sales.py)
         self.promotions = None  # shop's automatic promotions not yet ended (shop/selectors.py)
         self.vouchers: dict = {}  # shop's vouchers by code, as carts hold them; None: no such code
+        self.charges = None  # shop's tax rates and shipping methods (shop/selectors.py)
         self.catalog = None  # inventory's browsable catalog (inventory/catalog_browse.py)
         self.sold_out: frozenset[str] = frozenset()  # what the gate last said (orders/services/admission.py)
 
@@ -74,6 +77,7 @@ class HotCache:
             self.flash_sales = None
             self.promotions = None
             self.vouchers.clear()
+            self.charges = None
             self.catalog = None
             self.sold_out = frozenset()
 

@@ -15,12 +15,13 @@ from core.openapi import BODY_ERRORS, ERRORS, page_serializer
 from core.ratelimit import client_address
 from orders.exceptions import IdempotencyKeyInvalid, IdempotencyKeyMissing
 from orders.models import OrderStatus
-from orders.selectors import customer_orders
+from orders.selectors import customer_orders, order_tax_lines
 from orders.services import cancel_customer_order, get_customer_order, place_order
 from orders.services.payment_sessions import start_payment
 from orders.services.queue_admission import QUEUED
 from shop.apis import AddressSerializer, DiscountSerializer
 
+TAX_LINE = ("rate", "base", "amount")
 _KEY = re.compile(r"^[\x21-\x7e]{1,64}$")
 
 
@@ -46,7 +47,11 @@ class OrderOutputSerializer(serializers.Serializer):
         quantity = serializers.IntegerField()
         unit_price = serializers.IntegerField(help_text="Minor units; the catalog price when the order was placed")
         discount = serializers.IntegerField(help_text="Minor units off the whole line (promotions)")
-        line_total = serializers.IntegerField(help_text="quantity x unit_price - discount")
+        line_total = serializers.IntegerField(help_text="quantity x unit_price - discount, in the catalog's terms")
+        tax_rate = serializers.IntegerField(help_text="Basis points (2000: 20%)")
+        net = serializers.IntegerField(help_text="The line without tax, as placed")
+        tax = serializers.IntegerField(help_text="The line's tax, as placed")
+        gross = serializers.IntegerField(help_text="`net` + `tax`: what the line was charged")
         cancelled = serializers.IntegerField(help_text="Units staff removed before shipping (back on sale)")
         returned = serializers.IntegerField(help_text="Units received back from a return")
         refunded = serializers.IntegerField(help_text="Units whose price went back to the shopper")
@@ -67,7 +72,8 @@ class OrderOutputSerializer(serializers.Serializer):
 
             sku = serializers.CharField()
             quantity = serializers.IntegerField()
-            amount = serializers.IntegerField(help_text="Minor units: what those units cost after discounts")
+            amount = serializers.IntegerField(help_text="Minor units: what those units were charged (tax included)")
+            tax = serializers.IntegerField(required=False, help_text="The tax in `amount`")
 
         id = serializers.IntegerField()
         status = serializers.CharField(help_text="REQUESTED, SUBMITTED (to the provider), COMPLETED or FAILED")
@@ -86,9 +92,19 @@ class OrderOutputSerializer(serializers.Serializer):
     items = ItemSerializer(many=True)
     subtotal = serializers.SerializerMethodField(help_text="The lines at catalog prices, before discounts")
     discounts = DiscountSerializer(many=True, help_text="The promotions that took something off, as checkout priced")
+    shipping = serializers.JSONField(
+        allow_null=True,
+        help_text="The shipping method as charged: code, name, country, price, discount, net, tax, gross, "
+        "taxes (its parts per rate: rate, base, amount); null: nothing shipped",
+    )
+    prices_include_tax = serializers.BooleanField(help_text="Its prices include tax (extracted) or not (added)")
+    tax_country = serializers.CharField(help_text="Whose rates taxed it (where it ships)")
+    tax = serializers.IntegerField(source="tax_amount", help_text="The items' tax + shipping's, in `total`")
+    tax_lines = serializers.SerializerMethodField(help_text="Per rate, highest first: rate, base (net), amount")
     total = serializers.IntegerField(
         source="total_amount",
-        help_text="What is to be paid: subtotal - discounts, less the price of lines staff removed before shipping",
+        help_text="What is to be paid: the items' gross + shipping's, less the price of lines staff removed "
+        "before shipping",
     )
     currency = serializers.CharField()
     shipping_address = AddressSerializer(allow_null=True, help_text="As it was at checkout")
@@ -104,6 +120,12 @@ class OrderOutputSerializer(serializers.Serializer):
 
     def get_subtotal(self, order) -> int:
         return sum(item.quantity * item.unit_price for item in order.items.all())
+
+    @extend_schema_field(
+        {"type": "array", "items": {"type": "object", "properties": {k: {"type": "integer"} for k in TAX_LINE}}}
+    )
+    def get_tax_lines(self, order) -> list[dict]:
+        return order_tax_lines(order)
 
     @extend_schema_field(RefundSerializer(many=True))
     def get_refunds(self, order) -> list[dict]:

@@ -27,6 +27,10 @@ HEADER = [
     "shipped_at",
     "cancelled_at",
     "ship_to_country",
+    "net",
+    "tax",
+    "shipping",
+    "shipping_method",
 ]
 CHUNK = 2000
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -52,7 +56,7 @@ def order_rows(orders: QuerySet[Order]) -> Iterator[list]:
     )
     rows = (
         orders.order_by("-id")
-        .annotate(item_list=items)
+        .annotate(item_list=items, net=F("total_amount") - F("tax_amount"))
         .values_list(
             "id",
             "created_at",
@@ -66,6 +70,10 @@ def order_rows(orders: QuerySet[Order]) -> Iterator[list]:
             "shipped_at",
             "cancelled_at",
             "shipping_address__country",
+            "net",
+            "tax_amount",
+            "shipping_amount",
+            "shipping__code",
         )
     )
     yield HEADER

@@ -16,6 +16,7 @@ from core.formatting import format_units
 from core.money import format_money
 from orders.models import Notification, Order, Payment
 from orders.money import applied_payment, held_payment, is_held
+from orders.selectors import order_tax_lines
 from orders.services.payments import capture_payment, void_payment
 from orders.services.refunds import submit_refund
 from outbox.consumers import Event, register
@@ -34,15 +35,34 @@ def _notify(*, order_id: int | None, kind: str, subject: str, body: str) -> None
     Notification.objects.create(order=order, kind=kind, to=order.customer.email, subject=subject)
 
 
+def order_lines_text(data: dict) -> str:
+    """The order's lines, shipping and tax as an e-mail prints them (OrderPaid's data)."""
+    currency = data["currency"]
+    lines = [
+        f"  {format_units(item['quantity'], item['sku'], item['name'])}  {_money(item.get('gross', 0), currency)}"
+        for item in data["items"]
+    ]
+    if shipping := data.get("shipping"):
+        lines.append(f"  Shipping: {shipping['name']}  {_money(shipping['gross'], currency)}")
+    lines.append(f"  Total  {_money(data['total'], currency)}")
+    included = "incl." if data.get("prices_include_tax", True) else "plus"
+    for tax in data.get("tax_lines", ()):
+        if tax["amount"]:
+            rate = f"{tax['rate'] / 100:g}%"
+            lines.append(
+                f"  {included} VAT {rate} on {_money(tax['base'], currency)}: {_money(tax['amount'], currency)}"
+            )
+    return "\n".join(lines)
+
+
 @register("email", "OrderPaid")
 def send_order_confirmation(event: Event) -> None:
     data = event.data
-    lines = "\n".join("  " + format_units(i["quantity"], i["sku"], i["name"]) for i in data["items"])
     _notify(
         order_id=data["order_id"],
         kind=Notification.Kind.ORDER_CONFIRMED,
         subject=f"Order {data['order_id']} confirmed",
-        body=f"Thank you! We received {_money(data['total'], data['currency'])}.\n\n{lines}\n",
+        body=f"Thank you! We received {_money(data['total'], data['currency'])}.\n\n{order_lines_text(data)}\n",
     )
 
 
@@ -155,12 +175,37 @@ def send_payment_receipt(event: Event) -> None:
     paid_by = applied_payment(order_id=data["order_id"]) if data.get("order_id") else None
     if paid_by is None or paid_by.provider_payment_id != data["payment_id"]:
         return  # no order's money (it is refunded)
+    taken = _money(data.get("captured_amount", data["amount"]), data["currency"])
     _notify(
         order_id=data["order_id"],
         kind=Notification.Kind.PAYMENT_RECEIPT,
         subject=f"Receipt for order {data['order_id']}",
-        body=f"We have taken {_money(data.get('captured_amount', data['amount']), data['currency'])} "
-        f"for your order {data['order_id']}.\n",
+        body=f"We have taken {taken} for your order {data['order_id']}.\n\n{receipt_text(data['order_id'])}\n",
+    )
+
+
+def receipt_text(order_id: int) -> str:
+    """The order as charged now (lines less those removed, shipping, VAT per rate), for the receipt."""
+    order = Order.objects.prefetch_related("items").get(id=order_id)
+    items = [
+        {
+            "quantity": item.quantity - item.cancelled,
+            "sku": item.product_id,
+            "name": item.name,
+            "gross": item.gross - item.price_of_units(first=0, count=item.cancelled),
+        }
+        for item in order.items.all()
+        if item.quantity > item.cancelled
+    ]
+    return order_lines_text(
+        {
+            "items": items,
+            "currency": order.currency,
+            "shipping": order.shipping,
+            "total": order.total_amount,
+            "prices_include_tax": order.prices_include_tax,
+            "tax_lines": order_tax_lines(order),
+        }
     )
 
 

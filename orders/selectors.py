@@ -6,6 +6,7 @@ from django.db.models import F, QuerySet, Sum
 from inventory import gate
 from inventory.models import FlashSale, Stock
 from orders.models import Order, OrderItem, OrderStatus
+from orders.services.builder import tax_lines
 
 
 def customer_orders(*, customer_id: int, status: str | None = None) -> QuerySet[Order]:
@@ -15,6 +16,18 @@ def customer_orders(*, customer_id: int, status: str | None = None) -> QuerySet[
     if status:
         orders = orders.filter(status=status)
     return orders.order_by("-id").prefetch_related("items", "refunds")
+
+
+def order_tax_lines(order: Order) -> list[dict]:
+    """The order's tax per rate as charged now: its items' (less the units staff
+    removed, the first ones: orders/services/refunds.py price_units) and
+    shipping's; they add up to `tax_amount`. Items prefetched: no query."""
+    parts = []
+    for item in order.items.all():
+        gross = item.gross - item.price_of_units(first=0, count=item.cancelled)
+        tax = item.tax - item.tax_of_units(first=0, count=item.cancelled)
+        parts.append((item.tax_rate, gross - tax, tax))
+    return tax_lines(parts, order.shipping)
 
 
 @dataclass(frozen=True)

@@ -54,3 +54,23 @@ class VoucherNotApplicable(VoucherRefused):
     code = ErrorCode.VOUCHER_NOT_APPLICABLE
     status = 422
     message = "That voucher does not apply to this cart."
+
+
+class ShippingMethodUnknown(DomainError):
+    code = ErrorCode.SHIPPING_METHOD_UNKNOWN
+    status = 422
+    message = "There is no shipping method with that code."
+
+
+class ShippingMethodUnavailable(DomainError):
+    """Details: `code`, `country` (and `weight_grams` when it cannot carry the goods)."""
+
+    code = ErrorCode.SHIPPING_METHOD_UNAVAILABLE
+    status = 422
+    message = "That shipping method does not ship there."
+
+
+class ShippingMethodRequired(DomainError):
+    code = ErrorCode.SHIPPING_METHOD_REQUIRED
+    status = 422
+    message = "Choose a shipping method (PUT /api/cart/shipping-method): these goods are shipped."

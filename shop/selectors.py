@@ -1,14 +1,17 @@
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 
 from django.contrib.postgres.aggregates import ArrayAgg
 from django.db.models import Q
 from django.utils import timezone
 
 from core.hotcache import CachedProduct, hot_cache
-from shop.models import Product, Promotion
+from shop.models import Product, Promotion, ShippingMethod, ShippingRateBand, TaxRate
 from shop.pricing import PromotionRule
+from shop.totals import ShippingOption
+
+CACHED_PRODUCT_FIELDS = ("sku", "name", "price", "is_active", "weight_grams", "tax_class_id")  # CachedProduct's
 
 
 def cached_products(*, skus: Iterable[str]) -> dict[str, CachedProduct | None]:
@@ -20,10 +23,8 @@ def cached_products(*, skus: Iterable[str]) -> dict[str, CachedProduct | None]:
     if missing:
         hot_cache.ensure_generation()
         found = {
-            sku: CachedProduct(sku=sku, name=name, price=price, is_active=is_active)
-            for sku, name, price, is_active in Product.objects.filter(sku__in=missing).values_list(
-                "sku", "name", "price", "is_active"
-            )
+            row[0]: CachedProduct(*row)
+            for row in Product.objects.filter(sku__in=missing).values_list(*CACHED_PRODUCT_FIELDS)
         }
         for sku in missing:
             result[sku] = found.get(sku)
@@ -118,3 +119,64 @@ def promotion_rule(row, skus: Iterable[str]) -> PromotionRule:
         usage_limit=row.usage_limit,
         per_customer_limit=row.per_customer_limit,
     )
+
+
+@dataclass(frozen=True)
+class Charges:
+    """The tax rates and the active shipping methods, as pricing needs them."""
+
+    rates: dict[tuple[str, str], tuple[tuple[date, int], ...]]  # (country, class) -> (valid from, bp), newest first
+    methods: tuple[ShippingOption, ...]  # by code
+
+    def rates_in(self, country: str, *, on: date) -> dict[str, int]:
+        """{tax class: basis points} in force in `country` on `on`."""
+        found = {}
+        for (rate_country, tax_class), dated in self.rates.items():
+            if rate_country == country:
+                rate = next((rate for valid_from, rate in dated if valid_from <= on), None)
+                if rate is not None:
+                    found[tax_class] = rate
+        return found
+
+    def method(self, code: str) -> ShippingOption | None:
+        return next((method for method in self.methods if method.code == code), None)
+
+    def methods_to(self, country: str) -> tuple[ShippingOption, ...]:
+        return tuple(method for method in self.methods if method.ships_to(country))
+
+
+def cached_charges() -> Charges:
+    """Tax rates and active shipping methods from process memory; the first read
+    under a generation is three queries (any change to them moves the
+    generation: shop/signals.py)."""
+    charges = hot_cache.charges
+    if charges is None:
+        generation = hot_cache.ensure_generation()
+        rates: dict[tuple[str, str], list[tuple[date, int]]] = {}
+        for country, tax_class, valid_from, rate in TaxRate.objects.order_by("-valid_from").values_list(
+            "country", "tax_class_id", "valid_from", "rate"
+        ):
+            rates.setdefault((country, tax_class), []).append((valid_from, rate))
+        bands: dict[int, list[tuple[int, int]]] = {}
+        for method_id, up_to, price in ShippingRateBand.objects.order_by("up_to_grams").values_list(
+            "method_id", "up_to_grams", "price"
+        ):
+            bands.setdefault(method_id, []).append((up_to, price))
+        methods = tuple(
+            ShippingOption(
+                code=method.code,
+                name=method.name,
+                countries=frozenset(method.zone.countries),
+                price=method.price,
+                by_weight=method.pricing == ShippingMethod.Pricing.WEIGHT,
+                bands=tuple(bands.get(method.id, ())),
+                free_over=method.free_over,
+                min_days=method.min_days,
+                max_days=method.max_days,
+            )
+            for method in ShippingMethod.objects.filter(is_active=True).select_related("zone").order_by("code")
+        )
+        charges = Charges({key: tuple(dated) for key, dated in rates.items()}, methods)
+        if hot_cache.generation == generation:
+            hot_cache.charges = charges
+    return charges

@@ -18,12 +18,14 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date
+from pathlib import Path
 
 from django.db import transaction
 from django_countries import countries
 
 from shop.models import TaxClass, TaxRate
 
+SHIPPED_TAX_RATES = Path(__file__).parent / "data" / "tax_rates_eu.csv"  # shop/data/README.md
 REQUIRED_COLUMNS = ("country", "tax_class", "rate", "valid_from")
 OPTIONAL_COLUMNS = ("source",)
 MAX_RATE = 10_000  # basis points: 100%

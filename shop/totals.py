@@ -70,14 +70,21 @@ class ShippingOption:
     def ships_to(self, country: str) -> bool:
         return country in self.countries
 
+    def carries(self, weight_grams: int) -> bool:
+        """Whether it takes goods this heavy (a weight-priced method: some band holds them)."""
+        return not self.by_weight or any(weight_grams <= up_to for up_to, _ in self.bands)
+
     def price_for(self, *, weight_grams: int, goods: int) -> int | None:
         """What it charges for goods weighing `weight_grams` and costing `goods`
-        (after discounts); None when no band holds that weight."""
+        (after discounts); None when it cannot carry them (no band holds that
+        weight, free or not)."""
+        if not self.carries(weight_grams):
+            return None
         if self.free_over is not None and goods >= self.free_over:
             return 0
         if not self.by_weight:
             return self.price
-        return next((price for up_to, price in self.bands if weight_grams <= up_to), None)
+        return next(price for up_to, price in self.bands if weight_grams <= up_to)
 
 
 @dataclass(frozen=True)
@@ -173,16 +180,21 @@ class Totals:
     def tax_lines(self) -> tuple[TaxLine, ...]:
         """Per rate, highest first: the net taxed at it and the tax."""
         parts = [TaxLine(line.rate, line.net, line.tax) for line in self.lines]
-        parts += self.shipping.taxes if self.shipping else ()
-        by_rate: dict[int, tuple[int, int]] = {}
-        for part in parts:
-            base, amount = by_rate.get(part.rate, (0, 0))
-            by_rate[part.rate] = (base + part.base, amount + part.amount)
-        return tuple(TaxLine(rate, *by_rate[rate]) for rate in sorted(by_rate, reverse=True))
+        return by_rate([*parts, *(self.shipping.taxes if self.shipping else ())])
 
 
-def needs_shipping(lines: Mapping[str, int], products: Mapping[str, Taxed]) -> bool:
-    return any(products[sku].weight_grams > 0 for sku in lines)
+def by_rate(parts: Iterable[TaxLine]) -> tuple[TaxLine, ...]:
+    """The parts summed per rate, highest rate first."""
+    sums: dict[int, tuple[int, int]] = {}
+    for part in parts:
+        base, amount = sums.get(part.rate, (0, 0))
+        sums[part.rate] = (base + part.base, amount + part.amount)
+    return tuple(TaxLine(rate, *sums[rate]) for rate in sorted(sums, reverse=True))
+
+
+def shipping_weight(lines: Mapping[str, int], products: Mapping[str, Taxed]) -> int:
+    """What the goods that ship weigh, in grams: 0, the cart needs no shipping."""
+    return sum(products[sku].weight_grams * quantity for sku, quantity in lines.items())
 
 
 def price_order(
@@ -202,8 +214,8 @@ def price_order(
     `rates` ({tax class: basis points} in `country`; a class missing: 0), with
     `shipping` for the goods that ship, discounted by the best active automatic
     `free_shipping` promotion and the voucher if it is one, by the module's rules.
-    A `shipping` that cannot carry the goods (no band holds their weight) is
-    the caller's to refuse first (ShippingOption.price_for); here it is a ValueError."""
+    A `shipping` that cannot carry the goods (ShippingOption.carries their
+    shipping_weight) is the caller's to refuse first; here it is a ValueError."""
     promotions = tuple(promotions)
     goods = price_lines(lines, products=products, promotions=promotions, voucher=voucher, now=now)
     included = prices_include_tax

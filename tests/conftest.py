@@ -24,6 +24,22 @@ def redis():
 
 
 @pytest.fixture(autouse=True)
+def tax_classes(request):
+    """The tax classes migration shop/0016 creates (every product is `standard`
+    unless told otherwise), again for a test after a transactional one, whose
+    flush deleted them."""
+    if request.node.get_closest_marker("django_db") is None and not {"db", "transactional_db"} & set(
+        request.fixturenames
+    ):
+        return
+    request.getfixturevalue("db")
+    from shop.models import TaxClass
+
+    names = {"standard": "Standard rate", "reduced": "Reduced rate", "zero": "Zero rate"}
+    TaxClass.objects.bulk_create([TaxClass(code, name) for code, name in names.items()], ignore_conflicts=True)
+
+
+@pytest.fixture(autouse=True)
 def one_middleware_chain():
     """The test clients share one middleware chain, as one WSGI handler serves
     every thread in production. Each client loading its own cost ~50 ms

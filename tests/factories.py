@@ -126,6 +126,8 @@ class OrderItemFactory(factory.django.DjangoModelFactory[OrderItem]):
     name = factory.LazyAttribute(lambda item: item.product.name)
     quantity = 1
     unit_price = factory.LazyAttribute(lambda item: item.product.price)
+    discount = 0
+    gross = factory.LazyAttribute(lambda item: item.quantity * item.unit_price - item.discount)  # no tax
 
 
 class PaymentFactory(factory.django.DjangoModelFactory[Payment]):

@@ -1,5 +1,6 @@
 -- The cart's public Lua functions (hash cart:{customer}, field = SKU, value =
--- quantity; the voucher's code under the field VOUCHER_FIELD, which no SKU can be).
+-- quantity; the voucher's code under the field VOUCHER_FIELD and the shipping
+-- method and country under SHIPPING_FIELD, which no SKU can be).
 
 -- cart_lines(cart_key): the cart as a flat {sku, quantity, ...} list, the
 -- voucher's {VOUCHER_FIELD, code} among them when the cart has one.
@@ -7,9 +8,10 @@ local function cart_lines(cart_key)
   return redis.call('HGETALL', cart_key)
 end
 
--- line_count(cart_key): how many lines the cart holds (its voucher is not one).
+-- line_count(cart_key): how many lines the cart holds (its voucher and shipping are not).
 local function line_count(cart_key)
   return redis.call('HLEN', cart_key) - redis.call('HEXISTS', cart_key, VOUCHER_FIELD)
+    - redis.call('HEXISTS', cart_key, SHIPPING_FIELD)
 end
 
 -- cart_quantity(cart_key, sku): the quantity of one line, or nil.
@@ -83,13 +85,15 @@ local function give_back_cart(cart_key, taken_key, checkout, ttl, drop_voucher)
   return 1
 end
 
--- set_voucher(cart_key, code, ttl): the cart's voucher set (an empty code removes
--- it), the TTL refreshed; {0, the cart as a flat list}.
-local function set_voucher(cart_key, code, ttl)
+-- set_voucher(cart_key, code, ttl, field): the cart's voucher (or with `field`,
+-- that one of its settings: SHIPPING_FIELD) set, an empty value removes it, the
+-- TTL refreshed; {0, the cart as a flat list}.
+local function set_voucher(cart_key, code, ttl, field)
+  field = field or VOUCHER_FIELD
   if code == '' then
-    redis.call('HDEL', cart_key, VOUCHER_FIELD)
+    redis.call('HDEL', cart_key, field)
   else
-    redis.call('HSET', cart_key, VOUCHER_FIELD, code)
+    redis.call('HSET', cart_key, field, code)
   end
   redis.call('EXPIRE', cart_key, ttl)
   return {0, cart_lines(cart_key)}

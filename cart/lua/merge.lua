@@ -2,16 +2,16 @@
 -- the same cart (a double click on "log in") finds nothing. KEYS: guest cart, its
 -- token's liveness key, the shopper's cart. ARGV: max quantity, max lines, the
 -- shopper's cart TTL. A SKU in both keeps the larger quantity (capped); a new SKU
--- joins while the shopper's cart has room; the guest's voucher, the one the
--- shopper entered last, replaces the cart's. Returns the lines merged, or
+-- joins while the shopper's cart has room; the guest's voucher and shipping
+-- method, the ones the shopper chose last, replace the cart's. Returns the lines merged, or
 -- NO_GUEST_CART when the token had no live cart.
 if redis.call('DEL', KEYS[2]) == 0 then return NO_GUEST_CART end
 local lines = redis.call('HGETALL', KEYS[1])
 local merged, most, room, changed = 0, tonumber(ARGV[1]), tonumber(ARGV[2]), false
 for i = 1, #lines, 2 do
   local sku = lines[i]
-  if sku == VOUCHER_FIELD then
-    redis.call('HSET', KEYS[3], VOUCHER_FIELD, lines[i + 1])
+  if sku == VOUCHER_FIELD or sku == SHIPPING_FIELD then
+    redis.call('HSET', KEYS[3], sku, lines[i + 1])
     changed = true
   else
     local quantity = math.min(tonumber(lines[i + 1]), most)

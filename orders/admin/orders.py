@@ -6,7 +6,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponseRedirect, StreamingHttpResponse
 from django.urls import path, reverse
 from django.utils import timezone
-from django.utils.html import format_html_join
+from django.utils.html import format_html, format_html_join
 
 from core.admin import ReadOnlyInline
 from core.money import format_money
@@ -25,6 +25,7 @@ from orders.admin.payments import PaymentActions
 from orders.admin.timeline import OrderTimeline
 from orders.exports import csv_lines
 from orders.models import Order, OrderItem, OrderStatus, Payment, Refund, Return
+from orders.selectors import order_tax_lines
 from orders.services import cancel_pending_order, mark_order_shipped, refund_paid_order
 
 
@@ -36,7 +37,8 @@ class OrderItemInline(ReadOnlyInline):
         "quantity",
         "price",
         "discount_off",
-        "line_total",
+        "tax_shown",
+        "gross_shown",
         "cancelled",
         "shipped",
         "in_returns",
@@ -55,9 +57,13 @@ class OrderItemInline(ReadOnlyInline):
     def discount_off(self, item):
         return format_money(item.discount, item.order.currency)
 
-    @admin.display(description="line total")
-    def line_total(self, item):
-        return format_money(item.line_total, item.order.currency)
+    @admin.display(description="tax")
+    def tax_shown(self, item):
+        return f"{format_money(item.tax, item.order.currency)} ({item.tax_rate / 100:g}%)"
+
+    @admin.display(description="charged (gross)")
+    def gross_shown(self, item):
+        return format_money(item.gross, item.order.currency)
 
     @admin.display(description="shipped")
     def shipped(self, item):
@@ -124,6 +130,8 @@ class OrderAdmin(PerOrderAction, PaymentActions, OrderTimeline, admin.ModelAdmin
         "request_hash",
         "status",
         "total",
+        "shipping_shown",
+        "tax_shown",
         "created_at",
         "expires_at",
         "paid_at",
@@ -240,6 +248,26 @@ class OrderAdmin(PerOrderAction, PaymentActions, OrderTimeline, admin.ModelAdmin
     @admin.display(description="total", ordering="total_amount")
     def total(self, order):
         return format_money(order.total_amount, order.currency)
+
+    @admin.display(description="shipping")
+    def shipping_shown(self, order):
+        shipping = order.shipping
+        if not shipping:
+            return "-"
+        off = f", {format_money(shipping['discount'], order.currency)} off" if shipping["discount"] else ""
+        return f"{shipping['name']} ({shipping['code']}): {format_money(order.shipping_amount, order.currency)}{off}"
+
+    @admin.display(description="tax")
+    def tax_shown(self, order):
+        """The order's tax per rate as charged now, on the prices' basis."""
+        currency = order.currency
+        lines = [
+            (f"{line['rate'] / 100:g}%", format_money(line["base"], currency), format_money(line["amount"], currency))
+            for line in order_tax_lines(order)
+        ]
+        basis = "included in the prices" if order.prices_include_tax else "added to the prices"
+        head = f"{format_money(order.tax_amount, order.currency)} ({basis}; {order.tax_country or '-'})"
+        return format_html("<div>{}</div>{}", head, format_html_join("", "<div>{} on {}: {}</div>", lines))
 
     @admin.display(description="ship to")
     def ship_to(self, order):

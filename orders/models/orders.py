@@ -53,6 +53,14 @@ class Order(models.Model):
     # The promotions that took something off, as checkout priced the order:
     # [{"promotion_id", "name", "code" (a voucher's; null), "amount"}]; total_amount is after them.
     discounts = models.JSONField(default=list, db_default=[], blank=True)
+    # What it costs beyond its goods, as checkout priced it (shop/totals.py; docs/architecture.md, "Totals"):
+    # total_amount = the items' gross + shipping_amount, and tax_amount is in it.
+    prices_include_tax = models.BooleanField(default=True, db_default=True)  # its items' prices, as the catalog's
+    tax_country = models.CharField(max_length=2, blank=True, default="", db_default="")  # whose rates taxed it
+    tax_amount = models.BigIntegerField(default=0, db_default=0)  # the items' tax + shipping's, as charged now
+    shipping_amount = models.BigIntegerField(default=0, db_default=0)  # shipping's gross, after its discount
+    # {"code", "name", "country", "price", "discount", "net", "tax", "gross", "taxes": [{"rate", "base", "amount"}]}
+    shipping = models.JSONField(null=True, blank=True)
 
     objects = OrderQuerySet.as_manager()
 
@@ -72,6 +80,14 @@ class Order(models.Model):
             models.CheckConstraint(
                 condition=Q(shipping_address__isnull=True) | Q(shipping_address__has_keys=list(ADDRESS_FIELDS)),
                 name="order_shipping_address_complete",
+            ),
+            models.CheckConstraint(
+                condition=Q(tax_amount__gte=0, shipping_amount__gte=0)
+                & Q(tax_amount__lte=F("total_amount"), shipping_amount__lte=F("total_amount")),
+                name="order_tax_and_shipping_within_total",
+            ),
+            models.CheckConstraint(
+                condition=Q(shipping_amount=0) | Q(shipping__isnull=False), name="order_shipping_charged_named"
             ),
         ]
         indexes = [
@@ -99,6 +115,11 @@ class OrderItem(models.Model):
     quantity = models.IntegerField()
     unit_price = models.BigIntegerField()  # the catalog price when the order was placed
     discount = models.BigIntegerField(default=0, db_default=0)  # minor units off the whole line (promotions)
+    # The line's tax at tax_rate (basis points) and what it costs with it, as checkout priced it:
+    # gross = quantity x unit_price - discount (+ tax when the prices exclude it: Order.prices_include_tax).
+    tax_rate = models.IntegerField(default=0, db_default=0)
+    tax = models.BigIntegerField(default=0, db_default=0)
+    gross = models.BigIntegerField()
     # What became of the units since, each count grown by a conditional UPDATE under
     # these CHECKs (orders/services/returns.py, orders/services/amendments.py):
     cancelled = models.IntegerField(default=0, db_default=0)  # removed by staff before shipping
@@ -116,6 +137,14 @@ class OrderItem(models.Model):
             models.CheckConstraint(
                 condition=Q(discount__gte=0) & Q(discount__lte=F("quantity") * F("unit_price")),
                 name="order_item_discount_within_line",
+            ),
+            models.CheckConstraint(
+                condition=Q(tax_rate__gte=0, tax_rate__lte=10_000, tax__gte=0, tax__lte=F("gross"))
+                & (
+                    Q(gross=F("quantity") * F("unit_price") - F("discount"))
+                    | Q(gross=F("quantity") * F("unit_price") - F("discount") + F("tax"))
+                ),
+                name="order_item_gross_adds_up",
             ),
             models.CheckConstraint(
                 condition=Q(cancelled__gte=0)
@@ -139,21 +168,31 @@ class OrderItem(models.Model):
 
     @property
     def line_total(self) -> int:
-        """What the line costs after its discount."""
+        """What the line costs after its discount, in the catalog's terms (`gross` is what it is charged)."""
         return self.quantity * self.unit_price - self.discount
+
+    @property
+    def net(self) -> int:
+        return self.gross - self.tax
 
     @property
     def shipped_units(self) -> int:
         return self.quantity - self.cancelled
 
     def price_of_units(self, *, first: int, count: int) -> int:
-        """What units [first, first + count) of the line cost after its discount,
-        in minor units. The discount is spread over the units with integer
-        division, the share of the first m units rounded down: a part of the
-        line gives back at most a minor unit more than its exact share, and the
-        units that complete the line make up for it, so every unit of the line
-        together costs exactly `line_total`."""
-        return self._paid_for(first + count) - self._paid_for(first)
+        """What units [first, first + count) of the line were charged (gross), in
+        minor units. The first m units' share is rounded up (the gross is spread
+        over the units with integer division; so is the discount, rounded down,
+        which is the same): a part of the line gives back at most a minor unit
+        more than its exact share, and the units that complete the line make up
+        for it, so every unit of the line together costs exactly `gross`."""
+        return _share(self.gross, first + count, self.quantity) - _share(self.gross, first, self.quantity)
 
-    def _paid_for(self, units: int) -> int:
-        return units * self.unit_price - self.discount * units // self.quantity
+    def tax_of_units(self, *, first: int, count: int) -> int:
+        """The tax in price_of_units, shared out the same way: all the units give back exactly `tax`."""
+        return _share(self.tax, first + count, self.quantity) - _share(self.tax, first, self.quantity)
+
+
+def _share(amount: int, units: int, of: int) -> int:
+    """`units` of `of` units' share of `amount`, rounded up."""
+    return -(-amount * units // of)

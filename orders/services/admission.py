@@ -41,6 +41,7 @@ class Admission:
     admitted: bool  # gate units were taken: give them back if the checkout fails
     saved_address: bytes | None = None  # what Redis holds under shop's address_key (None: nothing)
     took_cart: bool = False  # the cart was taken now: give it back if the checkout writes no order
+    shipping_code: str | None = None  # the shipping method the cart holds
 
 
 _ADMISSION = compose(GENERATION_LUA, ratelimit.LUA, storage.LUA, gate.LUA, load_lua("orders", "admission"))
@@ -78,7 +79,7 @@ def admit_cart(*, customer_id: int, idempotency_key: str, rate_limited: bool) ->
             if took:
                 give_back_cart(customer_id, idempotency_key)
             raise
-        return Admission(lines, cart.voucher, gated, admitted, _cached_address(customer_id), took)
+        return Admission(lines, cart.voucher, gated, admitted, _cached_address(customer_id), took, _code(cart))
 
     limit = ratelimit.shopper_window(scope, customer_id)
     keys = [
@@ -105,7 +106,11 @@ def admit_cart(*, customer_id: int, idempotency_key: str, rate_limited: bool) ->
     if verdict == b"sold_out":
         hot_cache.sold_out = hot_cache.sold_out | {sku.decode()}
     admitted = bool(gated) and gate.judge(verdict, sku, rules)
-    return Admission(lines, cart.voucher, gated, admitted, rest[0], bool(rest[1]))
+    return Admission(lines, cart.voucher, gated, admitted, rest[0], bool(rest[1]), _code(cart))
+
+
+def _code(cart: storage.StoredCart) -> str | None:
+    return cart.shipping[0] if cart.shipping else None
 
 
 def give_back_cart(customer_id: int, idempotency_key: str, *, drop_voucher: bool = False) -> None:

@@ -52,8 +52,8 @@ def remove_order_lines(*, order_id: int, lines: Mapping[str, int], user=None) ->
         )
         if not removable.update(cancelled=F("cancelled") + each.count):
             raise LinesNotRemovable(sku=each.item.product_id, removable=each.item.shipped_units - each.item.refunded)
-    amount = sum(each.amount for each in priced)
-    Order.objects.filter(id=order.id).update(total_amount=F("total_amount") - amount)
+    amount, tax = sum(each.amount for each in priced), sum(each.tax for each in priced)
+    Order.objects.filter(id=order.id).update(total_amount=F("total_amount") - amount, tax_amount=F("tax_amount") - tax)
     removed = {each.item.product_id: each.count for each in priced}
     return_reserved_stock(lines=removed)
     reopen_gate_lines(customer_id=order.customer_id, lines=removed)
@@ -74,8 +74,10 @@ def remove_order_lines(*, order_id: int, lines: Mapping[str, int], user=None) ->
             "customer_id": order.customer_id,
             "lines": [each.as_line() for each in priced],
             "amount": amount,
+            "tax": tax,
             "currency": order.currency,
             "total": order.total_amount,
+            "total_tax": order.tax_amount,
             "refund_id": refund.id if refund else None,
             "refund_amount": refund.amount if refund else 0,
             "captured": money.is_taken(payment),

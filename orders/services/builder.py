@@ -10,18 +10,21 @@ automatic promotions), as the cart view prices it.
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
 
+from django.conf import settings
 from django.utils import timezone
 
 from orders.exceptions import ProductUnavailable
 from orders.models import OrderStatus
 from outbox.services import NewEvent
-from shop.pricing import price_lines
+from shop.exceptions import ShippingMethodRequired, ShippingMethodUnavailable
 from shop.promotions import check_voucher
-from shop.selectors import active_promotions, cached_products, cached_voucher
+from shop.selectors import active_promotions, cached_charges, cached_products, cached_voucher
+from shop.totals import TaxLine, by_rate, price_order, shipping_weight
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,9 @@ class PricedLine:
     quantity: int
     unit_price: int  # minor units, the catalog's
     discount: int = 0  # minor units off the whole line
+    tax_rate: int = 0  # basis points
+    tax: int = 0
+    gross: int | None = None  # what the line is charged; None (queued before tax existed): its total
 
     @property
     def amount(self) -> int:
@@ -39,23 +45,57 @@ class PricedLine:
 
     @property
     def total(self) -> int:
+        """After its discount, in the catalog's terms."""
         return self.amount - self.discount
+
+    @property
+    def charged(self) -> int:
+        return self.total if self.gross is None else self.gross
 
 
 @dataclass(frozen=True)
 class CartPrice:
     lines: list[PricedLine]  # in SKU order
     discounts: list[dict]  # the promotions that took something off: {"promotion_id", "name", "code", "amount"}
+    charges: "Charges"
 
 
-def price_cart(lines: dict[str, int], *, voucher_code: str | None = None, now: datetime | None = None) -> CartPrice:
-    """The cart priced at `now` (default: now) as the cart view prices it: the
-    catalog's prices, the automatic promotions and the cart's voucher, all from
-    the hot cache (filled through the ORM, kept honest by the generation the
-    admission script has just checked in Redis), so a warm checkout prices its
-    cart without a query. ProductUnavailable for a SKU not (or no longer) on
-    sale; a voucher the cart can no longer use is refused (its 422: the shopper
-    removes it or changes the cart), never silently dropped."""
+@dataclass(frozen=True)
+class Charges:
+    """What an order costs beyond its goods' prices, as its draft carries it."""
+
+    prices_include_tax: bool = True
+    tax_country: str = ""
+    shipping: dict | None = None  # shop.totals.ShippingCharge.as_json() and its "country"
+
+    @property
+    def shipping_amount(self) -> int:
+        return self.shipping["gross"] if self.shipping else 0
+
+    @property
+    def shipping_tax(self) -> int:
+        return self.shipping["tax"] if self.shipping else 0
+
+
+def price_cart(
+    lines: dict[str, int],
+    *,
+    country: str,
+    voucher_code: str | None = None,
+    shipping_code: str | None = None,
+    now: datetime | None = None,
+) -> CartPrice:
+    """The cart priced at `now` (default: now) as the cart view prices it
+    (shop/totals.py price_order): the catalog's prices, the automatic
+    promotions, the cart's voucher, its shipping method and the tax rates of
+    `country`, all from the hot cache (filled through the ORM, kept honest by
+    the generation the admission script has just checked in Redis), so a warm
+    checkout prices its cart without a query. ProductUnavailable for a SKU not
+    (or no longer) on sale; a voucher the cart can no longer use is refused (its
+    422: the shopper removes it or changes the cart), never silently dropped;
+    so is a shipping method (ShippingMethodRequired when the goods ship and none
+    was chosen, ShippingMethodUnavailable when it does not ship to `country` or
+    cannot carry them)."""
     now = now or timezone.now()
     skus = sorted(lines)
     products = cached_products(skus=skus)
@@ -66,14 +106,46 @@ def price_cart(lines: dict[str, int], *, voucher_code: str | None = None, now: d
     voucher = None
     if voucher_code is not None:
         voucher = check_voucher(cached_voucher(voucher_code), voucher_code, now=now, lines=lines, products=products)
-    promotions = active_promotions(now=now)
-    priced = price_lines(lines, products=products, promotions=promotions, voucher=voucher, now=now)
+    charges = cached_charges()
+    shipping, weight = None, shipping_weight(lines, products)
+    if weight:
+        if shipping_code is None:
+            raise ShippingMethodRequired()
+        shipping = charges.method(shipping_code)
+        if shipping is None or not shipping.ships_to(country):
+            raise ShippingMethodUnavailable(code=shipping_code, country=country)
+        if not shipping.carries(weight):
+            raise ShippingMethodUnavailable(
+                f"{shipping_code} does not carry {weight} g.", code=shipping_code, country=country, weight_grams=weight
+            )
+    included = settings.PRICES_INCLUDE_TAX
+    totals = price_order(
+        lines,
+        products=products,
+        promotions=active_promotions(now=now),
+        voucher=voucher,
+        now=now,
+        rates=charges.rates_in(country, on=now.date()),
+        country=country,
+        prices_include_tax=included,
+        shipping=shipping,
+    )
     return CartPrice(
         [
-            PricedLine(line.sku, products[line.sku].name, line.quantity, line.unit_price, line.discount)
-            for line in priced.lines
+            PricedLine(
+                line.sku,
+                products[line.sku].name,
+                line.line.quantity,
+                line.line.unit_price,
+                line.line.discount,
+                line.rate,
+                line.tax,
+                line.gross,
+            )
+            for line in totals.lines
         ],
-        priced.discounts(),
+        totals.discounts(),
+        Charges(included, country, totals.shipping and {**totals.shipping.as_json(), "country": country}),
     )
 
 
@@ -95,10 +167,16 @@ class OrderDraft:
     payment_seconds: int
     client_address: str = ""  # whose unpaid holds the order counts in (orders/services/holds.py)
     discounts: list[dict] = field(default_factory=list)  # CartPrice.discounts
+    charges: Charges = field(default_factory=Charges)
 
     @cached_property
     def total(self) -> int:
-        return sum(line.total for line in self.lines)
+        """The lines' gross + shipping's (docs/architecture.md, "Totals")."""
+        return sum(line.charged for line in self.lines) + self.charges.shipping_amount
+
+    @cached_property
+    def tax(self) -> int:
+        return sum(line.tax for line in self.lines) + self.charges.shipping_tax
 
     @property
     def voucher_id(self) -> int | None:
@@ -107,13 +185,23 @@ class OrderDraft:
     @cached_property
     def request_hash(self) -> str:
         """What the Idempotency-Key promises: the same key with another cart,
-        price, discount or address is refused (IdempotencyKeyReused). A line
-        without a discount hashes as before discounts existed."""
+        price, discount, tax, shipping or address is refused (IdempotencyKeyReused).
+        A line without a discount or tax hashes as before they existed."""
         lines = [
-            (line.sku, line.quantity, line.unit_price, *([line.discount] * bool(line.discount))) for line in self.lines
+            (
+                line.sku,
+                line.quantity,
+                line.unit_price,
+                *([line.discount] * bool(line.discount or line.tax)),
+                *([line.tax_rate, line.tax] * bool(line.tax)),
+            )
+            for line in self.lines
         ]
-        address = self.shipping_address
-        canonical = json.dumps([self.currency, lines, address] if address else [self.currency, lines], sort_keys=True)
+        address, shipping = self.shipping_address, self.charges.shipping
+        canonical = [self.currency, lines, address] if address else [self.currency, lines]
+        if shipping:
+            canonical.append([shipping["code"], shipping["gross"], shipping["tax"]])
+        canonical = json.dumps(canonical, sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -138,11 +226,23 @@ class BuiltOrder:
                     "quantity": li.quantity,
                     "unit_price": li.unit_price,
                     "discount": li.discount,
+                    "tax_rate": li.tax_rate,
+                    "net": li.charged - li.tax,
+                    "tax": li.tax,
+                    "gross": li.charged,
                 }
                 for li in self.draft.lines
             ],
             "subtotal": sum(line.amount for line in self.draft.lines),
             "discounts": self.draft.discounts,
+            "shipping": self.draft.charges.shipping,
+            "prices_include_tax": self.draft.charges.prices_include_tax,
+            "tax_country": self.draft.charges.tax_country,
+            "tax": self.fields["tax_amount"],
+            "tax_lines": tax_lines(
+                ((item["tax_rate"], item["gross"] - item["tax"], item["tax"]) for item in self.items),
+                self.draft.charges.shipping,
+            ),
             "total": self.fields["total_amount"],
             "currency": self.draft.currency,
             "shipping_address": self.draft.shipping_address,
@@ -175,6 +275,11 @@ def build_order(
         "hold_address": draft.client_address,
         "holds_units": takes_holds and not rejection,
         "discounts": draft.discounts,
+        "prices_include_tax": draft.charges.prices_include_tax,
+        "tax_country": draft.charges.tax_country,
+        "tax_amount": draft.tax,
+        "shipping_amount": draft.charges.shipping_amount,
+        "shipping": draft.charges.shipping,
     }
     items = [
         {
@@ -183,7 +288,17 @@ def build_order(
             "quantity": line.quantity,
             "unit_price": line.unit_price,
             "discount": line.discount,
+            "tax_rate": line.tax_rate,
+            "tax": line.tax,
+            "gross": line.charged,
         }
         for line in draft.lines
     ]
     return BuiltOrder(fields, items, draft)
+
+
+def tax_lines(parts: Iterable[tuple[int, int, int]], shipping: dict | None) -> list[dict]:
+    """An order's tax per rate, highest first ({"rate", "base", "amount"}): its
+    items' parts (rate, net, tax) and shipping's. The amounts add up to the order's tax."""
+    shipping_parts = [TaxLine(**part) for part in (shipping or {}).get("taxes", ())]
+    return [line.as_json() for line in by_rate([*(TaxLine(*part) for part in parts), *shipping_parts])]

@@ -33,11 +33,12 @@ from orders.services.queue_admission import (
 )
 from orders.services.slots import release_pending_slots, take_pending_slot
 from outbox.services import record_events
-from shop.exceptions import VoucherRefused, VoucherUsedUp
+from shop.exceptions import ShippingMethodRequired, ShippingMethodUnavailable, VoucherRefused, VoucherUsedUp
 from shop.promotions import redeem_voucher
 from shop.services import default_address
 
 logger = logging.getLogger(__name__)
+ShippingRefused = ShippingMethodRequired | ShippingMethodUnavailable
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,9 @@ def place_order(
         address = shipping_address or default_address(customer_id=customer_id, cached=admission.saved_address)
         if address is None:
             raise ShippingAddressRequired()
-        priced = price_cart(lines, voucher_code=admission.voucher)
+        priced = price_cart(
+            lines, country=address["country"], voucher_code=admission.voucher, shipping_code=admission.shipping_code
+        )
         draft = OrderDraft(
             customer_id,
             idempotency_key,
@@ -111,6 +114,7 @@ def place_order(
             _payment_timeout(account_created_at),
             client_address,
             priced.discounts,
+            priced.charges,
         )
         queue = queued_skus()
         if queue and not queue.isdisjoint(lines):
@@ -122,7 +126,7 @@ def place_order(
             _release_best_effort(customer_id, gated)
         if admission.took_cart:  # a voucher with no use left does not come back with it
             give_back_cart(customer_id, idempotency_key, drop_voucher=isinstance(error, VoucherUsedUp))
-        if isinstance(error, OutOfStock | TooManyPendingOrders | HoldLimitReached | VoucherRefused):
+        if isinstance(error, OutOfStock | TooManyPendingOrders | HoldLimitReached | VoucherRefused | ShippingRefused):
             CHECKOUT_REFUSALS.labels(error.code).inc()
         raise
     if result.replayed:

@@ -17,6 +17,7 @@ from orders import money, provider
 from orders.locks import lock_orders
 from orders.metrics import PAYMENTS
 from orders.models import Order, OrderStatus, Payment, Refund
+from orders.selectors import order_tax_lines
 from orders.services.holds import give_back_holds
 from orders.services.refunds import request_refund
 from orders.services.slots import release_pending_slots
@@ -252,7 +253,8 @@ def _announce_voided(payment: Payment, *, voided_at) -> None:
 
 
 def _announce_paid(*, order: Order, payment: Payment, paid_at) -> None:
-    items = list(order.items.values_list("product_id", "name", "quantity", "unit_price", "discount"))
+    fields = ("sku", "name", "quantity", "unit_price", "discount", "tax_rate", "tax", "gross")
+    items = [dict(zip(fields, row, strict=True)) for row in order.items.values_list("product_id", *fields[1:])]
     record_event(
         aggregate_type="order",
         aggregate_id=order.id,
@@ -264,7 +266,12 @@ def _announce_paid(*, order: Order, payment: Payment, paid_at) -> None:
             "total": order.total_amount,
             "currency": order.currency,
             "paid_at": paid_at.isoformat(),
-            "items": [{"sku": s, "name": n, "quantity": q, "unit_price": p, "discount": d} for s, n, q, p, d in items],
+            "items": [{**item, "net": item["gross"] - item["tax"]} for item in items],
+            "shipping": order.shipping,
+            "tax": order.tax_amount,
+            "tax_lines": order_tax_lines(order),
+            "tax_country": order.tax_country,
+            "prices_include_tax": order.prices_include_tax,
             "shipping_address": order.shipping_address,
         },
     )

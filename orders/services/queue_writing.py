@@ -171,6 +171,8 @@ def _insert(fresh: list[QueuedRequest], result: WrittenBatch, now: datetime) -> 
             orders[-1][ADDRESS_AT] = Jsonb(values["shipping_address"])
         orders[-1][STATUS_AT] = str(values["status"])
         orders[-1][DISCOUNTS_AT] = Jsonb(values["discounts"])
+        if values["shipping"] is not None:
+            orders[-1][SHIPPING_AT] = Jsonb(values["shipping"])
         items += [(request.order_id, *(item[name] for name in ITEM_FIELDS)) for item in built.items]
         events.append(built.event(request.order_id))
     copy_rows(Order, ["id", *ORDER_FIELDS], orders)
@@ -193,10 +195,15 @@ ORDER_FIELDS = [
     "hold_address",
     "holds_units",
     "discounts",
+    "prices_include_tax",
+    "tax_country",
+    "tax_amount",
+    "shipping_amount",
+    "shipping",
 ]
 ADDRESS_AT, STATUS_AT = 1 + ORDER_FIELDS.index("shipping_address"), 1 + ORDER_FIELDS.index("status")
-DISCOUNTS_AT = 1 + ORDER_FIELDS.index("discounts")
-ITEM_FIELDS = ["product_id", "name", "quantity", "unit_price", "discount"]
+DISCOUNTS_AT, SHIPPING_AT = 1 + ORDER_FIELDS.index("discounts"), 1 + ORDER_FIELDS.index("shipping")
+ITEM_FIELDS = ["product_id", "name", "quantity", "unit_price", "discount", "tax_rate", "tax", "gross"]
 
 
 def finish_written_batch(result: WrittenBatch) -> None:

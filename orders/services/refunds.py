@@ -79,21 +79,30 @@ def refund_goodwill(*, order_id: int, amount: int, note: str, user=None) -> Refu
 class PricedUnits:
     item: OrderItem
     count: int
-    amount: int
+    amount: int  # what they were charged, tax included
+    tax: int  # the tax in `amount`
 
     def as_line(self) -> dict:
-        return {"sku": self.item.product_id, "quantity": self.count, "amount": self.amount}
+        return {"sku": self.item.product_id, "quantity": self.count, "amount": self.amount, "tax": self.tax}
 
 
 def price_units(units: Iterable[tuple[OrderItem, int]]) -> list[PricedUnits]:
     """Each line's next `count` units at the price paid for them (after the
     line's discounts, OrderItem.price_of_units), the units removed or refunded
     before counted first. The items must be locked by the caller."""
-    return [
-        PricedUnits(item, count, item.price_of_units(first=item.cancelled + item.refunded, count=count))
-        for item, count in units
-        if count > 0
-    ]
+    priced = []
+    for item, count in units:
+        if count > 0:
+            first = item.cancelled + item.refunded
+            priced.append(
+                PricedUnits(
+                    item,
+                    count,
+                    item.price_of_units(first=first, count=count),
+                    item.tax_of_units(first=first, count=count),
+                )
+            )
+    return priced
 
 
 def refund_units(

@@ -59,6 +59,10 @@ def test_cart_shows_a_sku_promotion_on_its_line_and_in_the_totals(auth_client):
             "unit_price": 999,
             "discount": 450,
             "line_total": 2547,
+            "tax_rate": 0,
+            "net": 2547,
+            "tax": 0,
+            "gross": 2547,
             "in_stock": True,
         },
         {
@@ -68,6 +72,10 @@ def test_cart_shows_a_sku_promotion_on_its_line_and_in_the_totals(auth_client):
             "unit_price": 500,
             "discount": 0,
             "line_total": 500,
+            "tax_rate": 0,
+            "net": 500,
+            "tax": 0,
+            "gross": 500,
             "in_stock": True,
         },
     ]
@@ -223,16 +231,31 @@ def test_cart_warm_read_with_a_promotion_makes_no_sql_query_and_one_redis_call(
 def test_cart_json_matches_the_serializer_with_a_vouchers_code():
     """A voucher's discount carries its code, an automatic one none; both bodies agree."""
     cart = PricedCart(
-        items=[
-            CartLine(sku="A", name="Alpha", quantity=2, unit_price=500, discount=300, line_total=700, in_stock=True)
-        ],
+        items=[CartLine("A", "Alpha", 2, 500, 300, 700, tax_rate=2000, net=583, tax=117, gross=700, in_stock=True)],
         currency="EUR",
+        country="ES",
+        prices_include_tax=True,
+        shipping={
+            "code": "standard",
+            "name": "Standard",
+            "country": "ES",
+            "price": 499,
+            "discount": 0,
+            "net": 416,
+            "tax": 83,
+            "gross": 499,
+            "taxes": [{"rate": 2000, "base": 416, "amount": 83}],
+        },
+        needs_shipping=True,
+        tax=200,
+        tax_lines=[{"rate": 2000, "base": 999, "amount": 200}],
         subtotal=1000,
         discounts=[
             {"promotion_id": 1, "name": "Spring", "code": None, "amount": 100},
             {"promotion_id": 2, "name": "Voucher", "code": "SAVE-20", "amount": 200},
         ],
-        total=700,
+        total=1199,
+        warnings=[{"sku": None, "code": "shipping_method_unavailable", "message": "express does not ship to IS."}],
     )
     assert cart_json(cart) == CartOutputSerializer(cart).data
 
@@ -240,7 +263,10 @@ def test_cart_json_matches_the_serializer_with_a_vouchers_code():
 def test_openapi_describes_the_carts_prices_and_discounts():
     components = SchemaGenerator().get_schema(request=None, public=True)["components"]["schemas"]
     cart, line, discount = components["Cart"], components["CartLine"], components["Discount"]
-    assert set(cart["required"]) == {"items", "voucher", "subtotal", "discounts", "total", "currency", "warnings"}
+    assert set(cart["required"]) == {
+        *("items", "voucher", "subtotal", "discounts", "total", "currency", "warnings"),
+        *("shipping", "needs_shipping", "country", "prices_include_tax", "tax", "tax_lines"),
+    }
     assert cart["properties"]["discounts"]["items"]["$ref"].endswith("/Discount")
     assert {"unit_price", "discount", "line_total"} <= set(line["required"])
     assert set(discount["properties"]) == {"promotion_id", "name", "code", "amount"}

@@ -86,6 +86,8 @@ def test_stock_managers_edit_a_products_description_and_image(stock_manager):
         "name": product.name,
         "price": product.price,
         "is_active": "on",
+        "weight_grams": 350,
+        "tax_class": "standard",
         "description": "Stoneware, 350 ml",
         "image_url": "https://img.example.com/desc-1.jpg",
         "_save": "Save",

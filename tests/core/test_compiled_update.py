@@ -96,7 +96,7 @@ def test_prepared_values_are_what_the_fields_would_give():
         hold_address="192.0.2.1",
         holds_units=True,
     )
-    item = OrderItem(order_id=3, product_id="MUG", name="Mug", quantity=2, unit_price=750)
+    item = OrderItem(order_id=3, product_id="MUG", name="Mug", quantity=2, unit_price=750, gross=1500)
     naive = Order(
         customer_id=7,
         idempotency_key="n",

@@ -218,7 +218,7 @@ def look_at_order_and_dashboard(base_url: str, staff, order_id: int) -> None:
         for field, text in (
             ("quantity", "2"),
             ("price", "€12.50"),
-            ("line_total", "€25.00"),
+            ("gross_shown", "€25.00"),
             ("shipped", "2"),
             ("returned", "1"),
             ("refunded", "1"),

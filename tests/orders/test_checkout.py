@@ -17,7 +17,7 @@ from orders.services import cancel_customer_order, expire_unpaid_orders, place_o
 from orders.services.builder import OrderDraft, price_cart
 from orders.services.checkout import _create_order
 from outbox.models import OutboxEvent
-from shop.selectors import cached_products, cached_promotions
+from shop.selectors import cached_charges, cached_products, cached_promotions
 from shop.services import _remember_address, address_key, set_default_address
 from tests.factories import SHIPPING_ADDRESS, UserFactory, product_with_stock
 from tests.helpers import checkout, expire_now, fill_cart, post_webhook, run_in_threads, shopper_client
@@ -114,6 +114,7 @@ def test_checkout_statement_count_is_k_plus_6(shopper, redis, address_in_body):
     gated_skus()  # a warm process knows its flash sales
     cached_products(skus=["A", "B", "C"])  # and the products its carts show
     cached_promotions()  # and the promotions that price them
+    cached_charges()  # and the tax rates and shipping methods
     set_default_address(customer_id=shopper.user.id, address=SHIPPING_ADDRESS)
     _remember_address(redis, address_key(shopper.user.id), SHIPPING_ADDRESS)  # as after the save's commit
 
@@ -239,7 +240,7 @@ def test_concurrent_checkouts_of_one_shopper_get_exactly_the_limit(settings):
     def attempt(key):
         def run():
             try:
-                lines = price_cart({"MUG": 1}).lines
+                lines = price_cart({"MUG": 1}, country="ES").lines
                 draft = OrderDraft(customer.id, key, lines, "EUR", SHIPPING_ADDRESS, 900, "192.0.2.1")
                 return _create_order(draft=draft, gated={})
             except TooManyPendingOrders:

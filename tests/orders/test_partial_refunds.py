@@ -131,7 +131,7 @@ def test_removed_lines_go_back_on_sale_and_the_capture_takes_the_new_total(paid,
     assert Stock.objects.filter(product_id="A").values_list("available", "reserved").get() == (9, 1)
     assert OrderItem.objects.get(order=order, product_id="A").cancelled == 1
     [removed] = events("OrderLinesCancelled")
-    assert removed["lines"] == [{"sku": "A", "quantity": 1, "amount": 1250}] and removed["refund_id"] is None
+    assert removed["lines"] == [{"sku": "A", "quantity": 1, "amount": 1250, "tax": 0}] and removed["refund_id"] is None
     assert removed["items"] == [{"sku": "A", "quantity": 1}, {"sku": "B", "quantity": 1}]
     apply_event(consumer="warehouse", event=consumer_event("OrderLinesCancelled", **removed))
     assert Shipment.objects.get(order_id=order.id).items == removed["items"]
@@ -161,7 +161,7 @@ def test_removing_lines_of_a_captured_payment_refunds_them(paid):
     assert (refund.amount, refund.reason, refund.lines) == (
         500,
         "lines_cancelled",
-        [{"sku": "B", "quantity": 1, "amount": 500}],
+        [{"sku": "B", "quantity": 1, "amount": 500, "tax": 0}],
     )
     assert events("OrderLinesCancelled")[0]["refund_id"] == refund.id
 
@@ -222,7 +222,7 @@ def test_a_received_return_is_refunded_through_the_simulator_and_its_points_take
     [completed] = events("RefundCompleted")
     assert (completed["amount"], completed["lines"], completed["payment_refunded"]) == (
         1250,
-        [{"sku": "A", "quantity": 1, "amount": 1250}],
+        [{"sku": "A", "quantity": 1, "amount": 1250, "tax": 0}],
         False,
     )
     as_consumed = consumer_event("RefundCompleted", **completed)

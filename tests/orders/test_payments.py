@@ -36,7 +36,17 @@ def test_webhook_success_pays_the_order_once(client, order):
     [paid] = events("OrderPaid")
     assert paid.payload["order_id"] == order.id and paid.payload["total"] == 500
     assert paid.payload["items"] == [
-        {"sku": "A", "name": order.items.get().name, "quantity": 2, "unit_price": 250, "discount": 0}
+        {
+            "sku": "A",
+            "name": order.items.get().name,
+            "quantity": 2,
+            "unit_price": 250,
+            "discount": 0,
+            "tax_rate": 0,
+            "tax": 0,
+            "gross": 500,
+            "net": 500,
+        }
     ]
     assert stock() == (8, 2)  # still reserved until shipped
 

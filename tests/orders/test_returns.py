@@ -45,7 +45,7 @@ def shipped(redis, provider):
     product_with_stock(sku="B", price=599, available=10)
     client = shopper_client()
     order = place_pending_order(redis, client.user, {"A": 3, "B": 1})
-    OrderItem.objects.filter(order=order, product_id="A").update(discount=100)
+    OrderItem.objects.filter(order=order, product_id="A").update(discount=100, gross=2900)
     Order.objects.filter(id=order.id).update(total_amount=3499)
     order.refresh_from_db()
     ship(order)
@@ -64,12 +64,17 @@ def test_a_line_refunds_exactly_what_it_cost_whatever_the_parts_and_each_part_it
     for quantity, price, discount in every([1, 2, 3, 7], [1, 999, 1000], [0, 1, 100, 333]):
         if discount > quantity * price:
             continue
-        item = OrderItem(quantity=quantity, unit_price=price, discount=discount)
-        for cut in range(quantity + 1):
-            parts = [item.price_of_units(first=0, count=cut), item.price_of_units(first=cut, count=quantity - cut)]
-            assert sum(parts) == item.line_total
-            exact = cut * (price - discount / quantity)
-            assert 0 <= parts[0] - exact < 1  # the first part rounds the discount's share down, by less than a cent
+        total = quantity * price - discount
+        for tax in {0, total // 6, total // 3}:  # in the price (included), or on it (excluded)
+            for gross in (total, total + tax):
+                item = OrderItem(quantity=quantity, unit_price=price, discount=discount, tax=tax, gross=gross)
+                for cut in range(quantity + 1):
+                    first, rest = {"first": 0, "count": cut}, {"first": cut, "count": quantity - cut}
+                    parts = [item.price_of_units(**first), item.price_of_units(**rest)]
+                    assert sum(parts) == gross
+                    assert 0 <= parts[0] - cut * gross / quantity < 1  # the first part rounds up, by less than a cent
+                    taxes = [item.tax_of_units(**first), item.tax_of_units(**rest)]
+                    assert sum(taxes) == tax and 0 <= taxes[0] - cut * tax / quantity < 1
 
 
 def test_the_shopper_asks_to_return_units_and_sees_the_return(shipped):
@@ -161,7 +166,10 @@ def test_received_units_are_restocked_or_written_off_through_the_ledger_and_refu
 
     refund = received.refund  # 2 of A: 2000 - 100 x 2 // 3 = 1934; B: 599
     assert (refund.amount, refund.reason, refund.status) == (1934 + 599, Refund.Reason.RETURN, Refund.Status.REQUESTED)
-    assert refund.lines == [{"sku": "A", "quantity": 2, "amount": 1934}, {"sku": "B", "quantity": 1, "amount": 599}]
+    assert refund.lines == [
+        {"sku": "A", "quantity": 2, "amount": 1934, "tax": 0},
+        {"sku": "B", "quantity": 1, "amount": 599, "tax": 0},
+    ]
     [requested] = OutboxEvent.objects.filter(event_type="RefundRequested")
     assert requested.payload["lines"] == refund.lines and requested.payload["amount"] == 2533
     [arrived] = OutboxEvent.objects.filter(event_type="ReturnReceived")

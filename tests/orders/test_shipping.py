@@ -115,7 +115,7 @@ def test_a_refunded_order_shows_its_refund(shopper, client):
     assert body["status"] == "REFUNDED"
     [refund] = body["refunds"]
     assert refund["status"] == "REQUESTED" and refund["amount"] == 500 and refund["completed_at"] is None
-    assert refund["reason"] == "staff" and refund["lines"] == [{"sku": "A", "quantity": 1, "amount": 500}]
+    assert refund["reason"] == "staff" and refund["lines"] == [{"sku": "A", "quantity": 1, "amount": 500, "tax": 0}]
 
 
 def test_orders_filter_by_status(shopper, redis, client):

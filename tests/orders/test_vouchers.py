@@ -20,7 +20,7 @@ from orders.services.cancellation import cancel_customer_order, expire_unpaid_or
 from outbox.models import OutboxEvent
 from shop.exceptions import VoucherRefused, VoucherUsedUp
 from shop.models import Promotion, VoucherCustomerUse, VoucherRedemption
-from shop.selectors import cached_products, cached_promotions, cached_voucher
+from shop.selectors import cached_charges, cached_products, cached_promotions, cached_voucher
 from shop.services import _remember_address, address_key, set_default_address
 from tests.factories import SHIPPING_ADDRESS, UserFactory, VoucherFactory, product_with_stock
 from tests.helpers import checkout, expire_now, fill_cart, run_in_threads, shopper_client
@@ -97,6 +97,7 @@ def test_a_voucher_costs_checkout_one_statement(shopper, redis, address_in_body)
         product_with_stock(sku=sku, available=5)
     VoucherFactory(code="SPRING", usage_limit=10, per_customer_limit=1)
     gated_skus(), cached_products(skus=["A", "B", "C"]), cached_promotions(), cached_voucher("SPRING")
+    cached_charges()
     set_default_address(customer_id=shopper.user.id, address=SHIPPING_ADDRESS)
     _remember_address(redis, address_key(shopper.user.id), SHIPPING_ADDRESS)
     counts = {}

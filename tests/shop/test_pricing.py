@@ -21,7 +21,10 @@ PERCENT, AMOUNT, CART_AMOUNT = DiscountKind.PERCENT, DiscountKind.AMOUNT, Discou
 
 
 def catalog(**prices: int) -> dict[str, CachedProduct]:
-    return {sku: CachedProduct(sku=sku, name=sku, price=price, is_active=True) for sku, price in prices.items()}
+    return {
+        sku: CachedProduct(sku=sku, name=sku, price=price, is_active=True, weight_grams=0, tax_class="standard")
+        for sku, price in prices.items()
+    }
 
 
 def rule(id, kind, value, skus=None, **fields) -> PromotionRule:  # noqa: A002 - the promotion's id
@@ -218,7 +221,10 @@ def test_price_lines_always_adds_up_never_below_zero():
     rng = random.Random(28)
     for _ in range(400):
         skus = [f"S{i}" for i in range(rng.randint(1, 6))]
-        products = {sku: CachedProduct(sku, sku, rng.choice([1, 3, 5, 99, 999, 1000, 12345]), True) for sku in skus}
+        products = {
+            sku: CachedProduct(sku, sku, rng.choice([1, 3, 5, 99, 999, 1000, 12345]), True, 0, "standard")
+            for sku in skus
+        }
         lines = {sku: rng.randint(1, 99) for sku in skus}
         promotions = [random_rule(rng, i, skus) for i in range(1, rng.randint(1, 6))]
         voucher = random_rule(rng, 100, skus, code="V") if rng.random() < 0.7 else None

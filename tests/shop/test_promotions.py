@@ -27,7 +27,10 @@ from tests.factories import ProductFactory, PromotionFactory, UserFactory
 from tests.helpers import run_in_threads
 
 pytestmark = pytest.mark.django_db
-PRODUCTS = {sku: CachedProduct(sku=sku, name=sku, price=1000, is_active=True) for sku in ("MUG", "TEE")}
+PRODUCTS = {
+    sku: CachedProduct(sku=sku, name=sku, price=1000, is_active=True, weight_grams=0, tax_class="standard")
+    for sku in ("MUG", "TEE")
+}
 
 
 def voucher(code="SPRING", **fields) -> Promotion:
