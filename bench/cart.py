@@ -23,7 +23,8 @@ def build_specs(shoppers, skus) -> dict[str, list[h.Spec]]:
         for r in range(LINES * 2)
         for i in range(len(shoppers))
     ]
-    h.fill_carts([(s.user_id, {sku: 1 + (i + j) % 3 for j, sku in enumerate(own[i])}) for i, s in enumerate(shoppers)])
+    carts = [{sku: 1 + (i + j) % 3 for j, sku in enumerate(own[i])} | h.SHIPS for i in range(len(shoppers))]
+    h.fill_carts([(s.user_id, cart) for s, cart in zip(shoppers, carts, strict=True)])
     return {
         "GET /healthz": [h.Spec("GET", "/healthz")],
         "PUT /api/cart/items/{sku}": put,
@@ -36,6 +37,7 @@ def main(argv=None) -> int:
     h.setup()
     skus = [f"BENCH-{i:04d}" for i in range(1, PRODUCTS + 1)]
     h.ensure_products(skus, 500_000)
+    h.ensure_shipping_and_tax(skus)  # each cart ships, and is taxed
     shoppers = h.ensure_shoppers(SHOPPERS, prefix="bench-")
     env = {"RATE_LIMIT_CART_WRITE": "1000000000/min"}  # the throttle's Redis call still runs, but no PUT is a 429
     try:

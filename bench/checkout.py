@@ -23,19 +23,18 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from bench import harness as h
-from cart.storage import SHIPPING_FIELD, VOUCHER_FIELD, shipping_value
-from core.hotcache import StaleCache, bump_generation, hot_cache
+from cart.storage import VOUCHER_FIELD
+from core.hotcache import StaleCache, hot_cache
 from orders.services import place_order
-from shop.models import Product, Promotion, ShippingMethod, ShippingZone, TaxRate
+from shop.models import Product, Promotion
 from shop.promotions import REDEEM_SQL, create_voucher
 from shop.selectors import cached_charges, cached_products, cached_promotions, cached_voucher
-from shop.tax_rates import SHIPPED_TAX_RATES, load_tax_rates, read_tax_rates_file
 from shop.totals import tax_of
 
 PREFIX = "BENCH-CO-"
 HOT_SKU = f"{PREFIX}HOT"
 VOUCHER = f"{PREFIX}V"  # scenario (v): 10% off each unit, limits far away (its row is locked and counted all the same)
-SHIPPING, SHIPPING_PRICE, WEIGHT = f"{PREFIX.lower()}ship", 499, 350  # every cart ships, flat, taxed as its goods
+SHIPPING, SHIPPING_PRICE = h.SHIPPING, h.SHIPPING_PRICE  # every cart ships, flat, taxed as its goods
 STOCK = 1_000_000  # "plenty": topped up to at least this (plus what a run needs) before a run
 GOALS = {"a": 0.6, "b": 0.6, "v": 0.6}
 STATEMENT_GOAL_EXTRA = 6  # k + 6 statements for a k-line cart, BEGIN/COMMIT included
@@ -200,30 +199,11 @@ def run_threads(side: str, jobs: list[Job], warm: list[Job], threads: int) -> h.
     return h.Run("threads", threads, len(jobs), len(ms), seconds, len(errors), 0, p50, p99, cpu, ms, errors)
 
 
-SHIPS = {SHIPPING_FIELD: shipping_value(SHIPPING, h.BENCH_ADDRESS["country"])}
+SHIPS = h.SHIPS
 
 
 def cart(job: Job) -> dict:
     return {job.sku: 1, VOUCHER_FIELD: VOUCHER, **SHIPS} if job.voucher else {job.sku: 1, **SHIPS}
-
-
-def ensure_shipping_and_tax(skus: list[str]) -> None:
-    """Every bench product weighs something (so every cart ships), a flat method ships to the bench address, and
-    its country has tax rates (the shipped table, in a shop with none): checkout prices shipping and tax."""
-    if not TaxRate.objects.exists():
-        load_tax_rates(rows=read_tax_rates_file(SHIPPED_TAX_RATES))
-    zone, _ = ShippingZone.objects.get_or_create(
-        name="Bench zone", defaults={"countries": [h.BENCH_ADDRESS["country"]]}
-    )
-    defaults = dict(name="Bench shipping", zone=zone, price=SHIPPING_PRICE, min_days=1, max_days=2)
-    ShippingMethod.objects.get_or_create(code=SHIPPING, defaults=defaults)  # signals: the caches drop
-    if Product.objects.filter(sku__in=skus).exclude(weight_grams=WEIGHT).update(weight_grams=WEIGHT):
-        bump_generation()  # an UPDATE sends no signal
-
-
-def delete_shipping() -> None:
-    ShippingMethod.objects.filter(code=SHIPPING).delete()
-    ShippingZone.objects.filter(name="Bench zone", methods=None).delete()
 
 
 def same_work(customer_id: int, sku: str, key: str, voucher: tuple | None) -> list[str]:
@@ -266,12 +246,12 @@ def count_statements(customer_id: int, skus: list[str], k: int, key: str, addres
 def main(argv=None) -> int:
     args = parse_args(argv)
     h.setup()
-    with h.lock_or_exit("checkout", lambda: (h.delete_orders(h.user_ids(PREFIX)), delete_shipping())):
+    with h.lock_or_exit("checkout", lambda: h.delete_orders(h.user_ids(PREFIX))):
         warm_total = args.warmup * args.threads
         per_run, run_id, rng = args.orders + warm_total, uuid.uuid4().hex[:8], random.Random(4)
         skus = [f"{PREFIX}{i:04d}" for i in range(1, args.skus + 1)]
         h.ensure_products([HOT_SKU, *skus], STOCK + 2 * args.rounds * per_run + 100)  # a run reserves per_run at most
-        ensure_shipping_and_tax([HOT_SKU, *skus])
+        h.ensure_shipping_and_tax([HOT_SKU, *skus])
         shoppers = h.ensure_users(per_run + 1, prefix=PREFIX)
         limits = {"percent": 10, "usage_limit": 10**9, "per_customer_limit": 10**6}
         found = Promotion.objects.filter(code=VOUCHER).first() or create_voucher(code=VOUCHER, **limits)

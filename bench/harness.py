@@ -39,7 +39,7 @@ from knox.crypto import hash_token
 from knox.models import AuthToken
 
 from bench import PRODUCTION_LIKE_ENV
-from cart.storage import cart_key
+from cart.storage import SHIPPING_FIELD, cart_key, shipping_value
 from core.authentication import remember_tokens
 from core.hotcache import bump_generation
 from core.kafka import admin_client
@@ -52,9 +52,10 @@ from orders.services.holds import give_back_holds
 from orders.services.queue_admission import forget_queue, order_key
 from outbox.relay import new_producer
 from outbox.topics import ensure_topics
-from shop.models import Address, Product
+from shop.models import Address, Product, ShippingMethod, ShippingZone, TaxRate
 from shop.promotions import give_back_vouchers
 from shop.services import ADDRESS_KEPT_SECONDS, address_key
+from shop.tax_rates import SHIPPED_TAX_RATES, load_tax_rates, read_tax_rates_file
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -298,6 +299,24 @@ def wsgi_application():  # config.wsgi's, imported in a server only: it starts w
 Shopper = namedtuple("Shopper", "user_id username token")
 BENCH_ADDRESS = dict(name="Bench shopper", line1="Calle Mayor 1", line2="", city="Madrid", postal_code="28013")
 BENCH_ADDRESS |= {"country": "ES", "phone": "+34 600 000 000"}
+
+
+# Every bench cart ships: its products weigh something, and a flat method ships to the bench address.
+SHIPPING, SHIPPING_PRICE, WEIGHT = "bench-ship", 499, 350
+SHIPS = {SHIPPING_FIELD: shipping_value(SHIPPING, BENCH_ADDRESS["country"])}  # a cart's chosen method (cart/storage.py)
+
+
+def ensure_shipping_and_tax(skus: list[str]) -> None:
+    """The products `skus` weigh WEIGHT, SHIPPING ships to the bench address, and the shop has tax rates (the
+    shipped table, in a shop with none): a cart or checkout of them prices shipping and tax (bench/README.md)."""
+    if not TaxRate.objects.exists():
+        load_tax_rates(rows=read_tax_rates_file(SHIPPED_TAX_RATES))
+    countries = [BENCH_ADDRESS["country"]]
+    zone, _ = ShippingZone.objects.get_or_create(name="Bench zone", defaults={"countries": countries})
+    defaults = dict(name="Bench shipping", zone=zone, price=SHIPPING_PRICE, min_days=1, max_days=2)
+    ShippingMethod.objects.get_or_create(code=SHIPPING, defaults=defaults)  # its signal drops the caches
+    if Product.objects.filter(sku__in=skus).exclude(weight_grams=WEIGHT).update(weight_grams=WEIGHT):
+        bump_generation()  # an UPDATE sends no signal
 
 
 def ensure_users(count: int, *, prefix: str, password: str | None = None) -> list[int]:

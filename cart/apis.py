@@ -366,7 +366,8 @@ class ShippingMethodsApi(HotCacheApiView):
         max_days = serializers.IntegerField()
         price = serializers.IntegerField(
             allow_null=True,
-            help_text="For the cart sent (after free-shipping discounts, in the catalog's terms); null without one",
+            help_text="For the cart sent (after free-shipping discounts, in the catalog's terms); null without one, "
+            "or when the method cannot carry it",
         )
         available = serializers.BooleanField(help_text="It can carry the cart (false: too heavy for its bands)")
         currency = serializers.CharField()

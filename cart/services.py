@@ -343,16 +343,18 @@ class ShippingQuote:
     name: str
     min_days: int
     max_days: int
-    price: int | None  # for the cart (after its shipping discounts, in the catalog's terms); None: no cart
+    price: int | None  # for the cart (after its shipping discounts, catalog terms); None: no cart, or unavailable
     available: bool  # it can carry the cart (always, without one)
 
 
 def shipping_quotes(*, country: str, customer_id: int | None = None, token: str | None = None) -> list[ShippingQuote]:
     """The active methods that ship to `country`; with a cart (a shopper's, or a
     guest's token), each priced for it as checkout would charge it."""
-    methods = cached_charges().methods_to(country)
     if customer_id is None and token is None:
+        hot_cache.check_generation()  # no cart script checks it for this process's cache: a method changed elsewhere
+        methods = cached_charges().methods_to(country)
         return [ShippingQuote(m.code, m.name, m.min_days, m.max_days, None, True) for m in methods]
+    methods = cached_charges().methods_to(country)
     if customer_id is not None:
         stored = storage.read_cart(customer_id=customer_id, generation=hot_cache.ensure_generation())
     else:
@@ -363,7 +365,7 @@ def shipping_quotes(*, country: str, customer_id: int | None = None, token: str 
         cart = _price(StoredCart(stored.lines, stored.voucher, (method.code, country)), products, available)
         charge = cart.shipping
         carried = charge is not None or not cart.needs_shipping
-        price = (charge["price"] - charge["discount"]) if charge else 0
+        price = (charge["price"] - charge["discount"]) if charge else (0 if carried else None)
         quotes.append(ShippingQuote(method.code, method.name, method.min_days, method.max_days, price, carried))
     return quotes
 

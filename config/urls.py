@@ -24,10 +24,11 @@ urlpatterns = [
         if settings.API_DOCS
         else []
     ),
-    path("api/", include("shop.urls")),
-    path("api/", include("inventory.urls")),
+    # The busiest first: Django tries the patterns in order, every request.
     path("api/", include("cart.urls")),
+    path("api/", include("inventory.urls")),
     path("api/", include("orders.urls")),
+    path("api/", include("shop.urls")),
     *([path("dev/payment-provider/", include("config.dev_provider_urls"))] if SIMULATOR else []),
     # Last: whatever else is under /api/ is a JSON 404, even with DEBUG on
     # (Django's technical 404 page would list the URL patterns).

@@ -70,9 +70,10 @@ class OrderOutputSerializer(serializers.Serializer):
             class Meta:
                 ref_name = "OrderRefundLine"
 
-            sku = serializers.CharField()
-            quantity = serializers.IntegerField()
-            amount = serializers.IntegerField(help_text="Minor units: what those units were charged (tax included)")
+            sku = serializers.CharField(required=False, help_text="Units of this SKU (absent: the shipping line)")
+            quantity = serializers.IntegerField(required=False)
+            shipping = serializers.CharField(required=False, help_text="The shipping method paid back (a whole order)")
+            amount = serializers.IntegerField(help_text="Minor units: what was charged for it (tax included)")
             tax = serializers.IntegerField(required=False, help_text="The tax in `amount`")
 
         id = serializers.IntegerField()

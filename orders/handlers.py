@@ -12,7 +12,7 @@ redelivered event, or a retry after a crash, the same refund to the provider."""
 from django.conf import settings
 from django.core.mail import send_mail
 
-from core.formatting import format_units
+from core.formatting import format_line, format_units
 from core.money import format_money
 from orders.models import Notification, Order, Payment
 from orders.money import applied_payment, held_payment, is_held
@@ -35,11 +35,16 @@ def _notify(*, order_id: int | None, kind: str, subject: str, body: str) -> None
     Notification.objects.create(order=order, kind=kind, to=order.customer.email, subject=subject)
 
 
+def _gross(item: dict) -> int:
+    """What the line was charged: an event from before tax has no `gross`, and its line total is it."""
+    return item["gross"] if "gross" in item else item["quantity"] * item["unit_price"] - item.get("discount", 0)
+
+
 def order_lines_text(data: dict) -> str:
     """The order's lines, shipping and tax as an e-mail prints them (OrderPaid's data)."""
     currency = data["currency"]
     lines = [
-        f"  {format_units(item['quantity'], item['sku'], item['name'])}  {_money(item.get('gross', 0), currency)}"
+        f"  {format_units(item['quantity'], item['sku'], item['name'])}  {_money(_gross(item), currency)}"
         for item in data["items"]
     ]
     if shipping := data.get("shipping"):
@@ -212,10 +217,7 @@ def receipt_text(order_id: int) -> str:
 @register("email", "OrderLinesCancelled")
 def send_lines_removed_notice(event: Event) -> None:
     data = event.data
-    lines = "\n".join(
-        "  " + format_units(line["quantity"], line["sku"], _money(line["amount"], data["currency"]))
-        for line in data["lines"]
-    )
+    lines = "\n".join("  " + format_line(line, _money(line["amount"], data["currency"])) for line in data["lines"])
     if data.get("refund_id"):  # what the refund gives back: capped at what earlier refunds left of the capture
         money = f"{_money(data['refund_amount'], data['currency'])} is refunded to you"
     elif data.get("captured"):

@@ -121,11 +121,13 @@ def release_refund_claim(*, payment_id: int, amount: int) -> None:
 
 def refund_the_order_if_paid_back(*, order: Order, payment: Payment) -> bool:
     """A SHIPPED order becomes REFUNDED once the payment that paid it is all
-    claimed back; a refund of any other payment (a duplicate, a late one) never
-    moves the order. The caller holds the order's lock."""
+    claimed back, its shipping aside (returned units do not pay shipping back:
+    docs/architecture.md, "Totals"); a refund of any other payment (a duplicate,
+    a late one) never moves the order. The caller holds the order's lock."""
     if payment.outcome != Payment.Outcome.APPLIED or payment.order_id != order.id:
         return False
-    if not Payment.objects.filter(id=payment.id, refunded_amount=F("captured_amount")).exists():
+    kept = F("captured_amount") - min(order.shipping_amount, payment.captured_amount)
+    if not Payment.objects.filter(id=payment.id, refunded_amount__gte=kept).exists():
         return False
     return bool(move_orders([order.id], OrderStatus.REFUNDED, only_from=[OrderStatus.SHIPPED]))
 

@@ -6,7 +6,7 @@ from django.db.models import F, QuerySet, Sum
 from inventory import gate
 from inventory.models import FlashSale, Stock
 from orders.models import Order, OrderItem, OrderStatus
-from orders.services.builder import tax_lines
+from shop.totals import tax_lines
 
 
 def customer_orders(*, customer_id: int, status: str | None = None) -> QuerySet[Order]:

@@ -17,7 +17,8 @@ identity over random carts):
   excluded, it is added, tax = round(total x rate / 10000), net = total,
   gross = total + tax. So net + tax = gross on every line, exactly.
 - **Shipping** costs the method's price for the cart (flat, or by weight band;
-  free from its `free_over`, compared with the goods' total after discounts),
+  free from its `free_over`, compared with the total after discounts of the
+  goods it carries: a download does not make a parcel free),
   minus its discount (a `free_shipping` promotion or voucher, percent of the
   shipping, half up). A cart whose goods weigh nothing ships nothing.
 - **Shipping is taxed at the rates of the goods it carries, in proportion**:
@@ -192,6 +193,14 @@ def by_rate(parts: Iterable[TaxLine]) -> tuple[TaxLine, ...]:
     return tuple(TaxLine(rate, *sums[rate]) for rate in sorted(sums, reverse=True))
 
 
+def tax_lines(parts: Iterable[tuple[int, int, int]], shipping: dict | None) -> list[dict]:
+    """An order's tax per rate, highest first ({"rate", "base", "amount"}) as its
+    JSON says it: its items' parts (rate, net, tax) and its shipping's (the
+    ShippingCharge's JSON, or None). The amounts add up to the order's tax."""
+    shipping_parts = [TaxLine(**part) for part in (shipping or {}).get("taxes", ())]
+    return [line.as_json() for line in by_rate([*(TaxLine(*part) for part in parts), *shipping_parts])]
+
+
 def shipping_weight(lines: Mapping[str, int], products: Mapping[str, Taxed]) -> int:
     """What the goods that ship weigh, in grams: 0, the cart needs no shipping."""
     return sum(products[sku].weight_grams * quantity for sku, quantity in lines.items())
@@ -224,7 +233,7 @@ def price_order(
     weight = sum(products[line.sku].weight_grams * line.line.quantity for line in shipped)
     charge, applied = None, ()
     if shipping is not None and shipped:
-        price = shipping.price_for(weight_grams=weight, goods=goods.total)
+        price = shipping.price_for(weight_grams=weight, goods=sum(line.line.total for line in shipped))
         if price is None:
             raise ValueError(f"{shipping.code} cannot carry {weight} g")
         skus = list(lines)
@@ -275,6 +284,8 @@ def _shipping_charge(
     method: ShippingOption, price: int, discount: int, shipped: list[TaxedLine], included: bool
 ) -> ShippingCharge:
     charged = price - discount
+    if charged == 0:  # free: no tax, and no part at any rate
+        return ShippingCharge(method.code, method.name, price, discount, 0, 0, 0, ())
     rates = sorted({line.rate for line in shipped}, reverse=True)
     weights = [sum(line.line.total for line in shipped if line.rate == rate) for rate in rates]
     if sum(weights) == 0:

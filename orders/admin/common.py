@@ -9,7 +9,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from core.exceptions import DomainError
-from core.formatting import format_units
+from core.formatting import format_line, format_units
 from core.money import format_money
 from orders.models import Return
 
@@ -21,10 +21,7 @@ def _at(moment) -> str:
 def _units(lines) -> str:
     """Lines of an event or a refund ([{"sku", "quantity", ...}]) as "2 x A, 1 x B"; a
     received line says its condition ("1 x A restock")."""
-    return ", ".join(
-        " ".join(filter(None, [format_units(line.get("quantity"), line.get("sku")), line.get("condition")]))
-        for line in lines or []
-    )
+    return ", ".join(" ".join(filter(None, [format_line(line), line.get("condition")])) for line in lines or [])
 
 
 def return_lines(returned: Return) -> str:
@@ -98,11 +95,7 @@ class RefundShown(AmountShown):
     def lines_shown(self, refund):
         """The units it pays back, each with its amount: "2 x A (€19.34)"; "-" for an amount alone."""
         return (
-            ", ".join(
-                format_units(line["quantity"], line["sku"], format_money(line["amount"], refund.currency))
-                for line in refund.lines
-            )
-            or "-"
+            ", ".join(format_line(line, format_money(line["amount"], refund.currency)) for line in refund.lines) or "-"
         )
 
 

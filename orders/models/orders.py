@@ -189,8 +189,12 @@ class OrderItem(models.Model):
         return _share(self.gross, first + count, self.quantity) - _share(self.gross, first, self.quantity)
 
     def tax_of_units(self, *, first: int, count: int) -> int:
-        """The tax in price_of_units, shared out the same way: all the units give back exactly `tax`."""
-        return _share(self.tax, first + count, self.quantity) - _share(self.tax, first, self.quantity)
+        """The tax in price_of_units: that price less the net's share (shared out
+        the same way), so it is never more than the price nor below 0, and all
+        the units give back exactly `tax`."""
+        net = self.gross - self.tax
+        net_share = _share(net, first + count, self.quantity) - _share(net, first, self.quantity)
+        return self.price_of_units(first=first, count=count) - net_share
 
 
 def _share(amount: int, units: int, of: int) -> int:

@@ -15,8 +15,9 @@ from orders.exceptions import LinesNotRemovable, OrderNotFound, PaymentNotCaptur
 from orders.locks import lock_items, lock_order
 from orders.models import Order, OrderItem, OrderStatus, Refund
 from orders.services.cancellation import reopen_gate_lines, reserved_lines
-from orders.services.refunds import price_units, refund_priced_units
+from orders.services.refunds import ShippingBack, price_units, refund_priced_units
 from outbox.services import record_event
+from shop.models import Product
 
 
 @transaction.atomic
@@ -52,16 +53,22 @@ def remove_order_lines(*, order_id: int, lines: Mapping[str, int], user=None) ->
         )
         if not removable.update(cancelled=F("cancelled") + each.count):
             raise LinesNotRemovable(sku=each.item.product_id, removable=each.item.shipped_units - each.item.refunded)
-    amount, tax = sum(each.amount for each in priced), sum(each.tax for each in priced)
-    Order.objects.filter(id=order.id).update(total_amount=F("total_amount") - amount, tax_amount=F("tax_amount") - tax)
     removed = {each.item.product_id: each.count for each in priced}
+    shipping = _shipping_left_without_goods(order, items.values(), removed)
+    amount = sum(each.amount for each in priced) + (shipping.amount if shipping else 0)
+    tax = sum(each.tax for each in priced) + (shipping.tax if shipping else 0)
+    dropped = {"shipping_amount": 0, "shipping": None} if shipping else {}
+    Order.objects.filter(id=order.id).update(
+        total_amount=F("total_amount") - amount, tax_amount=F("tax_amount") - tax, **dropped
+    )
     return_reserved_stock(lines=removed)
     reopen_gate_lines(customer_id=order.customer_id, lines=removed)
 
     refund = None
     if money.is_taken(payment):
+        reason = Refund.Reason.LINES_CANCELLED
         refund = refund_priced_units(
-            payment=payment, order=order, reason=Refund.Reason.LINES_CANCELLED, priced=priced, user=user
+            payment=payment, order=order, reason=reason, priced=priced, user=user, shipping=shipping
         )
     order.refresh_from_db()
     still = reserved_lines(order_ids=[order.id])
@@ -72,7 +79,7 @@ def remove_order_lines(*, order_id: int, lines: Mapping[str, int], user=None) ->
         data={
             "order_id": order.id,
             "customer_id": order.customer_id,
-            "lines": [each.as_line() for each in priced],
+            "lines": [each.as_line() for each in priced] + ([shipping.as_line()] if shipping else []),
             "amount": amount,
             "tax": tax,
             "currency": order.currency,
@@ -85,3 +92,14 @@ def remove_order_lines(*, order_id: int, lines: Mapping[str, int], user=None) ->
         },
     )
     return order
+
+
+def _shipping_left_without_goods(order: Order, items, removed: Mapping[str, int]) -> ShippingBack | None:
+    """The order's shipping, when the units left weigh nothing: nothing ships, so
+    its charge goes with the last of the goods that did."""
+    if not order.shipping_amount:
+        return None
+    left = [item.product_id for item in items if item.shipped_units - item.refunded - removed.get(item.product_id, 0)]
+    if Product.objects.filter(sku__in=left, weight_grams__gt=0).exists():
+        return None
+    return ShippingBack.of(order)

@@ -10,7 +10,6 @@ automatic promotions), as the cart view prices it.
 
 import hashlib
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -24,7 +23,7 @@ from outbox.services import NewEvent
 from shop.exceptions import ShippingMethodRequired, ShippingMethodUnavailable
 from shop.promotions import check_voucher
 from shop.selectors import active_promotions, cached_charges, cached_products, cached_voucher
-from shop.totals import TaxLine, by_rate, price_order, shipping_weight
+from shop.totals import price_order, shipping_weight, tax_lines
 
 
 @dataclass(frozen=True)
@@ -57,11 +56,11 @@ class PricedLine:
 class CartPrice:
     lines: list[PricedLine]  # in SKU order
     discounts: list[dict]  # the promotions that took something off: {"promotion_id", "name", "code", "amount"}
-    charges: "Charges"
+    charges: "OrderCharges"
 
 
 @dataclass(frozen=True)
-class Charges:
+class OrderCharges:
     """What an order costs beyond its goods' prices, as its draft carries it."""
 
     prices_include_tax: bool = True
@@ -145,7 +144,7 @@ def price_cart(
             for line in totals.lines
         ],
         totals.discounts(),
-        Charges(included, country, totals.shipping and {**totals.shipping.as_json(), "country": country}),
+        OrderCharges(included, country, totals.shipping and {**totals.shipping.as_json(), "country": country}),
     )
 
 
@@ -167,7 +166,7 @@ class OrderDraft:
     payment_seconds: int
     client_address: str = ""  # whose unpaid holds the order counts in (orders/services/holds.py)
     discounts: list[dict] = field(default_factory=list)  # CartPrice.discounts
-    charges: Charges = field(default_factory=Charges)
+    charges: OrderCharges = field(default_factory=OrderCharges)
 
     @cached_property
     def total(self) -> int:
@@ -295,10 +294,3 @@ def build_order(
         for line in draft.lines
     ]
     return BuiltOrder(fields, items, draft)
-
-
-def tax_lines(parts: Iterable[tuple[int, int, int]], shipping: dict | None) -> list[dict]:
-    """An order's tax per rate, highest first ({"rate", "base", "amount"}): its
-    items' parts (rate, net, tax) and shipping's. The amounts add up to the order's tax."""
-    shipping_parts = [TaxLine(**part) for part in (shipping or {}).get("taxes", ())]
-    return [line.as_json() for line in by_rate([*(TaxLine(*part) for part in parts), *shipping_parts])]

@@ -39,7 +39,7 @@ from inventory.services.flash_sales import queued_skus
 from orders.exceptions import QueueUnavailable
 from orders.models import Order, OrderItem, QueuedOrderAlias
 from orders.queue_producer import queue_producer
-from orders.services.builder import BuiltOrder, Charges, OrderDraft, PricedLine, applied_voucher, build_order
+from orders.services.builder import BuiltOrder, OrderCharges, OrderDraft, PricedLine, applied_voucher, build_order
 from orders.services.idempotency import order_under_key, same_request
 
 logger = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ class QueuedRequest:
     payment_seconds: int = 0  # 0 in a request queued before the field: ORDER_PAYMENT_TIMEOUT_SECONDS
     client_address: str = ""
     discounts: list[dict] = field(default_factory=list)  # as checkout priced the cart: the writer charges the same
-    charges: dict = field(default_factory=dict)  # builder.Charges as checkout priced them ({}: queued before them)
+    charges: dict = field(default_factory=dict)  # builder.OrderCharges as checkout priced them ({}: queued before them)
 
     @classmethod
     def of(cls, order_id: int, draft: OrderDraft, *, gated: dict[str, int], queue_sku: str) -> "QueuedRequest":
@@ -112,7 +112,7 @@ class QueuedRequest:
             self.payment_seconds or settings.ORDER_PAYMENT_TIMEOUT_SECONDS,
             self.client_address,
             self.discounts,
-            Charges(**self.charges),
+            OrderCharges(**self.charges),
         )
 
     @property

@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 def refund_paid_order(*, order_id: int, user=None) -> Refund | None:
     """Staff refund of a paid, not yet shipped order whose payment was captured:
     what is left of the money goes back (every unit not removed or refunded
-    yet) and the reserved units go back on sale. An order whose money is only
+    yet, and the shipping) and the reserved units go back on sale. An order whose money is only
     authorized is cancelled instead (its payment voided). None for an order
     that cost nothing (no money to give back)."""
     order = lock_order(order_id)
@@ -53,7 +53,9 @@ def refund_paid_order(*, order_id: int, user=None) -> Refund | None:
         raise OrderNotRefundable(order_id=order_id)  # a shipped order is refunded by returns, or an amount
     items = lock_items(order_id=order_id)
     units = [(item, item.shipped_units - item.refunded) for item in items]
-    refund = refund_units(order=order, payment=payment, units=units, reason=Refund.Reason.STAFF, user=user)
+    shipping = ShippingBack.of(order)
+    reason = Refund.Reason.STAFF
+    refund = refund_units(order=order, payment=payment, units=units, reason=reason, user=user, shipping=shipping)
     return_reserved_stock(lines=reserved_lines(order_ids=[order.id]))
     reopen_gate_units(order_ids=[order.id])
     return refund
@@ -73,6 +75,24 @@ def refund_goodwill(*, order_id: int, amount: int, note: str, user=None) -> Refu
     return request_refund(
         payment=payment, order=order, reason=Refund.Reason.GOODWILL, amount=amount, note=note, user=user
     )
+
+
+@dataclass(frozen=True)
+class ShippingBack:
+    """An order's shipping charge, paid back with the whole order (never with returned units)."""
+
+    code: str
+    amount: int
+    tax: int
+
+    @classmethod
+    def of(cls, order: Order) -> "ShippingBack | None":
+        if not order.shipping_amount:
+            return None
+        return cls(order.shipping["code"], order.shipping_amount, order.shipping["tax"])
+
+    def as_line(self) -> dict:
+        return {"shipping": self.code, "amount": self.amount, "tax": self.tax}
 
 
 @dataclass(frozen=True)
@@ -106,7 +126,13 @@ def price_units(units: Iterable[tuple[OrderItem, int]]) -> list[PricedUnits]:
 
 
 def refund_units(
-    *, order: Order, payment: Payment | None, units: Iterable[tuple[OrderItem, int]], reason: str, user=None
+    *,
+    order: Order,
+    payment: Payment | None,
+    units: Iterable[tuple[OrderItem, int]],
+    reason: str,
+    user=None,
+    shipping: ShippingBack | None = None,
 ) -> Refund | None:
     """Pay back units of the order (their items locked by the caller): each
     line's `refunded` grows by a conditional UPDATE (never past its shipped
@@ -120,21 +146,27 @@ def refund_units(
             raise OrderNotRefundable("Those units are refunded already.", order_id=order.id)
     if payment is None:
         return None
-    return refund_priced_units(payment=payment, order=order, reason=reason, priced=priced, user=user)
+    return refund_priced_units(payment=payment, order=order, reason=reason, priced=priced, user=user, shipping=shipping)
 
 
 def refund_priced_units(
-    *, payment: Payment, order: Order, reason: str, priced: list[PricedUnits], user=None
+    *,
+    payment: Payment,
+    order: Order,
+    reason: str,
+    priced: list[PricedUnits],
+    user=None,
+    shipping: ShippingBack | None = None,
 ) -> Refund | None:
-    """One refund of the units' price, capped at what is left of the capture
-    (a goodwill refund may have given part of it back already); None when
-    nothing is left."""
-    amount = min(sum(each.amount for each in priced), money.refundable(payment_id=payment.id, lock=True))
+    """One refund of the units' price (and `shipping`, when it goes back too),
+    capped at what is left of the capture (a goodwill refund may have given
+    part of it back already); None when nothing is left."""
+    lines = [each.as_line() for each in priced] + ([shipping.as_line()] if shipping else [])
+    owed = sum(line["amount"] for line in lines)
+    amount = min(owed, money.refundable(payment_id=payment.id, lock=True))
     if amount <= 0:
         return None
-    return request_refund(
-        payment=payment, order=order, reason=reason, amount=amount, lines=[each.as_line() for each in priced], user=user
-    )
+    return request_refund(payment=payment, order=order, reason=reason, amount=amount, lines=lines, user=user)
 
 
 def request_refund(

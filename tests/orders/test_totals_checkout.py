@@ -211,14 +211,14 @@ def test_returning_one_of_two_units_refunds_its_gross_and_its_share_of_the_tax(u
     assert asked.status_code == 201, asked.content
     approve_return(return_id=asked.json()["id"])
     refund = receive_return(return_id=asked.json()["id"], conditions={"MUG": "restock"}).refund
-    # One unit of 25.98 with 4.33 of tax: 12.99 back, 2.17 of it tax (the first unit's share rounds up).
-    assert (refund.amount, refund.lines) == (1299, [{"sku": "MUG", "quantity": 1, "amount": 1299, "tax": 217}])
+    # One unit of 25.98 with 4.33 of tax: 12.99 back, of it 12.99 - 10.83 (the net's share, rounded up) = 2.16 tax.
+    assert (refund.amount, refund.lines) == (1299, [{"sku": "MUG", "quantity": 1, "amount": 1299, "tax": 216}])
     body = client.get(f"/api/orders/{order_id}").json()
-    assert body["refunds"][0]["lines"][0]["tax"] == 217
+    assert body["refunds"][0]["lines"][0]["tax"] == 216
     item = OrderItem.objects.get(order_id=order_id)
     # The other unit gives back the rest: together exactly what was charged, tax included.
     assert item.price_of_units(first=1, count=1) + 1299 == item.gross
-    assert item.tax_of_units(first=1, count=1) + 217 == item.tax
+    assert item.tax_of_units(first=1, count=1) + 216 == item.tax
 
 
 def checkout_gb(client) -> int:
@@ -306,3 +306,66 @@ def test_the_confirmation_and_the_receipt_print_shipping_and_the_vat(uk_shop, pr
     assert "incl. VAT 20% on €25.81: €5.16" in sent.body
     receipt = receipt_text(order_id)
     assert "2 x MUG (Mug)  €25.98" in receipt and "incl. VAT 20% on €25.81: €5.16" in receipt
+
+
+def paid_gb_order(client, lines: dict, status="succeeded") -> Order:
+    from django.test import Client
+
+    from tests.helpers import post_webhook
+
+    for sku, quantity in lines.items():
+        put(client, f"/api/cart/items/{sku}", {"quantity": quantity})
+    choose(client)
+    order = Order.objects.get(id=checkout_gb(client))
+    response = post_webhook(
+        Client(), payment_id=f"pay_{order.id}", order_id=order.id, amount=order.total_amount, status=status
+    )
+    assert response.status_code == 200
+    return order
+
+
+def test_refunding_a_paid_order_pays_its_shipping_back_too(uk_shop, provider):
+    from orders.models import Payment
+    from orders.services import refund_paid_order
+
+    order = paid_gb_order(shopper_client(), {"MUG": 2})
+    refund = refund_paid_order(order_id=order.id)
+    assert refund.amount == 3097 == order.total_amount
+    assert refund.lines == [
+        {"sku": "MUG", "quantity": 2, "amount": 2598, "tax": 433},
+        {"shipping": "standard", "amount": 499, "tax": 83},
+    ]
+    order.refresh_from_db()
+    assert order.status == OrderStatus.REFUNDED
+    assert Payment.objects.get(order=order).captured_amount == 3097
+
+
+def test_returning_every_unit_refunds_the_goods_and_the_order_though_shipping_is_kept(uk_shop, redis, provider):
+    client = shopper_client()
+    put(client, "/api/cart/items/MUG", {"quantity": 2})
+    choose(client)
+    order = Order.objects.get(id=checkout_gb(client))
+    ship(order, payment_id="pay_ret")  # paid, shipped, the whole 30.97 captured
+    asked = ask(client, order, [{"sku": "MUG", "quantity": 2}])
+    approve_return(return_id=asked.json()["id"])
+    refund = receive_return(return_id=asked.json()["id"], conditions={"MUG": "restock"}).refund
+    assert refund.amount == 2598  # the goods, tax included; the 4.99 of shipping is not paid back with a return
+    order.refresh_from_db()
+    payment = order.payments.get()
+    assert (payment.captured_amount, payment.refunded_amount) == (3097, 2598)
+    assert order.status == OrderStatus.REFUNDED  # every unit's money back: the shipping stays paid
+
+
+def test_removing_the_last_goods_that_ship_takes_the_shipping_off_too(uk_shop, provider):
+    from orders.services import remove_order_lines
+
+    product_with_stock(sku="EBOOK", name="E-book", price=500, available=5)  # weighs nothing
+    order = paid_gb_order(shopper_client(), {"MUG": 1, "EBOOK": 1}, status="authorized")
+    assert (order.total_amount, order.shipping_amount) == (1299 + 500 + 499, 499)
+    remove_order_lines(order_id=order.id, lines={"MUG": 1})
+    order.refresh_from_db()
+    assert (order.total_amount, order.shipping_amount, order.shipping) == (500, 0, None)
+    assert order.tax_amount == 83  # the e-book's 20% inside 5.00 (83.3)
+    event = OutboxEvent.objects.filter(aggregate_id=order.id, event_type="OrderLinesCancelled").get().payload
+    assert event["lines"][-1] == {"shipping": "standard", "amount": 499, "tax": 83}
+    assert event["amount"] == 1299 + 499
