@@ -256,10 +256,15 @@ def free_port() -> int:
 
 
 class Gunicorn(Child):
-    def __init__(self, *, workers=2, threads=4, env=None, app="config.wsgi"):
+    def __init__(self, *, workers=2, threads=4, env=None, app="config.wsgi", connections=None):
+        """`connections`: the client's keep-alive connections, shared out evenly (else the first worker to wake
+        accepts most of them, and a round measures one worker on one core: half the rate, its threads fighting
+        for the GIL)."""
         bind = f"{HOST}:{free_port()}"
         self.base_url = f"http://{bind}"
         options = f"--bind {bind} --workers {workers} --threads {threads} --graceful-timeout 10 --no-control-socket"
+        if connections:
+            options += f" --worker-connections {-(-connections // workers)}"
         command = [str(VENV_BIN / "gunicorn"), app, *options.split()]  # no control socket: a dev server's may be there
         super().__init__("gunicorn", command, {**PRODUCTION_LIKE_ENV, **(env or {})})
 
@@ -575,7 +580,7 @@ def measure_endpoints(args, specs: dict[str, list[Spec]], *, env=None, app="conf
     every endpoint in turn (--duration, --concurrency, --client-threads); the median run of each."""
     load = {"duration": args.duration, "concurrency": args.concurrency, "threads": args.client_threads}
     runs: dict[str, list[Run]] = {name: [] for name in specs}
-    with Gunicorn(workers=args.workers, threads=args.threads, env=env, app=app) as server:
+    with Gunicorn(workers=args.workers, threads=args.threads, env=env, app=app, connections=args.concurrency) as server:
         print(f"gunicorn {args.workers} x {args.threads} threads")
         for spec_list in specs.values() if args.warmup > 0 else ():
             run_wrk(server, specs=spec_list, **{**load, "duration": args.warmup})

@@ -1,6 +1,7 @@
 from dataclasses import asdict
 
 from django.conf import settings
+from django.http import HttpResponse
 from django_countries import countries
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -207,7 +208,17 @@ def guest_token(request, *, required: bool = True) -> str | None:
     return token
 
 
-class CartApi(HotCacheApiView):
+class CartView(HotCacheApiView):
+    def rendered_cart(self, cart, *, headers=None) -> HttpResponse:
+        """The cart's JSON (CartOutputSerializer's), rendered once per priced cart: a cart
+        served again as it was priced (cart/services.py _price) is served as it was rendered."""
+        body = cart.rendered.get("json")
+        if body is None:
+            body = cart.rendered["json"] = self._json.render(cart_json(cart))
+        return HttpResponse(body, content_type="application/json", headers=headers)
+
+
+class CartApi(CartView):
     """A shopper's cart (`Authorization`), or a guest's (`Cart-Token`)."""
 
     authentication_classes = [CachedTokenAuthentication]
@@ -216,11 +227,11 @@ class CartApi(HotCacheApiView):
     @extend_schema(parameters=[CART_TOKEN], responses={200: CartOutputSerializer, **ERRORS(401, 404, 503)})
     def get(self, request):
         if request.user.is_authenticated:
-            return Response(cart_json(get_cart(customer_id=request.user.id)))
-        return Response(cart_json(get_guest_cart(token=guest_token(request))))
+            return self.rendered_cart(get_cart(customer_id=request.user.id))
+        return self.rendered_cart(get_guest_cart(token=guest_token(request)))
 
 
-class CartItemApi(HotCacheApiView):
+class CartItemApi(CartView):
     authentication_classes = [CachedTokenAuthentication]
     permission_classes = [AllowAny]  # a guest: the Cart-Token, or none to start a cart
     throttle_classes = []  # the write script itself counts the shopper's rate limit (cart/storage.py)
@@ -242,10 +253,10 @@ class CartItemApi(HotCacheApiView):
     def put(self, request, sku: str):
         quantity = validated_quantity(request.data)
         if request.user.is_authenticated:
-            return Response(cart_json(set_cart_item(customer_id=request.user.id, sku=sku, quantity=quantity)))
+            return self.rendered_cart(set_cart_item(customer_id=request.user.id, sku=sku, quantity=quantity))
         given = guest_token(request, required=False)
         cart, token = set_guest_cart_item(token=given, sku=sku, quantity=quantity, address=client_address(request))
-        return Response(cart_json(cart), headers={} if given else {"Cart-Token": token})
+        return self.rendered_cart(cart, headers={} if given else {"Cart-Token": token})
 
     @extend_schema(parameters=[SKU, CART_TOKEN], responses={204: None, **ERRORS(401, 404, 429, 503)})
     def delete(self, request, sku: str):
@@ -256,7 +267,7 @@ class CartItemApi(HotCacheApiView):
         return Response(status=204)
 
 
-class CartVoucherApi(HotCacheApiView):
+class CartVoucherApi(CartView):
     """The cart's voucher: one code at a time (a new one replaces it)."""
 
     authentication_classes = [CachedTokenAuthentication]
@@ -283,8 +294,8 @@ class CartVoucherApi(HotCacheApiView):
         serializer.is_valid(raise_exception=True)
         code, address = serializer.validated_data["code"], client_address(request)
         if request.user.is_authenticated:
-            return Response(cart_json(set_voucher(code=code, address=address, customer_id=request.user.id)))
-        return Response(cart_json(set_voucher(code=code, address=address, token=guest_token(request))))
+            return self.rendered_cart(set_voucher(code=code, address=address, customer_id=request.user.id))
+        return self.rendered_cart(set_voucher(code=code, address=address, token=guest_token(request)))
 
     @extend_schema(parameters=[CART_TOKEN], responses={204: None, **ERRORS(401, 404, 503)})
     def delete(self, request):
@@ -305,7 +316,7 @@ class CountryField(serializers.CharField):
         return code
 
 
-class CartShippingApi(HotCacheApiView):
+class CartShippingApi(CartView):
     """The cart's shipping method and where it goes (one at a time: a new one replaces it)."""
 
     authentication_classes = [CachedTokenAuthentication]
@@ -335,8 +346,8 @@ class CartShippingApi(HotCacheApiView):
         serializer.is_valid(raise_exception=True)
         chosen = serializer.validated_data
         if request.user.is_authenticated:
-            return Response(cart_json(set_shipping_method(**chosen, customer_id=request.user.id)))
-        return Response(cart_json(set_shipping_method(**chosen, token=guest_token(request))))
+            return self.rendered_cart(set_shipping_method(**chosen, customer_id=request.user.id))
+        return self.rendered_cart(set_shipping_method(**chosen, token=guest_token(request)))
 
     @extend_schema(parameters=[CART_TOKEN], responses={204: None, **ERRORS(401, 404, 503)})
     def delete(self, request):

@@ -3,6 +3,7 @@ import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, time, timedelta
 
 from django.conf import settings
 from django.utils import timezone
@@ -17,7 +18,14 @@ from shop.exceptions import ShippingMethodUnavailable, ShippingMethodUnknown, Vo
 from shop.models import Product
 from shop.pricing import PromotionRule
 from shop.promotions import check_voucher, find_voucher
-from shop.selectors import CACHED_PRODUCT_FIELDS, active_promotions, cached_charges, cached_products, cached_voucher
+from shop.selectors import (
+    CACHED_PRODUCT_FIELDS,
+    active_promotions,
+    cached_charges,
+    cached_products,
+    cached_promotions,
+    cached_voucher,
+)
 from shop.services import default_address
 from shop.totals import price_order, shipping_weight
 
@@ -52,10 +60,56 @@ class PricedCart:
     tax_lines: list[dict] = field(default_factory=list)  # [{"rate", "base", "amount"}], highest rate first
     total: int = 0  # the lines' gross + shipping's gross: what checkout charges
     voucher: dict | None = None  # {"code", "error"}: the code the cart holds, and why checkout would refuse it
+    # What the API made of it (its JSON, rendered once): a priced cart is kept and served again (_price).
+    rendered: dict = field(default_factory=dict, compare=False, repr=False)
+
+
+MAX_PRICED_CARTS = 10_000  # carts priced and kept per process (a few kB each)
+
+
+@dataclass(frozen=True)
+class _Kept:
+    cart: PricedCart
+    generation: str
+    until: datetime  # the first moment time alone could change its prices
 
 
 def _price(cart: StoredCart, products: Mapping[str, CachedProduct | None], available: Mapping[str, int]) -> PricedCart:
-    """The cart as checkout would charge it now: shop.totals.price_order over the
+    """The cart priced (_price_now), or as it was priced before in this process:
+    a cart is read far more often than it changes, and the same lines, voucher,
+    shipping and stock hints under the same cache generation (any change to a
+    product, promotion, rate or method moves it) cost the same until a
+    promotion's or the voucher's window opens or closes, or the day (and with
+    it a tax rate) changes."""
+    if not cart.lines:
+        return _price_now(cart, products, available, timezone.now())  # nothing to price, nothing to read
+    in_stock = tuple(available.get(sku, 0) >= quantity for sku, quantity in sorted(cart.lines.items()))
+    key = (tuple(sorted(cart.lines.items())), cart.voucher, cart.shipping, in_stock)
+    now, generation = timezone.now(), hot_cache.generation
+    kept = hot_cache.priced_carts.get(key)
+    if kept is not None and kept.generation == generation and now < kept.until:
+        return kept.cart
+    priced = _price_now(cart, products, available, now)
+    if generation is not None and hot_cache.generation == generation:  # not dropped meanwhile
+        until = _prices_change_after(now, voucher=cart.voucher)
+        if len(hot_cache.priced_carts) >= MAX_PRICED_CARTS:
+            hot_cache.priced_carts.clear()
+        hot_cache.priced_carts[key] = _Kept(priced, generation, until)
+    return priced
+
+
+def _prices_change_after(now: datetime, *, voucher: str | None) -> datetime:
+    """The next window edge of an automatic promotion or of the voucher, or the next day (tax rates are by day)."""
+    rules = [*cached_promotions().automatic, *([cached_voucher(voucher)] if voucher else [])]
+    edges = [edge for rule in rules if rule for edge in (rule.starts_at, rule.ends_at) if edge and edge > now]
+    tomorrow = datetime.combine(now.date() + timedelta(days=1), time.min, tzinfo=now.tzinfo)
+    return min([*edges, tomorrow])
+
+
+def _price_now(
+    cart: StoredCart, products: Mapping[str, CachedProduct | None], available: Mapping[str, int], now: datetime
+) -> PricedCart:
+    """The cart as checkout would charge it at `now`: shop.totals.price_order over the
     active products, with the automatic promotions, the cart's voucher, its
     shipping method and the tax rates of the country it ships to (all from the
     hot cache: no query once warm). Unknown and inactive SKUs are warnings and
@@ -74,7 +128,6 @@ def _price(cart: StoredCart, products: Mapping[str, CachedProduct | None], avail
             priced[sku] = lines[sku]
     currency, included = settings.SHOP_CURRENCY, settings.PRICES_INCLUDE_TAX
     code, country = cart.shipping or (None, settings.SHOP_TAX_COUNTRY)
-    now = timezone.now()
     voucher, voucher_json = _cart_voucher(cart.voucher, now=now, lines=priced, products=products)
     if not priced:  # nothing to price: no promotions to read
         return PricedCart([], currency, country, included, warnings=warnings, voucher=voucher_json)

@@ -58,6 +58,7 @@ class HotCache:
         self.promotions = None  # shop's automatic promotions not yet ended (shop/selectors.py)
         self.vouchers: dict = {}  # shop's vouchers by code, as carts hold them; None: no such code
         self.charges = None  # shop's tax rates and shipping methods (shop/selectors.py)
+        self.priced_carts: dict = {}  # cart's carts as last priced (cart/services.py _price)
         self.catalog = None  # inventory's browsable catalog (inventory/catalog_browse.py)
         self.sold_out: frozenset[str] = frozenset()  # what the gate last said (orders/services/admission.py)
 
@@ -78,6 +79,7 @@ class HotCache:
             self.promotions = None
             self.vouchers.clear()
             self.charges = None
+            self.priced_carts.clear()
             self.catalog = None
             self.sold_out = frozenset()
 

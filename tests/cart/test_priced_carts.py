@@ -1,0 +1,75 @@
+"""A cart is priced once per content (lines, voucher, shipping, stock hints) and
+cache generation, until time alone could change its prices (cart/services.py _price)."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from cart import services
+from tests.factories import PromotionFactory, product_with_stock
+from tests.helpers import wall_clock_ahead
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def priced(monkeypatch):
+    """How many times the cart was really priced."""
+    calls = []
+    real = services._price_now
+
+    def counting(*args):
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(services, "_price_now", counting)
+    return calls
+
+
+def get(client):
+    response = client.get("/api/cart")
+    assert response.status_code == 200
+    return response.json()
+
+
+def test_the_same_cart_is_priced_once_and_a_change_prices_it_again(auth_client, priced):
+    product_with_stock(sku="MUG", price=1000, available=5)
+    auth_client.put("/api/cart/items/MUG", {"quantity": 2}, format="json")
+    first = get(auth_client)
+    assert get(auth_client) == first and len(priced) == 1  # the PUT priced it; both reads kept it
+    auth_client.put("/api/cart/items/MUG", {"quantity": 3}, format="json")
+    assert get(auth_client)["total"] == 3000 and len(priced) == 2
+    assert get(auth_client)["items"][0]["in_stock"] is True
+    auth_client.put("/api/cart/items/MUG", {"quantity": 6}, format="json")  # more than the 5 in stock
+    assert get(auth_client)["items"][0]["in_stock"] is False and len(priced) == 3
+
+
+def test_a_promotion_that_starts_later_prices_the_cart_anew_when_it_starts(auth_client, priced, monkeypatch):
+    product_with_stock(sku="MUG", price=1000, available=5)
+    PromotionFactory(value=10, starts_at=timezone.now() + timedelta(minutes=5))
+    auth_client.put("/api/cart/items/MUG", {"quantity": 1}, format="json")
+    assert get(auth_client)["total"] == 1000 and len(priced) == 1
+    wall_clock_ahead(monkeypatch, 301)
+    assert get(auth_client)["total"] == 900 and len(priced) == 2
+
+
+def test_a_change_to_the_catalog_drops_what_was_priced(auth_client, priced):
+    product = product_with_stock(sku="MUG", price=1000, available=5)
+    auth_client.put("/api/cart/items/MUG", {"quantity": 1}, format="json")
+    assert get(auth_client)["total"] == 1000
+    product.price = 1200
+    product.save()  # moves the cache generation
+    assert get(auth_client)["total"] == 1200 and len(priced) == 2
+
+
+def test_the_next_day_prices_the_cart_anew(auth_client, priced, monkeypatch):
+    """Tax rates change by the day: nothing priced today is kept past midnight."""
+    product_with_stock(sku="MUG", price=1000, available=5)
+    auth_client.put("/api/cart/items/MUG", {"quantity": 1}, format="json")
+    get(auth_client)
+    now = timezone.now()
+    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
+    wall_clock_ahead(monkeypatch, (midnight - now).total_seconds() + 1)
+    get(auth_client)
+    assert len(priced) == 2
