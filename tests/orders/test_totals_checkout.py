@@ -369,3 +369,13 @@ def test_removing_the_last_goods_that_ship_takes_the_shipping_off_too(uk_shop, p
     event = OutboxEvent.objects.filter(aggregate_id=order.id, event_type="OrderLinesCancelled").get().payload
     assert event["lines"][-1] == {"shipping": "standard", "amount": 499, "tax": 83}
     assert event["amount"] == 1299 + 499
+
+
+def test_a_warm_cart_with_shipping_and_tax_reads_no_sql(uk_shop, django_assert_num_queries):
+    client = shopper_client()
+    put(client, "/api/cart/items/MUG", {"quantity": 2})
+    choose(client)
+    put(client, "/api/cart/items/MUG", {"quantity": 3})  # priced anew: rates and methods from memory
+    with django_assert_num_queries(0):
+        cart = client.get("/api/cart").json()
+    assert (cart["shipping"]["gross"], cart["tax"] > 0) == (499, True)
