@@ -5,6 +5,7 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
+from rest_framework.test import APIClient
 
 from cart import services
 from tests.factories import PromotionFactory, product_with_stock
@@ -73,3 +74,38 @@ def test_the_next_day_prices_the_cart_anew(auth_client, priced, monkeypatch):
     wall_clock_ahead(monkeypatch, (midnight - now).total_seconds() + 1)
     get(auth_client)
     assert len(priced) == 2
+
+
+def test_a_shopper_this_process_knows_reads_the_cart_past_drf_and_gets_the_same_answer(auth_client, monkeypatch):
+    from cart.apis import CartApi
+
+    product_with_stock(sku="MUG", price=1000, available=5)
+    auth_client.put("/api/cart/items/MUG", {"quantity": 2}, format="json")
+    through_drf = []
+    real = CartApi.initial
+    monkeypatch.setattr(CartApi, "initial", lambda self, *a, **k: (through_drf.append(1), real(self, *a, **k)))
+    first = auth_client.get("/api/cart")  # the token is in this process's memory since the PUT
+    assert through_drf == [] and first.status_code == 200
+    assert first.json()["total"] == 2000 and first["Allow"] == "GET, HEAD, OPTIONS"
+    stranger = APIClient(HTTP_AUTHORIZATION="Token " + "0" * 64)
+    assert stranger.get("/api/cart").status_code == 401  # DRF's answer
+    assert through_drf == [1]
+
+
+def test_a_plain_put_writes_past_drf_and_every_other_body_takes_drfs_path(auth_client, monkeypatch):
+    from cart.apis import CartItemApi
+
+    product_with_stock(sku="MUG", price=1000, available=5)
+    auth_client.get("/api/cart")  # the token is now in this process's memory
+    through_drf = []
+    real = CartItemApi.initial
+    monkeypatch.setattr(CartItemApi, "initial", lambda self, *a, **k: (through_drf.append(1), real(self, *a, **k)))
+    assert auth_client.put("/api/cart/items/MUG", {"quantity": 2}, format="json").json()["total"] == 2000
+    unknown = auth_client.put("/api/cart/items/NOPE", {"quantity": 1}, format="json")
+    assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "unknown_sku")  # answered past DRF too
+    assert through_drf == []
+    for body in ({"quantity": 1.0}, {"quantity": True}, {"quantity": 100}):
+        response = auth_client.put("/api/cart/items/MUG", body, format="json")
+        assert (response.status_code, response.json()["error"]["code"]) == (400, "invalid")
+    assert auth_client.put("/api/cart/items/MUG", {"quantity": 3, "note": "x"}, format="json").status_code == 200
+    assert len(through_drf) == 4
