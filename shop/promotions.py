@@ -351,6 +351,7 @@ def create_voucher(
     code: str,
     percent: int | None = None,
     amount: int | None = None,
+    shipping_percent: int | None = None,
     skus: Iterable[str] = (),
     min_subtotal: int = 0,
     usage_limit: int | None = None,
@@ -361,11 +362,16 @@ def create_voucher(
 ) -> Promotion:
     """A voucher, as `manage.py create_voucher` makes it: `percent` off each unit,
     or `amount` off each unit of `skus` (with SKUs) or off the cart (without);
-    on `skus`, or the whole cart without them."""
-    if (percent is None) == (amount is None):
-        raise ValidationError("Give a percent or an amount, not both.")
+    on `skus`, or the whole cart without them; or `shipping_percent` off the
+    shipping (100: free shipping; the whole cart)."""
+    if sum(given is not None for given in (percent, amount, shipping_percent)) != 1:
+        raise ValidationError("Give one of a percent, an amount or a shipping percent.")
     skus = list(skus)
-    if percent is not None:
+    if shipping_percent is not None:
+        if skus:
+            raise ValidationError("A shipping discount applies to the whole cart: no SKUs.")
+        kind, value = DiscountKind.FREE_SHIPPING, shipping_percent
+    elif percent is not None:
         kind, value = DiscountKind.PERCENT, percent
     else:
         kind, value = (DiscountKind.AMOUNT if skus else DiscountKind.CART_AMOUNT), amount

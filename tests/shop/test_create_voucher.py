@@ -67,7 +67,7 @@ def test_create_voucher_amount_is_off_each_unit_with_skus_and_off_the_cart_witho
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["X"], "one of the arguments --percent --amount is required"),
+        (["X"], "one of the arguments --percent --amount --free-shipping is required"),
         (["X", "--percent", "10", "--amount", "100"], "not allowed with argument"),
         (["X", "--percent", "0"], "--percent/--amount"),
         (["X", "--percent", "101"], "A percentage is 1 to 100"),
@@ -96,3 +96,17 @@ def test_create_voucher_refuses_a_code_taken_in_any_case():
     with pytest.raises(CommandError, match="CODE: Promotion with this Code already exists"):
         create_voucher("spring", "--amount", "100")
     assert Promotion.objects.count() == 1
+
+
+def test_create_voucher_free_shipping_and_a_part_of_it():
+    assert "free shipping on the whole cart" in create_voucher("shipfree", "--free-shipping")
+    assert "50% off the shipping on the whole cart" in create_voucher("shiphalf", "--free-shipping", "50")
+    free, half = Promotion.objects.get(code="SHIPFREE"), Promotion.objects.get(code="SHIPHALF")
+    assert (free.kind, free.value, free.scope) == (Promotion.Kind.FREE_SHIPPING, 100, Promotion.Scope.CART)
+    assert half.value == 50
+    ProductFactory(sku="MUG")
+    with pytest.raises(CommandError, match="whole cart"):
+        create_voucher("shipmug", "--free-shipping", "--skus", "MUG")
+    with pytest.raises(CommandError):
+        create_voucher("shipmore", "--free-shipping", "101")
+    assert not Promotion.objects.filter(code__in=["SHIPMUG", "SHIPMORE"]).exists()

@@ -17,7 +17,7 @@ def _per_customer(value: str) -> int | None:
 class Command(BaseCommand):
     help = (
         "Create a voucher: --percent P off each unit, or --amount CENTS off each unit of --skus (with --skus) "
-        "or off the cart (without); on --skus only, or the whole cart."
+        "or off the cart (without); on --skus only, or the whole cart; or --free-shipping [P] off the shipping."
     )
 
     def add_arguments(self, parser):
@@ -27,6 +27,14 @@ class Command(BaseCommand):
         discount.add_argument(
             "--amount", type=int, help="minor units: off each unit of --skus, or off the cart without --skus"
         )
+        discount.add_argument(
+            "--free-shipping",
+            type=int,
+            nargs="?",
+            const=100,
+            metavar="PERCENT",
+            help="off the shipping (default 100: free shipping); the whole cart",
+        )
         parser.add_argument("--skus", help="comma-separated SKUs the voucher applies to (default: the whole cart)")
         parser.add_argument("--min-subtotal", type=int, default=0, help="minor units the cart's subtotal must reach")
         parser.add_argument("--limit", type=int, help="redemptions in all (default: no limit)")
@@ -34,7 +42,8 @@ class Command(BaseCommand):
         parser.add_argument("--starts-at", type=iso_moment, help="ISO 8601 (default: now)")
         parser.add_argument("--ends-at", type=iso_moment, help="ISO 8601 (default: open-ended)")
 
-    def handle(self, *args, code, percent, amount, skus, min_subtotal, limit, per_customer, starts_at, ends_at, **_):
+    def handle(self, *args, code, percent, amount, free_shipping, skus, min_subtotal, limit, per_customer, **options):
+        starts_at, ends_at = options["starts_at"], options["ends_at"]
         sku_list = [sku.strip() for sku in (skus or "").split(",") if sku.strip()]
         if skus is not None and not sku_list:
             raise CommandError("--skus: list at least one SKU")
@@ -43,6 +52,7 @@ class Command(BaseCommand):
                 code=code,
                 percent=percent,
                 amount=amount,
+                shipping_percent=free_shipping,
                 skus=sku_list,
                 min_subtotal=min_subtotal,
                 usage_limit=limit,
