@@ -30,6 +30,7 @@ from orders.models import Order, OrderItem, OrderStatus, Payment, Refund
 from orders.services.cancellation import reopen_gate_units, reserved_lines
 from orders.transitions import move_orders, move_payment, move_refund
 from outbox.services import record_event
+from shop.pricing import largest_remainder
 
 logger = logging.getLogger(__name__)
 
@@ -166,6 +167,12 @@ def refund_priced_units(
     amount = min(owed, money.refundable(payment_id=payment.id, lock=True))
     if amount <= 0:
         return None
+    if amount < owed:  # what is left is shared over the lines, and so is their tax: a credit note adds up
+        shares = largest_remainder(amount, [line["amount"] for line in lines])
+        lines = [
+            {**line, "amount": share, "tax": line["tax"] * share // line["amount"] if line["amount"] else 0}
+            for line, share in zip(lines, shares, strict=True)
+        ]
     return request_refund(payment=payment, order=order, reason=reason, amount=amount, lines=lines, user=user)
 
 

@@ -379,3 +379,20 @@ def test_a_warm_cart_with_shipping_and_tax_reads_no_sql(uk_shop, django_assert_n
     with django_assert_num_queries(0):
         cart = client.get("/api/cart").json()
     assert (cart["shipping"]["gross"], cart["tax"] > 0) == (499, True)
+
+
+def test_a_return_capped_by_an_earlier_goodwill_refund_says_the_tax_of_what_it_pays(uk_shop, redis, provider):
+    from orders.services import refund_goodwill
+
+    client = shopper_client()
+    put(client, "/api/cart/items/MUG", {"quantity": 2})
+    choose(client)
+    order = Order.objects.get(id=checkout_gb(client))
+    ship(order, payment_id="pay_cap")
+    refund_goodwill(order_id=order.id, amount=2000, note="late")
+    asked = ask(client, order, [{"sku": "MUG", "quantity": 2}])
+    approve_return(return_id=asked.json()["id"])
+    refund = receive_return(return_id=asked.json()["id"], conditions={"MUG": "restock"}).refund
+    # 30.97 captured, 20.00 back already: the 25.98 of goods gets 10.97, with its share of the 4.33 of tax.
+    assert refund.amount == 1097
+    assert refund.lines == [{"sku": "MUG", "quantity": 2, "amount": 1097, "tax": 433 * 1097 // 2598}]
