@@ -33,7 +33,7 @@ from tests.factories import UserFactory, api_token, product_with_stock
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
-EXAMPLES = 60  # per operation, auth mode and generation mode
+EXAMPLES = 50  # per operation, auth mode and generation mode
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 WEBHOOK = "POST /api/payments/webhook"
 
