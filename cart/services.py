@@ -20,14 +20,15 @@ from shop.pricing import PromotionRule
 from shop.promotions import check_voucher, find_voucher
 from shop.selectors import (
     CACHED_PRODUCT_FIELDS,
-    active_promotions,
     cached_charges,
     cached_products,
     cached_promotions,
     cached_voucher,
+    priced_order,
+    shipping_for,
 )
 from shop.services import default_address
-from shop.totals import price_order, shipping_weight
+from shop.totals import shipping_weight
 
 
 @dataclass(frozen=True)
@@ -131,27 +132,13 @@ def _price_now(
     voucher, voucher_json = _cart_voucher(cart.voucher, now=now, lines=priced, products=products)
     if not priced:  # nothing to price: no promotions to read
         return PricedCart([], currency, country, included, warnings=warnings, voucher=voucher_json)
-    charges = cached_charges()
     shipping, weight = None, shipping_weight(priced, products)
     if code is not None and weight:
-        shipping = charges.method(code)
-        if shipping is None or not shipping.ships_to(country):
-            warnings.append(_shipping_warning(f"{code} does not ship to {country}."))
-            shipping = None
-        elif not shipping.carries(weight):
-            warnings.append(_shipping_warning(f"{code} does not carry {weight} g."))
-            shipping = None
-    totals = price_order(
-        priced,
-        products=products,
-        promotions=active_promotions(now=now),
-        voucher=voucher,
-        now=now,
-        rates=charges.rates_in(country, on=now.date()),
-        country=country,
-        prices_include_tax=included,
-        shipping=shipping,
-    )
+        try:
+            shipping = shipping_for(code, country=country, weight_grams=weight)
+        except ShippingMethodUnavailable as refused:
+            warnings.append({"sku": None, "code": refused.code, "message": refused.message})
+    totals = priced_order(priced, products=products, voucher=voucher, now=now, country=country, shipping=shipping)
     items = [
         CartLine(
             sku=line.sku,
@@ -183,10 +170,6 @@ def _price_now(
         total=totals.total,
         voucher=voucher_json,
     )
-
-
-def _shipping_warning(message: str) -> dict:
-    return {"sku": None, "code": "shipping_method_unavailable", "message": message}
 
 
 def _cart_voucher(

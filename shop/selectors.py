@@ -1,15 +1,17 @@
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import date, datetime
 
+from django.conf import settings
 from django.contrib.postgres.aggregates import ArrayAgg
 from django.db.models import Q
 from django.utils import timezone
 
 from core.hotcache import CachedProduct, hot_cache
+from shop.exceptions import ShippingMethodUnavailable
 from shop.models import Product, Promotion, ShippingMethod, ShippingRateBand, TaxRate
 from shop.pricing import PromotionRule
-from shop.totals import ShippingOption
+from shop.totals import ShippingOption, Totals, price_order
 
 CACHED_PRODUCT_FIELDS = ("sku", "name", "price", "is_active", "weight_grams", "tax_class_id")  # CachedProduct's
 
@@ -127,9 +129,16 @@ class Charges:
 
     rates: dict[tuple[str, str], tuple[tuple[date, int], ...]]  # (country, class) -> (valid from, bp), newest first
     methods: tuple[ShippingOption, ...]  # by code
+    _in_force: dict = field(default_factory=dict, compare=False, repr=False)  # (country, day) -> rates_in's answer
 
     def rates_in(self, country: str, *, on: date) -> dict[str, int]:
-        """{tax class: basis points} in force in `country` on `on`."""
+        """{tax class: basis points} in force in `country` on `on` (worked out once per country and day)."""
+        found = self._in_force.get((country, on))
+        if found is None:
+            found = self._in_force[(country, on)] = self._rates_in(country, on)
+        return found
+
+    def _rates_in(self, country: str, on: date) -> dict[str, int]:
         found = {}
         for (rate_country, tax_class), dated in self.rates.items():
             if rate_country == country:
@@ -143,6 +152,44 @@ class Charges:
 
     def methods_to(self, country: str) -> tuple[ShippingOption, ...]:
         return tuple(method for method in self.methods if method.ships_to(country))
+
+
+def shipping_for(code: str, *, country: str, weight_grams: int) -> ShippingOption:
+    """The active method `code` if it ships to `country` and carries goods this
+    heavy; else ShippingMethodUnavailable {code, country} (and weight_grams when too heavy)."""
+    method = cached_charges().method(code)
+    if method is None or not method.ships_to(country):
+        raise ShippingMethodUnavailable(f"{code} does not ship to {country}.", code=code, country=country)
+    if not method.carries(weight_grams):
+        raise ShippingMethodUnavailable(
+            f"{code} does not carry {weight_grams} g.", code=code, country=country, weight_grams=weight_grams
+        )
+    return method
+
+
+def priced_order(
+    lines: Mapping[str, int],
+    *,
+    products: Mapping[str, CachedProduct],
+    voucher: PromotionRule | None,
+    now: datetime,
+    country: str,
+    shipping: ShippingOption | None,
+) -> Totals:
+    """shop.totals.price_order with what it reads from the hot cache: the automatic
+    promotions active at `now`, `country`'s tax rates that day, and the shop's
+    PRICES_INCLUDE_TAX. The one way the cart and checkout price a cart."""
+    return price_order(
+        lines,
+        products=products,
+        promotions=active_promotions(now=now),
+        voucher=voucher,
+        now=now,
+        rates=cached_charges().rates_in(country, on=now.date()),
+        country=country,
+        prices_include_tax=settings.PRICES_INCLUDE_TAX,
+        shipping=shipping,
+    )
 
 
 def cached_charges() -> Charges:

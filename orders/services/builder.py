@@ -14,16 +14,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
 
-from django.conf import settings
 from django.utils import timezone
 
 from orders.exceptions import ProductUnavailable
 from orders.models import OrderStatus
 from outbox.services import NewEvent
-from shop.exceptions import ShippingMethodRequired, ShippingMethodUnavailable
+from shop.exceptions import ShippingMethodRequired
 from shop.promotions import check_voucher
-from shop.selectors import active_promotions, cached_charges, cached_products, cached_voucher
-from shop.totals import price_order, shipping_weight, tax_lines
+from shop.selectors import cached_products, cached_voucher, priced_order, shipping_for
+from shop.totals import shipping_weight, tax_lines
 
 
 @dataclass(frozen=True)
@@ -105,30 +104,12 @@ def price_cart(
     voucher = None
     if voucher_code is not None:
         voucher = check_voucher(cached_voucher(voucher_code), voucher_code, now=now, lines=lines, products=products)
-    charges = cached_charges()
     shipping, weight = None, shipping_weight(lines, products)
     if weight:
         if shipping_code is None:
             raise ShippingMethodRequired()
-        shipping = charges.method(shipping_code)
-        if shipping is None or not shipping.ships_to(country):
-            raise ShippingMethodUnavailable(code=shipping_code, country=country)
-        if not shipping.carries(weight):
-            raise ShippingMethodUnavailable(
-                f"{shipping_code} does not carry {weight} g.", code=shipping_code, country=country, weight_grams=weight
-            )
-    included = settings.PRICES_INCLUDE_TAX
-    totals = price_order(
-        lines,
-        products=products,
-        promotions=active_promotions(now=now),
-        voucher=voucher,
-        now=now,
-        rates=charges.rates_in(country, on=now.date()),
-        country=country,
-        prices_include_tax=included,
-        shipping=shipping,
-    )
+        shipping = shipping_for(shipping_code, country=country, weight_grams=weight)
+    totals = priced_order(lines, products=products, voucher=voucher, now=now, country=country, shipping=shipping)
     return CartPrice(
         [
             PricedLine(
@@ -144,7 +125,9 @@ def price_cart(
             for line in totals.lines
         ],
         totals.discounts(),
-        OrderCharges(included, country, totals.shipping and {**totals.shipping.as_json(), "country": country}),
+        OrderCharges(
+            totals.prices_include_tax, country, totals.shipping and {**totals.shipping.as_json(), "country": country}
+        ),
     )
 
 

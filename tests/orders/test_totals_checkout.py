@@ -396,3 +396,43 @@ def test_a_return_capped_by_an_earlier_goodwill_refund_says_the_tax_of_what_it_p
     # 30.97 captured, 20.00 back already: the 25.98 of goods gets 10.97, with its share of the 4.33 of tax.
     assert refund.amount == 1097
     assert refund.lines == [{"sku": "MUG", "quantity": 2, "amount": 1097, "tax": 433 * 1097 // 2598}]
+
+
+def test_a_retry_replays_the_order_and_the_same_key_with_another_shipping_is_refused(uk_shop):
+    express = ShippingMethod.objects.create(code="express", name="Express", zone=uk_shop, price=999)
+    client = shopper_client()
+    put(client, "/api/cart/items/MUG", {"quantity": 1})
+    choose(client)
+    first = client.post("/api/orders", {"shipping_address": GB_ADDRESS}, format="json", HTTP_IDEMPOTENCY_KEY="k")
+    again = client.post("/api/orders", {"shipping_address": GB_ADDRESS}, format="json", HTTP_IDEMPOTENCY_KEY="k")
+    assert (first.status_code, again.status_code, again["Idempotent-Replayed"]) == (201, 200, "true")
+    assert again.json()["id"] == first.json()["id"] and again.json()["total"] == 1299 + 499
+    put(client, "/api/cart/items/MUG", {"quantity": 1})
+    choose(client, code=express.code)  # the same cart, another shipping: another request
+    other = client.post("/api/orders", {"shipping_address": GB_ADDRESS}, format="json", HTTP_IDEMPOTENCY_KEY="k")
+    assert (other.status_code, other.json()["error"]["code"]) == (422, "idempotency_key_reused")
+    assert Order.objects.count() == 1
+
+
+def test_the_admin_and_the_csv_export_show_the_orders_tax_and_shipping(uk_shop):
+    import csv
+    import io
+
+    from tests.helpers import staff_client
+
+    client = shopper_client()
+    put(client, "/api/cart/items/MUG", {"quantity": 2})
+    choose(client)
+    order_id = checkout_gb(client)
+    admin = staff_client(superuser=True)
+    page = admin.get(f"/admin/orders/order/{order_id}/change/").content.decode()
+    assert "Standard (standard): €4.99" in page
+    assert "€5.16 (included in the prices; GB)" in page and "20% on €25.81: €5.16" in page
+    assert "€4.33 (20%)" in page and "€25.98" in page  # the line's tax and what it was charged
+    form = {"action": "export_csv", "select_across": "1", "index": "0", "_selected_action": [order_id]}
+    rows = list(
+        csv.DictReader(io.StringIO(b"".join(admin.post("/admin/orders/order/", form).streaming_content).decode()))
+    )
+    assert [(r["total"], r["net"], r["tax"], r["shipping"], r["shipping_method"]) for r in rows] == [
+        ("3097", "2581", "516", "499", "standard")
+    ]
