@@ -1,4 +1,5 @@
 import json
+import re
 from dataclasses import asdict
 
 from django.conf import settings
@@ -185,19 +186,28 @@ def validated_quantity(data) -> int:
         raise serializers.ValidationError({"quantity": error.detail}) from None
 
 
+_PLAIN_QUANTITY = re.compile(rb'\{"quantity": ?(0|[1-9][0-9]{0,8})\}')
+
+
 def plain_quantity(request) -> int | None:
     """The quantity of a JSON body that is exactly {"quantity": n}, n a JSON integer in
-    0..CART_MAX_QUANTITY; None for anything else (DRF's path then parses it and answers)."""
+    0..CART_MAX_QUANTITY; None for anything else (DRF's path then parses it and answers).
+    The body as clients send it ({"quantity":3} or {"quantity": 3}) is matched without
+    a JSON parser; any other spelling of the same object is parsed."""
     length = request.META.get("CONTENT_LENGTH") or ""
     if request.content_type != "application/json" or not length.isdigit() or int(length) > 64:
         return None  # '{"quantity": 99}' is 16 bytes; anything else is DRF's to read, bound and refuse
-    try:
-        data = json.loads(request.body)
-    except ValueError:
-        return None
-    if not isinstance(data, dict) or data.keys() != {"quantity"}:
-        return None
-    quantity = data["quantity"]
+    body = request.body
+    if plain := _PLAIN_QUANTITY.fullmatch(body):
+        quantity = int(plain[1])
+    else:
+        try:
+            data = json.loads(body.decode())
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or data.keys() != {"quantity"}:
+            return None
+        quantity = data["quantity"]
     return quantity if type(quantity) is int and 0 <= quantity <= settings.CART_MAX_QUANTITY else None
 
 
@@ -245,8 +255,16 @@ class CartView(HotCacheApiView):
             response = HttpResponse(body, status=status, content_type="application/json", headers=headers)
         else:
             response = self.rendered_cart(cart)
-        self.headers = self.default_response_headers
-        return self.finalize_response(request, response)
+        response["Allow"] = self.allow_header()  # all DRF's finalize_response adds here (one renderer: no Vary)
+        return response
+
+    def allow_header(self) -> str:
+        """DRF's `Allow` header (default_response_headers), worked out once per view class."""
+        view = type(self)
+        allow = view.__dict__.get("_allow")
+        if allow is None:
+            allow = view._allow = ", ".join(self.allowed_methods)
+        return allow
 
     def rendered_cart(self, cart, *, headers=None) -> HttpResponse:
         """The cart's JSON (CartOutputSerializer's), rendered once per priced cart: a cart

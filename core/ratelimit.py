@@ -12,6 +12,7 @@ proxies in front of the shop append to it."""
 import ipaddress
 import math
 from dataclasses import dataclass
+from functools import cache
 
 from django.conf import settings
 from redis.exceptions import RedisError
@@ -99,6 +100,7 @@ def hit(*, scope: str, ident: str) -> float | None:
         return None
 
 
+@cache
 def parse_rate(rate: str) -> tuple[int, int]:
     """'20/min' -> (20 requests, 60 seconds)."""
     count, period = rate.split("/")

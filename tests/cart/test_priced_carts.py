@@ -109,3 +109,34 @@ def test_a_plain_put_writes_past_drf_and_every_other_body_takes_drfs_path(auth_c
         assert (response.status_code, response.json()["error"]["code"]) == (400, "invalid")
     assert auth_client.put("/api/cart/items/MUG", {"quantity": 3, "note": "x"}, format="json").status_code == 200
     assert len(through_drf) == 4
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (b'{"quantity":3}', 3),
+        (b'{"quantity": 0}', 0),
+        (b'{ "quantity" : 7 }', 7),  # parsed, not matched
+        (b'{"quantity":\n2}', 2),
+        (b'{"quantity":3,"quantity":4}', 4),  # as json.loads (and DRF) reads it
+        (b'{"quantity":03}', None),  # not JSON
+        (b'{"quantity":100}', None),  # above CART_MAX_QUANTITY: DRF's 400
+        (b'{"quantity":-1}', None),
+        (b'{"quantity":1e0}', None),
+        (b'{"quantity":1.0}', None),
+        (b'{"quantity":true}', None),
+        (b'{"quantity":"3"}', None),
+        (b'{"quantity":3,"note":1}', None),
+        (b"[3]", None),
+        (b'{"quantity":3', None),
+    ],
+)
+def test_plain_quantity_reads_exactly_what_json_says(body, expected):
+    from django.test import RequestFactory
+
+    from cart.apis import plain_quantity
+
+    request = RequestFactory().put("/api/cart/items/MUG", body, content_type="application/json")
+    assert plain_quantity(request) == expected
+    other_type = RequestFactory().put("/api/cart/items/MUG", body, content_type="text/plain")
+    assert plain_quantity(other_type) is None
