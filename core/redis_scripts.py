@@ -16,7 +16,8 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django_redis import get_redis_connection
 from redis import Redis
-from redis.exceptions import NoScriptError
+from redis.connection import Connection
+from redis.exceptions import ConnectionError, NoScriptError, TimeoutError
 
 
 @cache
@@ -67,10 +68,9 @@ def script_client(alias: str) -> Redis:
     """This thread's client for scripts on `alias`: one connection of the alias's
     django-redis pool, kept by the thread (redis-py's single_connection_client)
     instead of taken from the pool and given back on every call. Taking and giving
-    back cost two getpid() system calls, a poll() and two lock rounds: 71 µs of CPU
-    a script call through the pool against 51 µs kept (bench/README.md, the cart).
-    A connection that fails is closed and opened again by redis-py's retry, as a
-    pool's would be; a thread that ends gives its connection back to the pool."""
+    back cost two getpid() system calls and two lock rounds besides the pool's
+    check for a stale connection, which run_script keeps (_fresh). A thread that
+    ends gives its connection back to the pool."""
     clients = _thread_clients.by_alias
     kept = clients.get(alias)
     if kept is None or kept.caches != _caches[0]:
@@ -82,6 +82,21 @@ def script_client(alias: str) -> Redis:
     return kept
 
 
+def _fresh(connection: Connection) -> None:
+    """What the pool checks when it hands a connection out: one that Redis closed
+    meanwhile (a restart, a timeout) or that holds unread data is opened anew
+    before the script is sent, so a script is never lost to a stale socket nor
+    sent twice by a retry."""
+    connection.connect()  # nothing when connected; RedisError when Redis is down
+    try:
+        stale = connection.can_read()
+    except (ConnectionError, TimeoutError, OSError):
+        stale = True
+    if stale:
+        connection.disconnect()
+        connection.connect()
+
+
 def run_script(source: str, *, keys: list, args: list, alias: str = "default"):
     """One round-trip (EVALSHA; after a Redis restart, SCRIPT LOAD and again);
     raises redis.exceptions.RedisError when Redis is unreachable. EVALSHA as a
@@ -89,6 +104,7 @@ def run_script(source: str, *, keys: list, args: list, alias: str = "default"):
     client is a pipeline, an isinstance against a Protocol that cost as much as
     packing the command (py-spy of place_order, bench/checkout.py)."""
     client = script_client(alias)
+    _fresh(client.connection)
     try:
         return client.execute_command("EVALSHA", _sha(source), len(keys), *keys, *args)
     except NoScriptError:

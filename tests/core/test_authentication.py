@@ -75,3 +75,10 @@ def test_issued_token_is_written_through_to_redis(redis, django_assert_num_queri
     hot_cache.tokens.clear()  # a worker that never saw this shopper
     with django_assert_num_queries(0):
         assert client.get("/api/cart").status_code == 200
+
+
+@pytest.mark.parametrize("token", ["0" * 64, "a1" * 32, "\u00e9t\u00e9", ""])
+def test_token_digest_is_knoxs_hash(token):
+    from knox.crypto import hash_token
+
+    assert token_digest(token) == hash_token(token)

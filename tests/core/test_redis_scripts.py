@@ -37,3 +37,31 @@ def test_no_script_repeats_a_status_code_or_a_refusal_suffix_python_owns():
     scripts = sorted(Path(settings.BASE_DIR).glob("*/lua/*.lua"))
     assert len(scripts) > 15
     assert [str(path) for path in scripts if spelled_out.search(path.read_text())] == []
+
+
+def test_a_thread_runs_its_scripts_on_one_connection_that_survives_redis_dropping_it(redis):
+    import threading
+
+    from core.redis_scripts import script_client
+
+    run_script(ECHO, keys=["k"], args=["v"])
+    mine = script_client("default").connection
+    run_script(ECHO, keys=["k"], args=["v"])
+    assert script_client("default").connection is mine  # kept, not taken from the pool per call
+    others = []
+    thread = threading.Thread(target=lambda: others.append(script_client("default").connection))
+    thread.start()
+    thread.join()
+    assert others[0] is not mine  # each thread its own
+
+    host, port = mine._sock.getsockname()[:2]
+    assert redis.client_kill(f"{host}:{port}")  # as a Redis restart or a timeout would
+    assert run_script(ECHO, keys=["k"], args=["after"]) == [b"k", b"after"]  # redis-py's retry connects again
+
+
+def test_a_new_caches_setting_gets_a_new_client(settings):
+    from core.redis_scripts import script_client
+
+    before = script_client("default")
+    settings.CACHES = {**settings.CACHES}
+    assert script_client("default") is not before
