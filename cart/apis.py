@@ -284,7 +284,7 @@ class CartApi(CartView):
     def dispatch(self, request, *args, **kwargs):
         # A shopper this process knows reads their cart past DRF (CartView.past_drf): nothing
         # to parse, no throttle, and the read script checks the cache generation.
-        if request.method == "GET" and (user := remembered_user(request.headers.get("Authorization", ""))):
+        if request.method == "GET" and (user := remembered_user(request.META.get("HTTP_AUTHORIZATION", ""))):
             if answer := self.past_drf(request, user, lambda: get_cart(customer_id=user.id)):
                 return answer
         return super().dispatch(request, *args, **kwargs)
@@ -310,7 +310,7 @@ class CartItemApi(CartView):
     def dispatch(self, request, *args, **kwargs):
         # A shopper this process knows, sending exactly {"quantity": n} as JSON, writes past DRF
         # (CartView.past_drf); any other body takes DRF's path, which parses and refuses it.
-        if request.method == "PUT" and (user := remembered_user(request.headers.get("Authorization", ""))):
+        if request.method == "PUT" and (user := remembered_user(request.META.get("HTTP_AUTHORIZATION", ""))):
             quantity, sku = plain_quantity(request), kwargs["sku"]
             work = lambda: set_cart_item(customer_id=user.id, sku=sku, quantity=quantity)  # noqa: E731
             if quantity is not None and (answer := self.past_drf(request, user, work)):

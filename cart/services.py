@@ -234,10 +234,11 @@ def _check_writable(*, sku: str, quantity: int, count) -> bool:
     counted against the writer's limit before, not after, so that made-up SKUs
     cannot be sent without limit. A known product's write is counted by the
     write script itself (one round-trip)."""
-    counted = hot_cache.products.get(sku) is None
+    product = hot_cache.products.get(sku)
+    counted = product is None
     if counted:
         count()
-    product = cached_products(skus=[sku])[sku]
+        product = cached_products(skus=[sku])[sku]
     if product is None:
         raise UnknownProduct(sku=sku)
     if quantity and not product.is_active:

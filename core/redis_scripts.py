@@ -103,13 +103,23 @@ def run_script(source: str, *, keys: list, args: list, alias: str = "default"):
     plain command: redis-py's Script object checks on every call whether its
     client is a pipeline, an isinstance against a Protocol that cost as much as
     packing the command (py-spy of place_order, bench/checkout.py)."""
-    client = script_client(alias)
-    _fresh(client.connection)
+    connection = script_client(alias).connection
+    _fresh(connection)
+    command = ("EVALSHA", _sha(source), len(keys), *keys, *args)
     try:
-        return client.execute_command("EVALSHA", _sha(source), len(keys), *keys, *args)
+        return _round_trip(connection, command)
     except NoScriptError:
-        client.script_load(source)
-        return client.execute_command("EVALSHA", _sha(source), len(keys), *keys, *args)
+        _round_trip(connection, ("SCRIPT LOAD", source))
+        return _round_trip(connection, command)
+
+
+def _round_trip(connection: Connection, command: tuple):
+    """The command sent and its answer read on the connection itself: the client's
+    execute_command around it (its retry with none configured, its metrics hooks)
+    cost as much again in Python (bench/README.md, the cart). Both calls close the
+    connection on any error, as the client would."""
+    connection.send_command(*command)
+    return connection.read_response()
 
 
 GENERATION_LUA = load_lua("core", "generation")  # stale(): the hot-cache generation check

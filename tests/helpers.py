@@ -255,13 +255,14 @@ def wall_clock_back_to_midday(monkeypatch) -> datetime:
 def redis_commands(redis, monkeypatch) -> list[str]:
     """Record every command sent from now on; outside a pipeline, one is one round-trip."""
     sent = []
-    real_execute = type(redis).execute_command
+    connection_class = redis.connection_pool.connection_class  # scripts go past the client (core/redis_scripts.py)
+    real_send = connection_class.send_command
 
-    def execute(self, *args, **kwargs):
+    def send(self, *args, **kwargs):
         sent.append(args[0])
-        return real_execute(self, *args, **kwargs)
+        return real_send(self, *args, **kwargs)
 
-    monkeypatch.setattr(type(redis), "execute_command", execute)
+    monkeypatch.setattr(connection_class, "send_command", send)
     return sent
 
 
