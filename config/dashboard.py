@@ -16,6 +16,7 @@ from inventory.models import FlashSale
 from orders.models import Order, OrderItem, OrderStatus, Refund, Return
 from orders.queue_writer import WRITER_GROUP
 from orders.selectors import flash_sale_status
+from orders.services.authorizations import authorizations_ending
 from orders.services.queue_admission import queue_depths, stale_queued
 from outbox.lag import consumer_positions
 from outbox.services import backlog
@@ -103,8 +104,9 @@ def bars(series: list[tuple], *, width: int = 840, height: int = 120, every: int
 def dashboard(*, now=None) -> dict:
     """Today's orders, revenue and paid rate; orders a minute over the last hour;
     the outbox backlog and the consumers' lag; refunds waiting or failed; returns
-    awaiting a decision or their parcel; today's loyalty entries, by reason.
-    Six queries, and Kafka for the lag."""
+    awaiting a decision or their parcel; paid orders whose card authorization
+    ends within a day, and those whose payment lapsed; today's loyalty entries,
+    by reason. Eight queries, and Kafka for the lag."""
     now = now or timezone.now()
     midnight = timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
     today = Order.objects.filter(created_at__gte=midnight).aggregate(
@@ -149,6 +151,8 @@ def dashboard(*, now=None) -> dict:
         "consumers": consumer_positions(extra={WRITER_GROUP: settings.KAFKA_CHECKOUT_TOPIC}, timeout=2.0),
         "refunds_waiting": refunds.get(Refund.Status.REQUESTED, 0) + refunds.get(Refund.Status.SUBMITTED, 0),
         "refunds_failed": refunds.get(Refund.Status.FAILED, 0),
+        "authorizations_ending": authorizations_ending(now=now).count(),
+        "payments_lapsed": Order.objects.filter(status=OrderStatus.PAYMENT_LAPSED).count(),
         "returns_requested": returns.get(Return.Status.REQUESTED, 0),
         "returns_approved": returns.get(Return.Status.APPROVED, 0),
         "loyalty_today": {

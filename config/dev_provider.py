@@ -2,14 +2,20 @@
 only while DEBUG is on (config/dev_provider_urls.py), so that `make run` shows a
 payment's and a refund's whole loop without a real provider.
 
-Its JSON API (sessions, captures, voids, refunds) behaves as a real provider's
-does where the shop's client depends on it: every call carries an Idempotency-Key
-and a call repeated with the same key gets the first answer without acting again
-(the answer is kept in Redis a day); DEV_PROVIDER_FAILURE plays an outage ("fail")
-or a slow provider ("slow"). A session's pay page lets a person pay or decline:
-the signed webhooks go to the shop before the page answers, so the shop has
-applied them by the time the browser shows the outcome."""
+`make run` serves it from a process of its own (Procfile `provider`, port 8001), as
+a real provider is: a shop's web thread waiting for it is not one it needs to answer.
 
+Its JSON API (sessions, captures, voids, refunds) behaves as a real provider's
+does where the shop's client depends on it: only the shop may call it
+(`Authorization: Bearer <PAYMENT_PROVIDER_KEY>`, else 401 and nothing done), every
+call carries an Idempotency-Key and a call repeated with the same key gets the
+first answer without acting again (the answer is kept in Redis a day);
+DEV_PROVIDER_FAILURE plays an outage ("fail") or a slow provider ("slow"). A
+session's pay page lets a person pay or decline: the signed webhooks go to the
+shop before the page answers, so the shop has applied them by the time the
+browser shows the outcome."""
+
+import hmac
 import json
 import logging
 import secrets
@@ -79,17 +85,19 @@ def _moment(text: str) -> datetime | None:
 
 
 def provider_call(input_class: type[serializers.Serializer]):
-    """What every JSON API call shares: the drills, the Idempotency-Key, the body
-    checked by `input_class`, and a call repeated with the same key answered as the
-    first without acting again. The decorated view gets the checked fields and
-    returns its answer and what to do, which is done only if that answer is the
-    first one stored for the key (SET NX: of two calls at once, one acts)."""
+    """What every JSON API call shares: the shop's API key, the drills, the
+    Idempotency-Key, the body checked by `input_class`, and a call repeated with the
+    same key answered as the first without acting again. The decorated view gets the
+    checked fields and returns its answer and what to do, which is done only if that
+    answer is the first one stored for the key (SET NX: of two calls at once, one acts)."""
 
     def decorate(view: Callable[[HttpRequest, dict], tuple[dict, Act]]):
         @csrf_exempt
         @require_POST
         @wraps(view)
         def call(request: HttpRequest) -> HttpResponse:
+            if not _from_the_shop(request):
+                return JsonResponse({"error": "Authorization: Bearer <the shop's API key> is required"}, status=401)
             if settings.DEV_PROVIDER_FAILURE == "fail":
                 return JsonResponse({"error": "simulated outage"}, status=503)
             if settings.DEV_PROVIDER_FAILURE == "slow":
@@ -114,6 +122,13 @@ def provider_call(input_class: type[serializers.Serializer]):
         return call
 
     return decorate
+
+
+def _from_the_shop(request: HttpRequest) -> bool:
+    key = settings.PAYMENT_PROVIDER_KEY
+    sent = request.headers.get("Authorization", "")
+    # An empty key opens nothing. Bytes: compare_digest refuses a str that is not ASCII.
+    return bool(key) and hmac.compare_digest(sent.encode(), f"Bearer {key}".encode())
 
 
 @provider_call(SessionInput)
@@ -176,7 +191,9 @@ def _send_webhook(body: dict) -> int | None:
 @require_http_methods(["GET", "POST"])
 def pay(request, session_id: str):
     """The page a shopper is sent to: Pay or Decline while the session is open,
-    its outcome once decided (a second click sends nothing)."""
+    its outcome once decided (a second click sends nothing). Of the form only the
+    action is read: the amount, order and currency paid are the session's, as the
+    shop asked for them."""
     session = _session(session_id)
     if session and request.method == "POST" and not _expired(session):
         outcome = {"pay": "paid", "decline": "declined"}.get(request.POST.get("action"))

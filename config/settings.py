@@ -36,6 +36,8 @@ COMMITTED_SECRETS = frozenset(
         "compose-local-webhook-secret-set-a-real-one",
         "bench-only-secret-key-" + "x" * 40,
         "bench-only-webhook-secret",
+        "sk_test_shop",  # the tests' Stripe server (tests/stripe_server.py)
+        "whsec_test_shop",
     }
 )
 # Django's own rule for SECRET_KEY (its security.W009), and the webhook's shorter
@@ -50,9 +52,42 @@ DEBUG = env_bool("DEBUG", False)
 _DEVELOPMENT = DEBUG or TESTING
 SECRET_KEY = env("SECRET_KEY", DEV_SECRET_KEY if _DEVELOPMENT else "")
 PAYMENT_WEBHOOK_SECRET = env("PAYMENT_WEBHOOK_SECRET", DEV_PAYMENT_WEBHOOK_SECRET if _DEVELOPMENT else "")
-# The payment provider's API (refunds). In development, the simulator this shop
-# serves under /dev/payment-provider/ while DEBUG is on (config/dev_provider.py).
-PAYMENT_PROVIDER_URL = env("PAYMENT_PROVIDER_URL", "http://127.0.0.1:8000/dev/payment-provider" if DEBUG else "")
+# Which provider takes the money (orders/provider.py): "simulator" (development, the tests)
+# or "stripe" (STRIPE_* below; docs/operations.md, "Switching to Stripe").
+PAYMENT_PROVIDER = env("PAYMENT_PROVIDER", "simulator")
+if PAYMENT_PROVIDER not in ("simulator", "stripe"):
+    raise ImproperlyConfigured(f"PAYMENT_PROVIDER must be simulator or stripe, got {PAYMENT_PROVIDER!r}")
+# The simulator's API. In development, the simulator `make run` serves in a process of its
+# own (Procfile `provider`, port 8001) while DEBUG is on (config/dev_provider.py).
+PAYMENT_PROVIDER_URL = env("PAYMENT_PROVIDER_URL", "http://127.0.0.1:8001/dev/payment-provider" if DEBUG else "")
+# The simulator's API key: only who holds it opens sessions, captures, voids, refunds.
+PAYMENT_PROVIDER_KEY = env("PAYMENT_PROVIDER_KEY", "dev-only-payment-provider-key" if _DEVELOPMENT else "")
+# Stripe (PAYMENT_PROVIDER=stripe): the secret API key (sk_test_... or sk_live_...), the
+# webhook endpoint's signing secret (whsec_...), and where its API is (a stripe-mock or a
+# test server may be named; Stripe's own by default).
+STRIPE_SECRET_KEY = env("STRIPE_SECRET_KEY", "")
+STRIPE_WEBHOOK_SECRET = env("STRIPE_WEBHOOK_SECRET", "")
+STRIPE_API_BASE = env("STRIPE_API_BASE", "https://api.stripe.com")
+# The library retries a call that failed before an answer, a 409 or a 5xx this many times
+# (with its idempotency key: one charge however often sent).
+STRIPE_MAX_NETWORK_RETRIES = env_int("STRIPE_MAX_NETWORK_RETRIES", 2)
+STRIPE_TIMEOUT_SECONDS = env_int("STRIPE_TIMEOUT_SECONDS", 10)
+# Where Stripe's hosted page sends the shopper back (the shop's front end).
+STRIPE_SUCCESS_URL = env("STRIPE_SUCCESS_URL", "http://127.0.0.1:8000/api/orders?paid=1")
+STRIPE_CANCEL_URL = env("STRIPE_CANCEL_URL", "http://127.0.0.1:8000/api/orders?paid=0")
+# This shop's name at Stripe: its sessions, PaymentIntents and refunds carry it in their
+# metadata (`shop`) and its idempotency keys start with it, so that a Stripe account shared
+# with another shop, a staging copy or a payment link is never taken for this shop's.
+STRIPE_INSTANCE = env("STRIPE_INSTANCE", "shop")
+if PAYMENT_PROVIDER == "stripe" and not (STRIPE_SECRET_KEY and STRIPE_WEBHOOK_SECRET):
+    raise ImproperlyConfigured("PAYMENT_PROVIDER=stripe needs STRIPE_SECRET_KEY and STRIPE_WEBHOOK_SECRET.")
+# How long a card issuer holds authorized money (Stripe: 7 days for most cards). With
+# PAYMENT_CAPTURE_BEFORE_EXPIRY, a paid order not shipped a day before its hold ends is
+# captured then (orders/services/authorizations.py): the goods never leave unpaid.
+PAYMENT_AUTHORIZATION_DAYS = env_int("PAYMENT_AUTHORIZATION_DAYS", 7)
+if PAYMENT_AUTHORIZATION_DAYS < 1:
+    raise ImproperlyConfigured(f"PAYMENT_AUTHORIZATION_DAYS must be 1 or more, got {PAYMENT_AUTHORIZATION_DAYS}")
+PAYMENT_CAPTURE_BEFORE_EXPIRY = env_bool("PAYMENT_CAPTURE_BEFORE_EXPIRY", True)
 # Where the simulator sends its signed confirmations.
 DEV_PROVIDER_WEBHOOK_URL = env("DEV_PROVIDER_WEBHOOK_URL", "http://127.0.0.1:8000/api/payments/webhook")
 # Drills: the simulator answers every API call 503 ("fail"), or after DEV_PROVIDER_DELAY_SECONDS ("slow").
@@ -94,7 +129,7 @@ def strong_enough(secret: str, *, min_length: int) -> bool:
     return len(secret) >= min_length and len(set(secret)) >= MIN_DIFFERENT_CHARACTERS
 
 
-def refuse_development_secrets(*, debug: bool, secret_key: str, webhook_secret: str) -> None:
+def refuse_development_secrets(*, debug: bool, secret_key: str, webhook_secret: str | None) -> None:
     """Outside development the shop runs only on secrets of its own: set, strong
     enough, and none that was ever committed here (anyone could sign webhooks)."""
     if debug:
@@ -104,6 +139,8 @@ def refuse_development_secrets(*, debug: bool, secret_key: str, webhook_secret: 
         ("SECRET_KEY", secret_key, MIN_SECRET_KEY_LENGTH),
         ("PAYMENT_WEBHOOK_SECRET", webhook_secret, MIN_WEBHOOK_SECRET_LENGTH),
     ):
+        if value is None:
+            continue
         if not value:
             raise ImproperlyConfigured(f"DEBUG is off and {name} is not set: set it in the environment ({make_one}).")
         if value in COMMITTED_SECRETS:
@@ -118,7 +155,16 @@ def refuse_development_secrets(*, debug: bool, secret_key: str, webhook_secret: 
             )
 
 
-refuse_development_secrets(debug=_DEVELOPMENT, secret_key=SECRET_KEY, webhook_secret=PAYMENT_WEBHOOK_SECRET)
+refuse_development_secrets(
+    debug=_DEVELOPMENT,
+    secret_key=SECRET_KEY,
+    # With Stripe, the simulator's secret signs nothing: Stripe's webhooks carry its own (whsec_...).
+    webhook_secret=PAYMENT_WEBHOOK_SECRET if PAYMENT_PROVIDER == "simulator" else None,
+)
+if not _DEVELOPMENT and PAYMENT_PROVIDER == "stripe":
+    for _name, _value in (("STRIPE_SECRET_KEY", STRIPE_SECRET_KEY), ("STRIPE_WEBHOOK_SECRET", STRIPE_WEBHOOK_SECRET)):
+        if _value in COMMITTED_SECRETS:
+            raise ImproperlyConfigured(f"DEBUG is off but {_name} is the tests' value committed here: set Stripe's.")
 
 INSTALLED_APPS = [
     "core",
@@ -281,6 +327,12 @@ CELERY_BEAT_SCHEDULE = {
     "expire-unpaid-orders": {
         "task": "orders.tasks.expire_unpaid_orders_task",
         "schedule": ORDER_EXPIRY_INTERVAL_SECONDS,
+    },
+    # Paid orders not shipped whose card authorization ends within a day: order managers
+    # told, and the money captured (PAYMENT_CAPTURE_BEFORE_EXPIRY; orders/services/authorizations.py).
+    "capture-ending-authorizations": {
+        "task": "orders.tasks.capture_ending_authorizations_task",
+        "schedule": float(env_int("AUTHORIZATION_CHECK_INTERVAL_SECONDS", 3600)),
     },
     "publish-outbox": {
         "task": "outbox.tasks.publish_outbox_task",

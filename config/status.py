@@ -9,6 +9,7 @@ from django.utils import timezone
 from orders.models import Order, OrderStatus
 from orders.queue_writer import WRITER_GROUP
 from orders.selectors import flash_sale_status
+from orders.services.authorizations import authorizations_ending
 from orders.services.queue_admission import queue_depths, stale_queued
 from outbox.lag import consumer_positions
 from outbox.services import backlog
@@ -31,6 +32,10 @@ def shop_status() -> dict:
         "flash_sales": sales,
         "queued": _from_redis(queue_depths),
         "stale": _from_redis(stale_queued),
+        "authorizations_ending": list(
+            authorizations_ending(now=now).values_list("order_id", "authorization_ends_at", "provider_payment_id")
+        ),
+        "payments_lapsed": Order.objects.filter(status=OrderStatus.PAYMENT_LAPSED).count(),
     }
 
 

@@ -94,3 +94,4 @@ class ErrorCode(StrEnum):
     RETURN_NOT_RECEIVABLE = "return_not_receivable"  # rejected or received already
     RETURN_NOT_DECIDABLE = "return_not_decidable"  # approved, rejected or received already
     INVALID_SIGNATURE = "invalid_signature"
+    INVALID_WEBHOOK_BODY = "invalid_webhook_body"

@@ -56,6 +56,12 @@ class OrderNotRefundable(DomainError):
     message = "Only a paid order can be refunded."
 
 
+class InvalidWebhookBody(DomainError):
+    code = ErrorCode.INVALID_WEBHOOK_BODY
+    status = 400
+    message = "The signed body is not a provider's event object."
+
+
 class OrderNotShippable(DomainError):
     code = ErrorCode.ORDER_NOT_SHIPPABLE
     status = 409

@@ -138,6 +138,22 @@ def send_refund_completed(event: Event) -> None:
     )
 
 
+@register("email", "OrderPaymentRequested")
+def send_payment_request(event: Event) -> None:
+    """Staff asked the shopper to pay again: the money held for the order lapsed."""
+    data = event.data
+    _notify(
+        order_id=data["order_id"],
+        kind=Notification.Kind.PAYMENT_REQUESTED,
+        subject=f"Please pay again for order {data['order_id']}",
+        body=(
+            f"The payment held for your order {data['order_id']} ({_money(data['total'], data['currency'])}) "
+            "ended before the order shipped, so nothing was taken. Your items are still reserved: pay again "
+            f"(POST /api/orders/{data['order_id']}/payment) before {data['expires_at']}.\n"
+        ),
+    )
+
+
 @register("payments", "RefundRequested")
 def submit_requested_refund(event: Event) -> None:
     submit_refund(refund_id=event.data["refund_id"])
@@ -145,8 +161,10 @@ def submit_requested_refund(event: Event) -> None:
 
 @register("payments", "OrderShipped")
 def capture_on_shipment(event: Event) -> None:
-    """PAYMENT_CAPTURE=on_shipment: the money held is taken as the goods leave
-    (nothing to do for a payment captured at once)."""
+    """PAYMENT_CAPTURE=on_shipment: shipping captures before the goods leave
+    (orders/services/shipping.py), so an order shipped today finds nothing held
+    here; an OrderShipped of an order shipped before that rule still has its
+    money taken."""
     if settings.PAYMENT_CAPTURE == "immediate":
         return  # the provider captures as it authorizes
     payment = held_payment(order_id=event.data["order_id"])

@@ -7,8 +7,10 @@ from rest_framework.views import APIView
 
 from core.fields import StrictIntegerField
 from core.openapi import BODY_ERRORS, ERRORS
+from orders.provider_stripe import charge_refunds, verified_stripe_event
 from orders.services import handle_payment_webhook
 from orders.services.refunds import handle_refund_webhook
+from orders.services.stripe_events import apply_stripe_event
 from orders.signatures import verify_signature
 
 
@@ -107,3 +109,50 @@ class PaymentWebhookApi(APIView):
         payment.is_valid(raise_exception=True)
         result = handle_payment_webhook(**payment.fields_for_service(), raw_body=request.body.decode())
         return Response(self.OutputSerializer(result).data)
+
+
+class StripeEventSerializer(serializers.Serializer):
+    """What the shop reads of a Stripe event (docs only: the body is read raw, as signed)."""
+
+    class Meta:
+        ref_name = "StripeEvent"
+
+    id = serializers.CharField(help_text="evt_...")
+    type = serializers.CharField(help_text="e.g. payment_intent.succeeded; types the shop does not use are ignored")
+    data = serializers.JSONField(help_text='{"object": the PaymentIntent, Checkout Session, Charge or Refund}')
+
+
+class StripeWebhookApi(APIView):
+    """Stripe's events (PAYMENT_PROVIDER=stripe): the `Stripe-Signature` header
+    checked by Stripe's own verifier (STRIPE_WEBHOOK_SECRET, 300 s of tolerance),
+    then the event applied (orders/services/stripe_events.py). Any event type the
+    shop does not use is answered 200 and ignored, so Stripe stops sending it."""
+
+    authentication_classes = []
+    permission_classes = [AllowAny]
+
+    class OutputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "StripeReceipt"
+
+        received = serializers.BooleanField()
+        outcome = serializers.CharField(help_text="What the event did: applied, redelivered, lapsed, ignored, ...")
+
+    @extend_schema(
+        request=StripeEventSerializer,
+        responses={200: OutputSerializer, **ERRORS(400, 401, 413, 503)},
+        parameters=[
+            OpenApiParameter(
+                "Stripe-Signature",
+                str,
+                OpenApiParameter.HEADER,
+                required=True,
+                description='t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<raw body>"> (Stripe\'s scheme)',
+            )
+        ],
+    )
+    def post(self, request):
+        body = request.body
+        event = verified_stripe_event(body=body, header=request.headers.get("Stripe-Signature"))
+        outcome = apply_stripe_event(event, raw_body=body.decode(), list_refunds=charge_refunds)
+        return Response({"received": True, "outcome": outcome})

@@ -10,8 +10,11 @@ first UPDATE changes the row, the second finds its status gone.
     PENDING_PAYMENT --paid--> PAID --shipped--> SHIPPED --all refunded--> REFUNDED
           |                     |  \                                        ^
           +--cancelled/expired--+   +--refunded (before shipping)-----------+
-          v                     |
-      CANCELLED <--cancelled----+ (its payment only authorized: voided)
+          v                     |  \
+      CANCELLED <--cancelled----+   +--authorization lapsed--> PAYMENT_LAPSED
+          ^   (its payment only authorized: voided)              |   |
+          +------------------cancelled by staff------------------+   |
+      PENDING_PAYMENT <------staff ask the shopper to pay again------+
 
 A PAID or SHIPPED order stays so while partly refunded (returns, goodwill,
 lines removed): REFUNDED once its refunds claim all that was captured.
@@ -37,6 +40,11 @@ TRANSITIONS: frozenset[tuple[OrderStatus, OrderStatus]] = frozenset(
         # Paid with the money only held (an authorized payment): cancelling voids it
         # (orders/services/cancellation.py claims the void in the same transaction).
         (OrderStatus.PAID, OrderStatus.CANCELLED),
+        # The authorization lapsed before a capture (orders/services/authorizations.py):
+        # staff ask the shopper to pay again, or cancel it (its stock back on sale).
+        (OrderStatus.PAID, OrderStatus.PAYMENT_LAPSED),
+        (OrderStatus.PAYMENT_LAPSED, OrderStatus.PENDING_PAYMENT),
+        (OrderStatus.PAYMENT_LAPSED, OrderStatus.CANCELLED),
     }
 )
 
@@ -112,8 +120,11 @@ PAYMENT_TRANSITIONS: frozenset[tuple[str, str]] = frozenset(
         (Payment.Status.CAPTURING, Payment.Status.CAPTURED),
         (Payment.Status.VOIDING, Payment.Status.VOIDED),
         (Payment.Status.CAPTURED, Payment.Status.REFUNDED),
-        # A capture the provider refused (an expired authorization): the claim released.
+        # A capture the provider refused (not for a lapse): the claim released.
         (Payment.Status.CAPTURING, Payment.Status.AUTHORIZED),
+        # The hold ended before a capture: the provider refused the capture for it, or told us.
+        (Payment.Status.AUTHORIZED, Payment.Status.LAPSED),
+        (Payment.Status.CAPTURING, Payment.Status.LAPSED),
     }
 )
 PAYMENT_STAMPS = {Payment.Status.CAPTURED: "captured_at", Payment.Status.VOIDED: "voided_at"}

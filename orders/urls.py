@@ -1,7 +1,7 @@
 from django.urls import path
 
 from orders.apis import OrderCancelApi, OrderDetailApi, OrderPaymentApi, OrdersApi
-from orders.payment_apis import PaymentWebhookApi
+from orders.payment_apis import PaymentWebhookApi, StripeWebhookApi
 from orders.return_apis import OrderReturnsApi
 
 urlpatterns = [
@@ -11,4 +11,5 @@ urlpatterns = [
     path("orders/<int:order_id>/payment", OrderPaymentApi.as_view(), name="order-payment"),
     path("orders/<int:order_id>/returns", OrderReturnsApi.as_view(), name="order-returns"),
     path("payments/webhook", PaymentWebhookApi.as_view(), name="payment-webhook"),
+    path("payments/stripe/webhook", StripeWebhookApi.as_view(), name="stripe-webhook"),
 ]

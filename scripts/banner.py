@@ -11,8 +11,10 @@ print(
     Admin       {base}/admin/        (admin / admin)
     Health      {base}/healthz  {base}/readyz
     Metrics     {base}/metrics
-  Processes: web (gunicorn), worker + beat (Celery), relay (outbox -> Kafka),
-  warehouse / email / loyalty (Kafka consumers), writer (queue-mode flash sales).
+    Payments    http://127.0.0.1:8001/dev/payment-provider/  (the simulator, its own process)
+  Processes: web (gunicorn), provider (the payment simulator), worker + beat (Celery),
+  relay (outbox -> Kafka), warehouse / email / loyalty / payments (Kafka consumers),
+  writer (queue-mode flash sales).
   `DEBUG=1 .venv/bin/python manage.py shop_status` shows the state.
 """
 )

@@ -60,8 +60,10 @@ def take_back_points_of_removed_lines(event: Event) -> None:
 
 @register("loyalty", "OrderCancelled")
 def reverse_points_of_a_cancelled_paid_order(event: Event) -> None:
-    if event.data.get("was_paid"):
-        _take_back(event, LoyaltyEntry.Reason.ORDER_CANCELLED, source="", points=None)
+    """Whatever points the order still has go: an order never paid has none, and
+    one paid once whose payment lapsed (cancelled from PAYMENT_LAPSED, or asked
+    to pay again and left to expire) gives back what its first payment earned."""
+    _take_back(event, LoyaltyEntry.Reason.ORDER_CANCELLED, source="", points=None)
 
 
 def _take_back(event: Event, reason: str, *, source: str, points: int | None) -> None:

@@ -120,12 +120,12 @@ def consumer_handlers():
 
 @pytest.fixture(autouse=True)
 def quick_provider_retries(monkeypatch):
-    """The payment provider's client retries as in production (3 times on a
+    """The simulator's client retries as in production (3 times on a
     connection error or a 5xx) without the waits between: the same calls, a
     second less per test that takes the provider down."""
     import urllib3
 
-    from orders import provider
+    from orders import provider_simulator as provider
 
     retries = provider._http.connection_pool_kw["retries"].new(backoff_factor=0)
     monkeypatch.setattr(

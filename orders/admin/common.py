@@ -131,9 +131,10 @@ class ReturnShown:
 class PerOrderAction:
     """The order admin's actions that call one service for each selected order."""
 
-    def _each(self, request, queryset, wanted: str, service, done: str):
+    def _each(self, request, queryset, wanted: str | tuple[str, ...], service, done: str):
+        wanted = (wanted,) if isinstance(wanted, str) else wanted
         for order in queryset:
-            if order.status != wanted:
+            if order.status not in wanted:
                 self.message_user(request, f"Order {order.id}: skipped, it is {order.status}.", messages.WARNING)
                 continue
             try:

@@ -27,6 +27,7 @@ from orders.exports import csv_lines
 from orders.models import Order, OrderItem, OrderStatus, Payment, Refund, Return
 from orders.selectors import order_tax_lines
 from orders.services import cancel_pending_order, mark_order_shipped, refund_paid_order
+from orders.services.authorizations import request_payment_again
 
 
 class OrderItemInline(ReadOnlyInline):
@@ -80,6 +81,7 @@ class PaymentInline(PaymentAmountsShown, ReadOnlyInline):
         "status",
         "outcome",
         "received_at",
+        "authorization_ends_at",
     ]
 
 
@@ -135,6 +137,7 @@ class OrderAdmin(PerOrderAction, PaymentActions, OrderTimeline, admin.ModelAdmin
         "created_at",
         "expires_at",
         "paid_at",
+        "authorization_ends",
         "shipped_at",
         "cancelled_at",
         "rejection_reason",
@@ -149,7 +152,15 @@ class OrderAdmin(PerOrderAction, PaymentActions, OrderTimeline, admin.ModelAdmin
         ("Events", {"fields": ["events"]}),
     ]
     inlines = [OrderItemInline, PaymentInline, RefundInline, ReturnInline]
-    actions = ["cancel_pending", "refund_paid", "mark_shipped", "capture_payments", "void_payments", "export_csv"]
+    actions = [
+        "cancel_pending",
+        "refund_paid",
+        "mark_shipped",
+        "capture_payments",
+        "void_payments",
+        "request_payment",
+        "export_csv",
+    ]
     date_hierarchy = "created_at"
     show_full_result_count = False
     change_form_template = "admin/orders/change_form_with_tools.html"
@@ -249,6 +260,17 @@ class OrderAdmin(PerOrderAction, PaymentActions, OrderTimeline, admin.ModelAdmin
     def total(self, order):
         return format_money(order.total_amount, order.currency)
 
+    @admin.display(description="money held until")
+    def authorization_ends(self, order):
+        """When the card issuer releases the money held for the order unless it is
+        captured first (the hourly job captures it a day before)."""
+        payment = money.held_payment(order_id=order.pk)
+        if payment is None or payment.authorization_ends_at is None:
+            return "-"
+        left = payment.authorization_ends_at - timezone.now()
+        when = f"{payment.authorization_ends_at:%Y-%m-%d %H:%M} UTC"
+        return f"{when} (ended)" if left.total_seconds() <= 0 else f"{when} (in {left.days} d {left.seconds // 3600} h)"
+
     @admin.display(description="shipping")
     def shipping_shown(self, order):
         shipping = order.shipping
@@ -287,12 +309,15 @@ class OrderAdmin(PerOrderAction, PaymentActions, OrderTimeline, admin.ModelAdmin
     def has_export_permission(self, request):
         return request.user.has_perm("orders.export_order")
 
-    @admin.action(description="Cancel selected pending orders (stock returned)", permissions=["change"])
+    @admin.action(
+        description="Cancel selected pending orders or orders whose payment lapsed (stock returned)",
+        permissions=["change"],
+    )
     def cancel_pending(self, request, queryset):
         self._each(
             request,
             queryset,
-            OrderStatus.PENDING_PAYMENT,
+            (OrderStatus.PENDING_PAYMENT, OrderStatus.PAYMENT_LAPSED),
             lambda order: cancel_pending_order(order_id=order.id),
             "cancelled, stock returned",
         )
@@ -315,7 +340,20 @@ class OrderAdmin(PerOrderAction, PaymentActions, OrderTimeline, admin.ModelAdmin
         response["Content-Disposition"] = f'attachment; filename="orders-{timezone.now():%Y%m%d-%H%M%S}.csv"'
         return response
 
-    @admin.action(description="Mark selected paid orders shipped (reserved -> shipped)", permissions=["change"])
+    @admin.action(description="Ask the shopper to pay again (orders whose payment lapsed)", permissions=["change"])
+    def request_payment(self, request, queryset):
+        self._each(
+            request,
+            queryset,
+            OrderStatus.PAYMENT_LAPSED,
+            lambda order: request_payment_again(order_id=order.id),
+            "awaiting payment again, the shopper is e-mailed",
+        )
+
+    @admin.action(
+        description="Mark selected paid orders shipped (their payment captured first; reserved -> shipped)",
+        permissions=["change"],
+    )
     def mark_shipped(self, request, queryset):
         self._each(
             request,

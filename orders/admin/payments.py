@@ -12,7 +12,8 @@ from orders.models import Notification, OrderStatus, Payment, Refund
 from orders.money import applied_payment, held_payment
 from orders.provider import ProviderRefused, ProviderUnavailable
 from orders.services import cancel_pending_order
-from orders.services.payments import capture_payment, void_payment
+from orders.services.authorizations import capture_for_order
+from orders.services.payments import void_payment
 from orders.services.refunds import retry_refund
 
 
@@ -46,22 +47,30 @@ class PaymentActions:
                 self.message_user(request, f"Order {order.id}: skipped, it is {order.status}.", messages.WARNING)
                 continue
             payment = held_payment(order_id=order.id)
-            try:
-                captured = payment is not None and capture_payment(payment=payment)
-            except ProviderUnavailable:
+            outcome = capture_for_order(payment) if payment is not None else None
+            if outcome == "captured":
+                payment.refresh_from_db()
+                taken = format_money(payment.captured_amount, payment.currency)
+                self.message_user(request, f"Order {order.id}: captured {taken}.", messages.SUCCESS)
+            elif outcome == "waiting":
                 self.message_user(
                     request,
                     f"Order {order.id}: the payment provider is unavailable, nothing captured yet: try again.",
                     messages.WARNING,
                 )
-            except ProviderRefused as error:
-                self.message_user(request, f"Order {order.id}: {error}", messages.ERROR)
+            elif outcome == "lapsed":
+                self.message_user(
+                    request,
+                    f"Order {order.id}: its authorization lapsed, nothing can be captured: "
+                    "ask the shopper to pay again, or cancel it.",
+                    messages.ERROR,
+                )
+            elif outcome == "refused":
+                self.message_user(
+                    request, f"Order {order.id}: the provider refused the capture (see its timeline).", messages.ERROR
+                )
             else:
-                if captured:
-                    money = format_money(payment.amount, payment.currency)
-                    self.message_user(request, f"Order {order.id}: captured {money}.", messages.SUCCESS)
-                else:
-                    self.message_user(request, f"Order {order.id}: nothing to capture.", messages.WARNING)
+                self.message_user(request, f"Order {order.id}: nothing to capture.", messages.WARNING)
 
     @admin.action(description="Void the payment of selected paid orders (cancels them)", permissions=["change"])
     def void_payments(self, request, queryset):

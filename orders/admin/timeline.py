@@ -42,6 +42,10 @@ def event_summary(event: OutboxEvent, currency: str) -> str:
             parts = [money("captured_amount") or money("amount"), data.get("payment_id")]
         case "PaymentVoided":
             parts = [money("amount"), data.get("payment_id")]
+        case "PaymentCaptureRefused" | "OrderPaymentLapsed":
+            parts = [data.get("payment_id"), data.get("reason")]
+        case "OrderPaymentRequested":
+            parts = [money("total"), f"by {data['expires_at']}" if data.get("expires_at") else ""]
         case "RefundRequested" | "RefundCompleted":
             attempt = f"attempt {data['attempt']}" if data.get("attempt") else ""
             parts = [f"{money('amount')} ({data.get('reason')})", _units(data.get("lines")), attempt]

@@ -14,6 +14,7 @@ class Notification(models.Model):
         RETURN_DECIDED = "return_decided", "Return approved or rejected"
         RETURN_RECEIVED = "return_received", "Return received"
         LINES_CANCELLED = "lines_cancelled", "Lines removed from the order"
+        PAYMENT_REQUESTED = "payment_requested", "Asked to pay again"
 
     order = models.ForeignKey("orders.Order", on_delete=models.PROTECT, related_name="notifications")
     kind = models.CharField(max_length=20, choices=Kind.choices)

@@ -17,6 +17,10 @@ class OrderStatus(models.TextChoices):
     # A queue-mode checkout the database could not take (the gate drifted, the
     # product went inactive): written so that the shopper sees why.
     REJECTED = "REJECTED", "Rejected"
+    # Paid, not shipped, and the money held for it is gone: the card issuer's
+    # authorization lapsed before a capture. Staff ask the shopper to pay again
+    # (back to PENDING_PAYMENT) or cancel it (orders/services/authorizations.py).
+    PAYMENT_LAPSED = "PAYMENT_LAPSED", "Payment lapsed"
 
 
 class OrderQuerySet(models.QuerySet):
@@ -97,6 +101,8 @@ class Order(models.Model):
                 name="order_pending_expires_at",
             ),
             models.Index(fields=["customer", "-id"], name="order_customer_newest"),
+            # Few and waiting for staff: the dashboard counts them on every view.
+            models.Index(fields=["id"], condition=Q(status=OrderStatus.PAYMENT_LAPSED), name="order_payment_lapsed"),
         ]
 
     def __str__(self) -> str:

@@ -9,7 +9,8 @@ from core.money import format_money
 
 class PaymentStatus(models.TextChoices):
     """Where a payment's money is (orders/transitions.py PAYMENT_TRANSITIONS moves it):
-    AUTHORIZED (held on the card), then CAPTURED (taken) or VOIDED (released);
+    AUTHORIZED (held on the card), then CAPTURED (taken), VOIDED (released) or
+    LAPSED (the hold ended before a capture);
     CAPTURING and VOIDING are the shop's claim on one of the two while the
     provider is asked (the claim decides a capture racing a void); REFUNDED once a
     refund of it completes; FAILED never held anything."""
@@ -21,6 +22,8 @@ class PaymentStatus(models.TextChoices):
     VOIDED = "voided", "Voided"
     REFUNDED = "refunded", "Refunded"
     FAILED = "failed", "Failed"
+    # The authorization ended before the shop captured it: nothing was taken.
+    LAPSED = "lapsed", "Authorization lapsed"
 
 
 class PaymentOutcome(models.TextChoices):
@@ -28,6 +31,8 @@ class PaymentOutcome(models.TextChoices):
     REFUNDED = "refunded", "Not applied, refunded"
     VOIDED = "voided", "Not applied, voided"
     FAILED = "failed", "Payment failed"
+    # It paid the order until its authorization lapsed: the order may be paid again.
+    LAPSED = "lapsed", "Paid the order, then lapsed"
 
 
 class RefundReason(models.TextChoices):
@@ -76,6 +81,12 @@ class Payment(models.Model):
     authorized_at = models.DateTimeField(null=True, blank=True)
     captured_at = models.DateTimeField(null=True, blank=True)
     voided_at = models.DateTimeField(null=True, blank=True)
+    # When the money held ends if not captured (PAYMENT_AUTHORIZATION_DAYS after the
+    # authorization): a paid order not shipped is captured a day before
+    # (orders/services/authorizations.py). Null for a payment that never held money.
+    authorization_ends_at = models.DateTimeField(null=True, blank=True)
+    # When order managers were told it ends soon (once per payment).
+    authorization_warned_at = models.DateTimeField(null=True, blank=True)
     # The signed body exactly as received, as text: jsonb cannot hold a \u0000 escape
     # and a provider may put one in any field, which must not cost us the payment.
     raw_body = models.TextField()
@@ -103,6 +114,11 @@ class Payment(models.Model):
                 name="payment_authorized_at_unless_failed",
             ),
             models.CheckConstraint(
+                condition=Q(authorized_at__isnull=True, authorization_ends_at__isnull=True)
+                | Q(authorized_at__isnull=False, authorization_ends_at__gt=F("authorized_at")),
+                name="payment_authorization_ends_after_it_starts",
+            ),
+            models.CheckConstraint(
                 condition=Q(status__in=CAPTURED_STATUSES, captured_at__isnull=False)
                 | (~Q(status__in=CAPTURED_STATUSES) & Q(captured_at__isnull=True)),
                 name="payment_captured_at_iff_captured",
@@ -111,6 +127,15 @@ class Payment(models.Model):
                 condition=Q(status=PaymentStatus.VOIDED, voided_at__isnull=False)
                 | (~Q(status=PaymentStatus.VOIDED) & Q(voided_at__isnull=True)),
                 name="payment_voided_at_iff_voided",
+            ),
+        ]
+        indexes = [
+            # The money held now, by when it ends (orders/services/authorizations.py, the dashboard).
+            models.Index(
+                fields=["authorization_ends_at"],
+                condition=Q(status__in=[PaymentStatus.AUTHORIZED, PaymentStatus.CAPTURING])
+                & Q(outcome=PaymentOutcome.APPLIED),
+                name="payment_held_ends_at",
             ),
         ]
 

@@ -34,7 +34,9 @@ def cancel_orders(*, order_ids: list[int], reason: str, now: datetime | None = N
     are exclusive. A paid order's payment is claimed for a void in the same
     transaction (AUTHORIZED -> VOIDING): a capture racing it cannot also win,
     and a payment already captured (or being captured) keeps its order; the
-    `payments` consumer then has the provider release the money (OrderCancelled)."""
+    `payments` consumer then has the provider release the money (OrderCancelled).
+    An order whose payment lapsed (PAYMENT_LAPSED) is cancelled as a paid one,
+    with no money to release."""
     if not order_ids:
         return []
     now = now or timezone.now()
@@ -46,7 +48,8 @@ def cancel_orders(*, order_ids: list[int], reason: str, now: datetime | None = N
     paid = [
         (order_id, customer)
         for order_id, customer, status in found
-        if status == OrderStatus.PAID and voidable and claim_void(order_id=order_id)
+        if (status == OrderStatus.PAID and voidable and claim_void(order_id=order_id))
+        or status == OrderStatus.PAYMENT_LAPSED  # its money is gone already: nothing to void
     ]
     return _cancel_locked(pending, reason=reason, now=now, paid=paid)
 

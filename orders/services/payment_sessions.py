@@ -40,7 +40,7 @@ def start_payment(*, customer_id: int, order_id: int) -> tuple[PaymentSession, b
         _pay_nothing(order)
         raise OrderNotPayable("Nothing to pay: the order is paid.", order_id=order.id, status=OrderStatus.PAID)
     latest = order.payment_sessions.order_by("-attempt").first()
-    if latest is not None and latest.expires_at > now and not _declined_since(latest):
+    if latest is not None and latest.expires_at > now and not _spent_since(latest):
         session, created = latest, False
     else:
         session, created = _new_session(order, now, attempt=latest.attempt + 1 if latest else 1)
@@ -49,11 +49,14 @@ def start_payment(*, customer_id: int, order_id: int) -> tuple[PaymentSession, b
     return session, created
 
 
-def _declined_since(session: PaymentSession) -> bool:
+def _spent_since(session: PaymentSession) -> bool:
     """Whether a payment of the session's order failed since it opened (the
-    shopper declined, the card was refused): the next call starts a new attempt."""
+    shopper declined, the card was refused) or paid and then lapsed (staff asked
+    for the order to be paid again): the next call starts a new attempt."""
     return Payment.objects.filter(
-        order_id=session.order_id, status=Payment.Status.FAILED, received_at__gte=session.created_at
+        order_id=session.order_id,
+        status__in=[Payment.Status.FAILED, Payment.Status.LAPSED],
+        received_at__gte=session.created_at,
     ).exists()
 
 

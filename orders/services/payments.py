@@ -7,7 +7,9 @@ consumer or staff). Each step is one conditional update of the payment
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -39,7 +41,14 @@ class PaymentResult:
 
 @transaction.atomic
 def handle_payment_webhook(
-    *, payment_id: str, order_id: int, amount: int, currency: str, status: str, raw_body: str
+    *,
+    payment_id: str,
+    order_id: int,
+    amount: int,
+    currency: str,
+    status: str,
+    raw_body: str,
+    held_since: datetime | None = None,
 ) -> PaymentResult:
     """Apply one provider callback exactly once, and in order.
 
@@ -55,8 +64,12 @@ def handle_payment_webhook(
     more (expired, cancelled, already paid) or the money does not match, an
     authorization is voided (with a manual capture: no money moved) and a
     capture is refunded, and the order is left as it is.
+
+    `held_since`: when the provider says it authorized (a delivery may come
+    days later); the hold's end is counted from it (PAYMENT_AUTHORIZATION_DAYS).
     """
     now = timezone.now()
+    held = min(held_since or now, now)
     order = Order.objects.filter(id=order_id).first() if order_id < 2**63 else None
     captured = status in (CAPTURED, SUCCEEDED)
     payment = Payment(
@@ -68,7 +81,8 @@ def handle_payment_webhook(
         status=Payment.Status.CAPTURED if captured else Payment.Status(status),
         outcome=Payment.Outcome.FAILED,
         received_at=now,
-        authorized_at=None if status == FAILED else now,
+        authorized_at=None if status == FAILED else held,
+        authorization_ends_at=None if status == FAILED else authorization_ends(held),
         captured_at=now if captured else None,
         raw_body=raw_body,
     )
@@ -78,7 +92,8 @@ def handle_payment_webhook(
             # Failed, then succeeded under the same id: the payment as if told now (for the order it names now).
             Payment.objects.filter(id=known.id).update(
                 status=payment.status,
-                authorized_at=now,
+                authorized_at=held,
+                authorization_ends_at=authorization_ends(held),
                 captured_at=payment.captured_at,
                 amount=amount,
                 captured_amount=payment.captured_amount,
@@ -97,6 +112,11 @@ def handle_payment_webhook(
         transaction.on_commit(lambda: PAYMENTS.labels("failed").inc())
         return PaymentResult(payment, redelivered=False)  # the order waits for another try or expiry
     return _apply(payment, order, captured=captured, now=now)
+
+
+def authorization_ends(authorized_at: datetime) -> datetime:
+    """When money authorized then is released by the card issuer unless captured."""
+    return authorized_at + timedelta(days=settings.PAYMENT_AUTHORIZATION_DAYS)
 
 
 def _lock_known(payment_id: str, order: Order | None) -> Payment:

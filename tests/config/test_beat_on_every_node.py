@@ -15,7 +15,7 @@ from orders.services import expire_unpaid_orders
 from outbox.models import OutboxEvent
 from outbox.services import purge_published_events, record_event
 from tests.factories import UserFactory, product_with_stock
-from tests.helpers import expire_now, place_pending_order, run_in_threads
+from tests.helpers import expire_now, place_pending_order, post_webhook, run_in_threads
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -24,6 +24,7 @@ def test_the_schedule_holds_only_jobs_shown_safe_twice():
     # A new job joins this list with a test below (or a lock) showing two beats cannot double its effect.
     assert {job["task"] for job in settings.CELERY_BEAT_SCHEDULE.values()} == {
         "orders.tasks.expire_unpaid_orders_task",  # below
+        "orders.tasks.capture_ending_authorizations_task",  # below
         "outbox.tasks.publish_outbox_task",  # the relay's leader lock
         "outbox.tasks.purge_published_events_task",  # below
     }
@@ -49,3 +50,33 @@ def test_two_purges_at_once_delete_each_event_once():
     OutboxEvent.objects.update(published_at=timezone.now() - timedelta(days=30))
     counts = run_in_threads([lambda: purge_published_events(batch_size=25)] * 2)
     assert sum(counts) == 300 and not OutboxEvent.objects.exists()
+
+
+def test_two_authorization_runs_at_once_capture_each_payment_once_and_tell_of_it_once(redis, settings):
+    from django.core import mail
+    from django.test import Client
+
+    from orders.models import Payment
+    from orders.services.authorizations import capture_ending_authorizations
+    from tests.orders.conftest import PaymentProvider
+
+    provider = PaymentProvider()
+    settings.PAYMENT_PROVIDER_URL = provider.url
+    try:
+        UserFactory(is_staff=True, is_superuser=True)  # someone to tell (the staff groups are flushed here)
+        product_with_stock(sku="A", price=100, available=100)
+        orders = [place_pending_order(redis, user, {"A": 1}) for user in UserFactory.create_batch(20)]
+        for order in orders:
+            post_webhook(Client(), payment_id=f"pay_{order.id}", order_id=order.id, amount=100, status="authorized")
+        ends = max(Payment.objects.values_list("authorization_ends_at", flat=True))
+        runs = run_in_threads([lambda: capture_ending_authorizations(now=ends - timedelta(hours=1))] * 2)
+    finally:
+        provider.stop()
+    ids = sorted(order.id for order in orders)
+    assert sorted(set(runs[0].captured) | set(runs[1].captured)) == ids
+    assert sorted(runs[0].warned + runs[1].warned) == ids  # each told of once, by one run or the other
+    assert sum(len(message.body.splitlines()) - 2 for message in mail.outbox) == 20
+    assert Payment.objects.filter(status=Payment.Status.CAPTURED).count() == 20
+    assert OutboxEvent.objects.filter(event_type="PaymentCaptured").count() == 20
+    keys = {key for key, _ in provider.called("captures")}
+    assert keys == {f"capture-{payment_id}" for payment_id in Payment.objects.values_list("id", flat=True)}

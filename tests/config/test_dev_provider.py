@@ -1,12 +1,14 @@
-"""The development payment provider (config/dev_provider.py): its JSON API answers a
-repeated call alike and acts once, plays outages when asked, and its pay page sends
-the signed webhooks before it answers. The routes are mounted here as `make run`
-mounts them (config/urls.py adds them only when DEBUG was on at import)."""
+"""The development payment provider (config/dev_provider.py): its JSON API answers
+only the shop (its API key), answers a repeated call alike and acts once, plays
+outages when asked, and its pay page sends the signed webhooks before it answers.
+The routes are mounted here as `make run` mounts them (config/urls.py adds them only
+when DEBUG was on at import)."""
 
 import json
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 
@@ -15,9 +17,12 @@ from django.test import Client
 from django.urls import include, path
 
 from config import dev_provider
+from orders import provider_simulator
 from orders.signatures import verify_signature
 
 urlpatterns = [path("dev/payment-provider/", include("config.dev_provider_urls"))]
+
+KEY = "the-shops-provider-key"
 
 SESSION = {
     "order_id": 42,
@@ -74,6 +79,7 @@ class Shop:
 def dev_routes(settings):
     settings.ROOT_URLCONF = __name__
     settings.DEV_PROVIDER_FAILURE = ""
+    settings.PAYMENT_PROVIDER_KEY = KEY
 
 
 @pytest.fixture
@@ -84,9 +90,11 @@ def shop(settings):
     running.stop()
 
 
-def call(name: str, body, *, key: str | None = "key-1"):
-    """POST a JSON API call (`body` as JSON, or a str sent as it is)."""
+def call(name: str, body, *, key: str | None = "key-1", authorization: str | None = f"Bearer {KEY}"):
+    """POST a JSON API call (`body` as JSON, or a str sent as it is) as the shop does."""
     headers = {"HTTP_IDEMPOTENCY_KEY": key} if key else {}
+    if authorization is not None:
+        headers["HTTP_AUTHORIZATION"] = authorization
     return Client().post(f"/dev/payment-provider/{name}", body, content_type="application/json", **headers)
 
 
@@ -328,3 +336,66 @@ def test_a_call_without_an_idempotency_key_is_a_400(redis, name, body):
     answer = call(name, body, key=None)
     assert answer.status_code == 400 and answer.json() == {"error": "Idempotency-Key is required"}
     assert redis.keys("dev-provider:*") == []
+
+
+@pytest.mark.parametrize(
+    "name, body", [("sessions", SESSION), ("captures", CAPTURE), ("voids", VOID), ("refunds", REFUND)]
+)
+@pytest.mark.parametrize(
+    "authorization", [None, "", f"Bearer {KEY}x", f"Bearer {KEY[:-1]}", KEY, f"Token {KEY}", "Bearer ключ"]
+)
+def test_a_call_without_the_shops_key_is_a_401_and_does_nothing(redis, shop, monkeypatch, name, body, authorization):
+    later = acts_after_answering(monkeypatch)
+    refused = call(name, body, authorization=authorization)
+    assert refused.status_code == 401 and isinstance(refused.json()["error"], str)
+    assert redis.keys("dev-provider:*") == [] and later == [] and shop.deliveries == []
+
+    # Nothing kept for its Idempotency-Key: the shop's own call with it acts.
+    accepted = call(name, body)
+    assert accepted.status_code == 200 and redis.exists("dev-provider:key-1")
+    if name == "sessions":
+        assert stored_session(redis, accepted.json()) == {**SESSION, "status": "open"}
+    if name == "refunds":
+        assert later == [("_confirm", (REFUND,))]
+
+
+def test_an_empty_key_opens_nothing(settings, redis):
+    settings.PAYMENT_PROVIDER_KEY = ""
+    assert call("sessions", SESSION, authorization="Bearer ").status_code == 401
+    assert call("sessions", SESSION, authorization="").status_code == 401
+    assert redis.keys("dev-provider:*") == []
+
+
+def test_pay_form_cannot_change_what_is_paid(shop):
+    session = open_session()
+    forged = {"action": "pay", "amount": 1, "order_id": 99, "currency": "USD", "capture": "automatic"}
+    Client().post(f"/dev/payment-provider/pay/{session['id']}", forged)
+    [event] = shop.events()
+    assert (event["order_id"], event["amount"], event["currency"], event["status"]) == (42, 2338, "EUR", "authorized")
+
+
+def test_the_shops_client_sends_its_key(settings, shop):
+    settings.PAYMENT_PROVIDER_URL = shop.url  # records whatever it is sent, on any path
+    provider_simulator.void(idempotency_key="void-1", payment_id="pay_sim_1")
+    [(headers, _)] = shop.deliveries
+    assert headers["Authorization"] == f"Bearer {KEY}" and headers["Idempotency-Key"] == "void-1"
+
+
+def test_twenty_sessions_at_once_from_the_shops_client_all_open(settings, live_server, redis):
+    """The simulator in a server of its own, as `make run` starts it (Procfile `provider`):
+    20 shoppers paying at once all get their session, and its pay page on that server."""
+    settings.PAYMENT_PROVIDER_URL = f"{live_server.url}/dev/payment-provider"
+    together = threading.Barrier(20)
+
+    def start(order_id: int) -> dict:
+        together.wait()
+        return provider_simulator.create_session(
+            idempotency_key=f"session-{order_id}", **{**SESSION, "order_id": order_id}
+        )
+
+    with ThreadPoolExecutor(20) as pool:
+        sessions = list(pool.map(start, range(1, 21)))
+    assert len({session["id"] for session in sessions}) == 20
+    assert all(session["pay_url"].startswith(f"{live_server.url}/dev/payment-provider/pay/") for session in sessions)
+    stored = sorted(stored_session(redis, session)["order_id"] for session in sessions)
+    assert stored == list(range(1, 21))

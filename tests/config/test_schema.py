@@ -34,6 +34,7 @@ EXPECTED = {
     ("/api/orders/{order_id}/returns", "get"): (None, {"200": "Return"}),
     ("/api/orders/{order_id}/returns", "post"): ("NewReturnRequest", {"201": "Return"}),
     ("/api/payments/webhook", "post"): ("ProviderNotificationRequest", {"200": "ProviderReceipt"}),
+    ("/api/payments/stripe/webhook", "post"): ("StripeEventRequest", {"200": "StripeReceipt"}),
 }
 # Statuses each operation really answers besides its successes (every one tested elsewhere).
 ERRORS = {
@@ -62,6 +63,7 @@ ERRORS = {
     ("/api/orders/{order_id}/returns", "get"): {401, 404, 503},
     ("/api/orders/{order_id}/returns", "post"): {400, 401, 404, 409, 413, 415, 422, 503},
     ("/api/payments/webhook", "post"): {400, 401, 413, 415, 503},
+    ("/api/payments/stripe/webhook", "post"): {400, 401, 413, 503},
 }
 
 
@@ -204,6 +206,7 @@ def test_operation_ids_are_stable(schema):
         ("/api/orders/{order_id}/returns", "get"): "orders_returns_list",
         ("/api/orders/{order_id}/returns", "post"): "orders_returns_create",
         ("/api/payments/webhook", "post"): "payments_webhook_create",
+        ("/api/payments/stripe/webhook", "post"): "payments_stripe_webhook_create",
     }
 
 

@@ -46,7 +46,7 @@ def captured(order) -> Payment:
 
 
 def shipped(order) -> Payment:
-    """Paid (authorized), shipped, and its money captured on shipment."""
+    """Paid (authorized), then shipped: its money captured first."""
     return ship(order, payment_id=f"pay_{order.id}")
 
 
@@ -122,8 +122,8 @@ def test_order_page_shows_each_lines_counts_money_returns_refunds_and_the_timeli
         "OrderCreated 2 x A, 1 x B, €30.00",
         f"OrderPaid €30.00, {payment.provider_payment_id}",
         f"PaymentAuthorized €30.00, {payment.provider_payment_id}",
-        "OrderShipped 2 x A, 1 x B",
         f"PaymentCaptured €30.00, {payment.provider_payment_id}",
+        "OrderShipped 2 x A, 1 x B",
         f"ReturnRequested 1 x A, “too small”, return {returned.id}",
         "RefundRequested €12.50 (return), 1 x A",
         f"ReturnReceived 1 x A restock, €12.50 refunded, return {returned.id}",
@@ -372,7 +372,9 @@ def test_receive_page_restocks_and_writes_off_each_line_and_reports_the_refund(o
 
 def test_receive_page_refused_by_the_service_says_why(order_manager, provider, order):
     authorize(order)
-    mark_order_shipped(order_id=order.id)  # shipped, its capture not done yet
+    mark_order_shipped(order_id=order.id)
+    # As an order shipped before shipping captured first: its payment still only authorized.
+    Payment.objects.filter(order=order).update(status=Payment.Status.AUTHORIZED, captured_at=None, captured_amount=0)
     returned = return_of(order, B=1)
     [line] = ReturnLine.objects.filter(return_request=returned)
     refused = post(order_manager, f"/admin/orders/return/{returned.id}/receive/", {f"line_{line.id}": "restock"})

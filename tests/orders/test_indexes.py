@@ -23,6 +23,8 @@ def test_orders_and_lines_carry_only_the_indexes_their_queries_use():
             "(customer_id, idempotency_key)",
             "(customer_id, id DESC)",  # orders: key, the shopper's list
             "(expires_at) WHERE ((status)::text = 'PENDING_PAYMENT'::text)",  # expiry
+            # the dashboard's count of lapsed payments (written only for an order in that status)
+            "(id) WHERE ((status)::text = 'PAYMENT_LAPSED'::text)",
             "(id)",
             "(order_id, sku)",
             "(sku)",  # lines: an order's (unique), a product's

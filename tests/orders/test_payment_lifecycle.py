@@ -8,6 +8,7 @@ from django.db import connection
 from django.test import Client
 
 from core.outages import failed_service
+from orders.exceptions import PaymentProviderUnavailable
 from orders.handlers import capture_on_shipment, void_on_cancellation, void_what_paid_no_order
 from orders.models import Notification, Order, OrderStatus, Payment, PaymentSession, Refund
 from orders.provider import ProviderUnavailable
@@ -190,19 +191,37 @@ def test_a_capture_racing_a_void_has_one_winner_50_times(provider, redis):
     connection.close()
 
 
-def test_the_provider_down_during_capture_is_an_outage_and_captures_once_when_back(provider, shopper_order):
+def test_the_provider_down_during_capture_keeps_the_order_unshipped_and_captures_once_when_back(
+    provider, shopper_order
+):
     _, order = shopper_order
     payment = authorize(order)
-    mark_order_shipped(order_id=order.id)
-    [shipped] = events(order, "OrderShipped")
     provider.unavailable = 100
-    with pytest.raises(ProviderUnavailable) as raised:
-        capture_on_shipment(consumer_event("OrderShipped", **shipped))
-    assert failed_service(raised.value) == "network"  # the consumer retries it, never dead-letters it
+    with pytest.raises(PaymentProviderUnavailable):
+        mark_order_shipped(order_id=order.id)
+    assert Order.objects.get(id=order.id).status == OrderStatus.PAID and not events(order, "OrderShipped")
     payment.refresh_from_db()
     assert payment.status == Payment.Status.CAPTURING  # claimed; the provider not yet answered
     provider.unavailable = 0
-    capture_on_shipment(consumer_event("OrderShipped", **shipped))
+    mark_order_shipped(order_id=order.id)
+    payment.refresh_from_db()
+    assert payment.status == Payment.Status.CAPTURED and len(events(order, "PaymentCaptured")) == 1
+    assert Order.objects.get(id=order.id).status == OrderStatus.SHIPPED
+    assert {key for key, _ in provider.called("captures")} == {f"capture-{payment.id}"}  # one capture, retried
+
+
+def test_an_order_shipped_before_capture_came_first_still_has_its_money_taken_by_the_consumer(provider, shopper_order):
+    """OrderShipped of an order shipped uncaptured (before shipping captured first):
+    the `payments` consumer takes the money, and retries an outage, never dead-letters it."""
+    _, order = shopper_order
+    payment = authorize(order)
+    Order.objects.filter(id=order.id).update(status=OrderStatus.SHIPPED)
+    provider.unavailable = 100
+    with pytest.raises(ProviderUnavailable) as raised:
+        capture_on_shipment(consumer_event("OrderShipped", order_id=order.id))
+    assert failed_service(raised.value) == "network"
+    provider.unavailable = 0
+    capture_on_shipment(consumer_event("OrderShipped", order_id=order.id))
     payment.refresh_from_db()
     assert payment.status == Payment.Status.CAPTURED and len(events(order, "PaymentCaptured")) == 1
     assert {key for key, _ in provider.called("captures")} == {f"capture-{payment.id}"}  # one capture, retried

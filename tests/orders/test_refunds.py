@@ -203,6 +203,7 @@ def test_the_dev_simulator_answers_a_retry_alike_and_confirms_once(live_server, 
         body,
         content_type="application/json",
         HTTP_IDEMPOTENCY_KEY=refund.idempotency_key,
+        HTTP_AUTHORIZATION=f"Bearer {settings.PAYMENT_PROVIDER_KEY}",
     )
     answers = {dev_provider.refunds(call).content for _ in range(3)}
     assert len(answers) == 1

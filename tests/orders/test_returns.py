@@ -16,7 +16,6 @@ from inventory.services import stock_audit
 from orders.exceptions import ReturnNotDecidable, ReturnNotReceivable
 from orders.models import Order, OrderItem, OrderStatus, Payment, Refund, Return
 from orders.services import approve_return, mark_order_shipped, receive_return, reject_return
-from orders.services.payments import capture_payment
 from outbox.models import OutboxEvent
 from tests.factories import product_with_stock
 from tests.helpers import place_pending_order, post_webhook, run_in_threads, shopper_client
@@ -25,15 +24,14 @@ pytestmark = pytest.mark.django_db
 
 
 def ship(order, payment_id: str = "pay_r") -> Payment:
-    """Paid (authorized), shipped, and its money captured on shipment."""
+    """Paid (authorized), then shipped: its money captured first."""
     response = post_webhook(
         Client(), payment_id=payment_id, order_id=order.id, amount=order.total_amount, status="authorized"
     )
     assert response.status_code == 200, response.content
     mark_order_shipped(order_id=order.id)
     payment = Payment.objects.get(provider_payment_id=payment_id)
-    assert capture_payment(payment=payment)
-    payment.refresh_from_db()
+    assert payment.status == Payment.Status.CAPTURED
     return payment
 
 

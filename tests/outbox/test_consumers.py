@@ -295,6 +295,7 @@ def test_the_handlers_tests_register_do_not_outlive_them(consumer_handlers):
         send_lines_removed_notice,
         send_order_confirmation,
         send_payment_receipt,
+        send_payment_request,
         send_refund_completed,
         send_refund_notice,
         send_return_decision,
@@ -329,6 +330,7 @@ def test_the_handlers_tests_register_do_not_outlive_them(consumer_handlers):
             "ReturnApproved": send_return_decision,
             "ReturnRejected": send_return_decision,
             "ReturnReceived": send_return_received,
+            "OrderPaymentRequested": send_payment_request,
         },
         "payments": {
             "RefundRequested": submit_requested_refund,

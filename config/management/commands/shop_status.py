@@ -13,6 +13,11 @@ class Command(BaseCommand):
         w = self.stdout.write
         w(f"orders pending payment:   {status['pending_orders']}")
         w(f"  expiring in next minute:{status['expiring_soon']:>5}")
+        ending = status["authorizations_ending"]
+        w(f"paid, not shipped, authorization ending within a day: {len(ending)}")
+        for order_id, ends_at, payment_id in ending:
+            w(f"  order {order_id:<8} {payment_id:<32} held until {ends_at:%Y-%m-%d %H:%M} UTC")
+        w(f"orders whose payment lapsed (pay again or cancel): {status['payments_lapsed']}")
         age = status["outbox_oldest_age_seconds"]
         w(f"outbox waiting for Kafka: {status['outbox_backlog']}" + (f" (oldest {age:.0f} s)" if age else ""))
         w("consumers (committed offset / end of partition, summed):")
