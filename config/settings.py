@@ -540,5 +540,7 @@ LOGGING = {
         "django.server": {"level": "ERROR"},
         # A foreign Host header is answered 400: a WARNING line, not an ERROR with a traceback.
         "django.security.DisallowedHost": {"filters": ["client_mistake"]},
+        # Stripe's library logs two INFO lines per API call; its failures reach us as exceptions.
+        "stripe": {"level": "WARNING"},
     },
 }
