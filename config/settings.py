@@ -437,6 +437,20 @@ RATE_LIMITS = {
     "voucher_address": env("RATE_LIMIT_VOUCHER_ADDRESS", "60/hour"),  # voucher codes entered per client address
 }
 
+# --- Accounts (docs/architecture.md, "Accounts") ---------------------------------
+# Where the links in the shop's e-mails point (password reset, e-mail verification):
+# the storefront, which passes uid and token on to the API.
+SHOP_PUBLIC_URL = env("SHOP_PUBLIC_URL", "http://127.0.0.1:8000")
+# A password-reset link dies after this (Django's token generator), or when the password changes.
+PASSWORD_RESET_TIMEOUT = env_int("PASSWORD_RESET_TIMEOUT", 3600)
+# Checkout refuses (403 email_not_verified) a shopper whose e-mail is not verified.
+REQUIRE_VERIFIED_EMAIL_TO_CHECKOUT = env_bool("REQUIRE_VERIFIED_EMAIL_TO_CHECKOUT", False)
+RATE_LIMITS |= {
+    "password_reset": env("RATE_LIMIT_PASSWORD_RESET", "5/hour"),  # reset e-mails asked for, per e-mail address
+    "password_reset_address": env("RATE_LIMIT_PASSWORD_RESET_ADDRESS", "20/hour"),  # per client address
+    "verify_email": env("RATE_LIMIT_VERIFY_EMAIL", "5/hour"),  # verification e-mails sent, per account
+}
+
 # --- Email (console locally) ------------------------------------------------
 EMAIL_BACKEND = env("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 EMAIL_HOST = env("EMAIL_HOST", "localhost")

@@ -88,6 +88,35 @@ class Address(models.Model):
         return f"{self.name}, {self.city} ({self.country})"
 
 
+class Account(models.Model):
+    """What the shop knows of a shopper's account beyond Django's user: whether
+    their e-mail address is verified (and which one: a changed address is kept
+    pending until its own link is followed), and whether the account was erased
+    (docs/architecture.md, "Accounts"). A user without a row has verified nothing."""
+
+    customer = models.OneToOneField(
+        settings.AUTH_USER_MODEL, primary_key=True, on_delete=models.CASCADE, related_name="account"
+    )
+    # The address whose link was followed, and when: verified while it is still the user's e-mail.
+    verified_email = models.EmailField(blank=True, default="")
+    email_verified_at = models.DateTimeField(null=True, blank=True)
+    # A new address asked for (PUT /api/auth/me/email): it replaces the e-mail once verified.
+    pending_email = models.EmailField(blank=True, default="")
+    erased_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(verified_email="", email_verified_at__isnull=True)
+                | (~models.Q(verified_email="") & models.Q(email_verified_at__isnull=False)),
+                name="account_verified_email_has_its_moment",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"account of {self.customer_id}"
+
+
 class LoyaltyReason(models.TextChoices):
     ORDER_PAID = "order_paid", "Order paid"
     ORDER_REFUNDED = "order_refunded", "Refund completed"
