@@ -14,6 +14,7 @@ from cart.storage import StoredCart
 from core import ratelimit
 from core.hotcache import CachedProduct, hot_cache
 from inventory.stock_hints import fresh_available_hints, remember_available
+from shop.established import is_established
 from shop.exceptions import ShippingMethodUnavailable, ShippingMethodUnknown, VoucherRefused
 from shop.models import Product
 from shop.pricing import PromotionRule
@@ -313,7 +314,8 @@ def set_voucher(*, code: str, address: str, customer_id: int | None = None, toke
         live=live,
         generation=generation,
         per_shopper=per_shopper,
-        per_address=ratelimit.window("voucher_address", address),
+        # An established shopper's attempts count against their own window only (shop/established.py).
+        per_address=ratelimit.window(None if is_established(customer_id=customer_id) else "voucher_address", address),
     )
     products, _ = catalog_for(list(cart.lines))
     on_sale = {sku: q for sku, q in cart.lines.items() if products.get(sku) is not None and products[sku].is_active}

@@ -27,6 +27,7 @@ urlpatterns = [
     # The busiest first: Django tries the patterns in order, every request.
     path("api/", include("cart.urls")),
     path("api/", include("inventory.urls")),
+    # orders before shop: orders' auth/me (GET shop's view, DELETE the erasure) must win.
     path("api/", include("orders.urls")),
     path("api/", include("shop.urls")),
     *([path("dev/payment-provider/", include("config.dev_provider_urls"))] if SIMULATOR else []),

@@ -4,12 +4,16 @@ expires), with a cache that keeps the hot paths free of SQL.
 A token is 64 hex characters. Anything else is refused before any query or
 Redis call. Caches are keyed by the digest, never by the token itself: a Redis
 dump or a process's memory does not hand out working tokens.
+
+With the user, a token's entry keeps facts the apps above need on their hot
+paths (`remembered_with_users`): they are worked out when the token is
+remembered, so that reading them costs no query.
 """
 
 import json
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
 from django.contrib.auth import get_user_model
@@ -45,13 +49,40 @@ def _well_formed(token: bytes | str) -> str:
     return token.decode()
 
 
+# What the apps above keep with a remembered user, so that their hot paths need no
+# query for it (shop/established.py: whether the e-mail is verified; orders: whether
+# an order was paid): each source, a function of users -> {user id: {fact: a JSON
+# value}}, is asked whenever tokens are remembered (issued, or read from the
+# database); the answer is the user's `remembered_facts`, in Redis and in memory.
+_FACT_SOURCES: dict[str, Callable[[list], dict[int, dict]]] = {}
+
+
+def remembered_with_users(source: Callable[[list], dict[int, dict]]) -> Callable[[list], dict[int, dict]]:
+    """Register a source of facts kept with remembered users (a decorator; a
+    source registered again by its module replaces itself)."""
+    _FACT_SOURCES[f"{source.__module__}.{source.__qualname__}"] = source
+    return source
+
+
+def _user_facts(users: list) -> dict[int, dict]:
+    facts: dict[int, dict] = {user.pk: {} for user in users}
+    for source in _FACT_SOURCES.values():
+        for user_id, found in source(users).items():
+            facts[user_id].update(found)
+    return facts
+
+
 def remember_tokens(tokens: Iterable[AuthToken]) -> None:
     """Write-through: a token is in Redis from the moment it is issued (tokens
-    made with bulk_create, which sends no signals, are passed here by hand)."""
+    made with bulk_create, which sends no signals, are passed here by hand),
+    with its user's facts (one query per source for all the tokens)."""
     now = time.time()
+    tokens = list(tokens)
+    facts = _user_facts(list({token.user.pk: token.user for token in tokens}.values()))
     with get_redis_connection("default").pipeline(transaction=False) as pipe:
         for token in tokens:
             user = token.user
+            user.remembered_facts = facts[user.pk]
             expiry = token.expiry.timestamp() if token.expiry else None
             ttl = REDIS_TOKEN_SECONDS if expiry is None else min(REDIS_TOKEN_SECONDS, int(expiry - now))
             if ttl <= 0:
@@ -64,7 +95,8 @@ def remember_tokens(tokens: Iterable[AuthToken]) -> None:
                 "is_staff": user.is_staff,
                 "date_joined": user.date_joined.isoformat(),
             }
-            pipe.set(_redis_key(token.digest), json.dumps({"user": fields, "expiry": expiry}), ex=ttl)
+            entry = {"user": fields, "facts": facts[user.pk], "expiry": expiry}
+            pipe.set(_redis_key(token.digest), json.dumps(entry), ex=ttl)
         pipe.execute()
 
 
@@ -103,6 +135,7 @@ class CachedTokenAuthentication(TokenAuthentication):
         digest = token_digest(_well_formed(token))
         cached = hot_cache.tokens.get(digest)
         if cached is not None and cached[1] > time.monotonic() and _alive(cached[2]):
+            _LAST_DIGEST[cached[0][0].pk] = digest
             return cached[0]
         hot_cache.ensure_generation()
         found = self._from_redis(digest) or self._from_database(token)
@@ -122,6 +155,7 @@ class CachedTokenAuthentication(TokenAuthentication):
         joined = fields.pop("date_joined", None)  # absent from entries written before it was kept
         user = get_user_model()(**fields)
         user.date_joined = datetime.fromisoformat(joined) if joined else None  # None: unknown, not "now"
+        user.remembered_facts = cached.get("facts")  # None: an entry written before facts were kept
         user._state.adding = False
         if not user.is_active:
             raise AuthenticationFailed("User inactive or deleted.")
@@ -155,6 +189,7 @@ def remembered_user(authorization: str, *, or_from_redis: bool = False):
     digest = token_digest(token)
     cached = hot_cache.tokens.get(digest)
     if cached is not None and cached[1] > time.monotonic() and _alive(cached[2]):
+        _LAST_DIGEST[cached[0][0].pk] = digest
         return cached[0][0]
     if not or_from_redis:
         return None
@@ -167,13 +202,45 @@ def remembered_user(authorization: str, *, or_from_redis: bool = False):
     return _remember(digest, found)[0]
 
 
+# user id -> the digest of the token this process authenticated them with last: the
+# entry itself is the token's (hot_cache.tokens), so it lives and dies with it.
+_LAST_DIGEST: dict[int, str] = {}
+
+
 def _remember(digest: str, found: tuple) -> tuple:
     """(user, token) of `found` ((user, token), expiry), kept in this process's
-    memory for TOKEN_CACHE_SECONDS."""
-    from core.hotcache import hot_cache  # see authenticate_credentials
+    memory for TOKEN_CACHE_SECONDS, and noted as its user's last."""
+    from core.hotcache import MAX_ENTRIES, hot_cache  # see authenticate_credentials
 
     hot_cache.remember(hot_cache.tokens, digest, (found[0], time.monotonic() + TOKEN_CACHE_SECONDS, found[1]))
+    if len(_LAST_DIGEST) >= MAX_ENTRIES:
+        _LAST_DIGEST.clear()
+    _LAST_DIGEST[found[0][0].pk] = digest
     return found[0]
+
+
+def remembered_user_by_id(user_id: int):
+    """The user this process authenticated last with any of their tokens, as
+    remembered (with `remembered_facts`: None when unknown), or None when this
+    process holds that token no more: never a query, never a Redis call. For a
+    service called by a view with the user it has just authenticated
+    (shop/established.py)."""
+    from core.hotcache import hot_cache  # see authenticate_credentials
+
+    cached = hot_cache.tokens.get(_LAST_DIGEST.get(user_id, ""))
+    if cached is None or cached[1] <= time.monotonic() or not _alive(cached[2]) or cached[0][0].pk != user_id:
+        return None
+    return cached[0][0]
+
+
+def forget_remembered_user(user_id: int, digests: list[str]) -> None:
+    """This process's memory of those tokens of the user dropped (Redis is the
+    caller's: forget_tokens)."""
+    from core.hotcache import hot_cache  # see authenticate_credentials
+
+    _LAST_DIGEST.pop(user_id, None)
+    for digest in digests:
+        hot_cache.tokens.pop(digest, None)
 
 
 def _alive(expiry: float | None) -> bool:

@@ -38,6 +38,9 @@ class ErrorCode(StrEnum):
     USERNAME_TAKEN = "username_taken"
     INVALID_CREDENTIALS = "invalid_credentials"
     WRONG_PASSWORD = "wrong_password"
+    INVALID_TOKEN = "invalid_token"  # a password-reset or e-mail verification link that is bad, used or expired
+    EMAIL_NOT_VERIFIED = "email_not_verified"  # REQUIRE_VERIFIED_EMAIL_TO_CHECKOUT and the e-mail is not verified
+    NOTHING_TO_VERIFY = "nothing_to_verify"  # a verification link asked for with no address, or a verified one
 
     # --- shop: vouchers ---------------------------------------------------------------
     VOUCHER_UNKNOWN = "voucher_unknown"
@@ -95,3 +98,7 @@ class ErrorCode(StrEnum):
     RETURN_NOT_DECIDABLE = "return_not_decidable"  # approved, rejected or received already
     INVALID_SIGNATURE = "invalid_signature"
     INVALID_WEBHOOK_BODY = "invalid_webhook_body"
+
+    # --- orders: a shopper's account erased (orders/services/erasure.py) ---------------
+    ACCOUNT_HAS_OPEN_ORDERS = "account_has_open_orders"  # an order awaiting payment or shipment, or a return open
+    ACCOUNT_IS_STAFF = "account_is_staff"  # staff and superusers are not erased as shoppers

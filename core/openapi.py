@@ -23,6 +23,7 @@ ErrorSerializer = inline_serializer(
 _DESCRIPTIONS = {
     400: "Malformed or invalid input",
     401: "Not authenticated",
+    403: "Not allowed (e.g. the e-mail is not verified)",
     404: "Not found",
     409: "Conflict with the current state",
     422: "Well-formed but cannot be processed",

@@ -188,7 +188,7 @@ class OrdersApi(ViewSetMixin, HotCacheApiView):
             201: OrderOutputSerializer,
             200: OrderOutputSerializer,
             202: OrderOutputSerializer,
-            **ERRORS(*BODY_ERRORS, 401, 409, 422, 429, 503),
+            **ERRORS(*BODY_ERRORS, 401, 403, 409, 422, 429, 503),
         },
         description="Check out the cart. 201: created; 200 with `Idempotent-Replayed: true`: "
         "this key's order, already created. 202 (a flash sale in queue mode): the order is queued "

@@ -168,3 +168,21 @@ class ReturnNotReceivable(DomainError):
     code = ErrorCode.RETURN_NOT_RECEIVABLE
     status = 409
     message = "Only a requested or approved return can be received."
+
+
+class AccountHasOpenOrders(DomainError):
+    """Details: `orders` [{`id`, `status`}] still awaiting payment or shipment, and
+    `returns` [{`id`, `order_id`, `status`}] still open."""
+
+    code = ErrorCode.ACCOUNT_HAS_OPEN_ORDERS
+    status = 409
+    message = (
+        "The account has orders awaiting payment or shipment, or returns in progress: "
+        "it can be erased once they are done or cancelled."
+    )
+
+
+class AccountIsStaff(DomainError):
+    code = ErrorCode.ACCOUNT_IS_STAFF
+    status = 409
+    message = "A staff or superuser account is not erased as a shopper's: take its staff status away first."

@@ -17,6 +17,7 @@ from core.money import format_money
 from orders.models import Notification, Order, Payment
 from orders.money import applied_payment, held_payment, is_held
 from orders.selectors import order_tax_lines
+from orders.services.erasure import forget_notification_addresses
 from orders.services.payments import capture_payment, void_payment
 from orders.services.refunds import submit_refund
 from outbox.consumers import Event, register
@@ -279,3 +280,11 @@ def send_return_received(event: Event) -> None:
         subject=f"We received your return for order {data['order_id']}",
         body=f"We received:\n{lines}\n\n{money}\n",
     )
+
+
+@register("email", "CustomerErased")
+def forget_erased_customer_addresses(event: Event) -> None:
+    """The erasure replaced the address of every notification it found; one this
+    consumer wrote meanwhile (it read the e-mail before the erasure committed)
+    gets the placeholder here. Nothing is sent: the account has no e-mail now."""
+    forget_notification_addresses(customer_id=event.data["customer_id"])

@@ -1,6 +1,6 @@
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -104,3 +104,18 @@ def backlog(*, now: datetime | None = None) -> Backlog:
     oldest = found["oldest"]
     age = ((now or timezone.now()) - oldest).total_seconds() if oldest is not None else None
     return Backlog(found["count"], age)
+
+
+def rewrite_payloads(*, aggregate_type: str, aggregate_ids: list, rewrite: Callable[[str, dict], dict]) -> int:
+    """Each stored event of those aggregates, published or not, given the payload
+    `rewrite(event_type, payload)` returns when it differs (a shopper's erasure:
+    the relay then publishes an unpublished one rewritten); how many changed."""
+    events = OutboxEvent.objects.filter(aggregate_type=aggregate_type, aggregate_id__in=[str(i) for i in aggregate_ids])
+    changed = []
+    for event in events.only("id", "event_type", "payload").order_by("id"):
+        payload = rewrite(event.event_type, dict(event.payload))
+        if payload != event.payload:
+            event.payload = payload
+            changed.append(event)
+    OutboxEvent.objects.bulk_update(changed, ["payload"], batch_size=500)
+    return len(changed)

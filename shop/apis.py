@@ -1,4 +1,3 @@
-from django.contrib.auth import get_user_model
 from django_countries.serializer_fields import CountryField
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
@@ -10,6 +9,7 @@ from rest_framework.views import APIView
 from core.authentication import TokenAuthentication
 from core.openapi import BODY_ERRORS, ERRORS
 from core.ratelimit import AuthThrottle
+from shop.accounts import email_state
 from shop.hooks import sign_in_extras
 from shop.models import PHONE_MESSAGE, PHONE_PATTERN
 from shop.services import (
@@ -20,8 +20,6 @@ from shop.services import (
     revoke_token,
     set_default_address,
 )
-
-User = get_user_model()
 
 
 class TokenOutputSerializer(serializers.Serializer):
@@ -128,15 +126,20 @@ class AuthTokenApi(APIView):
 
 
 class AuthMeApi(APIView):
-    class OutputSerializer(serializers.ModelSerializer):
+    class OutputSerializer(serializers.Serializer):
         class Meta:
-            model = User
-            fields = ["id", "username", "email"]
             ref_name = "Me"
+
+        id = serializers.IntegerField()
+        username = serializers.CharField()
+        email = serializers.CharField()
+        email_verified = serializers.BooleanField(help_text="Its link was followed (and it has not changed since)")
+        pending_email = serializers.CharField(help_text='A new address waiting for its link to be followed; ""')
 
     @extend_schema(responses={200: OutputSerializer, **ERRORS(401, 503)})
     def get(self, request):
-        return Response(self.OutputSerializer(request.user).data)
+        user, state = request.user, email_state(user=request.user)
+        return Response(self.OutputSerializer({"id": user.id, "username": user.username, **vars(state)}).data)
 
 
 class AuthLogoutApi(APIView):

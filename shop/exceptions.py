@@ -20,6 +20,26 @@ class WrongPassword(DomainError):
     message = "The current password is not right."
 
 
+class InvalidToken(DomainError):
+    """A password-reset or e-mail verification link that is not (or no longer) good."""
+
+    code = ErrorCode.INVALID_TOKEN
+    status = 400
+    message = "This link is invalid, has been used already or has expired: ask for a new one."
+
+
+class EmailNotVerified(DomainError):
+    code = ErrorCode.EMAIL_NOT_VERIFIED
+    status = 403
+    message = "Verify your e-mail address first: follow the link we sent you (POST /api/auth/verify-email/resend)."
+
+
+class NothingToVerify(DomainError):
+    code = ErrorCode.NOTHING_TO_VERIFY
+    status = 409
+    message = "There is no e-mail address waiting for verification: yours is verified, or you have none."
+
+
 class VoucherRefused(DomainError):
     """A voucher code the cart cannot use (each reason its own 422)."""
 

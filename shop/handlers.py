@@ -81,3 +81,12 @@ def _take_back(event: Event, reason: str, *, source: str, points: int | None) ->
             source=source,
             defaults={"customer_id": event.data["customer_id"], "points": -taken},
         )
+
+
+@register("loyalty", "CustomerErased")
+def keep_points_of_an_erased_customer(event: Event) -> None:
+    """Nothing to erase: an entry holds the customer's id, an order id, points, a
+    reason and a date, nothing that names or reaches the shopper (the id now
+    points at the anonymous account). The points stay, as the money they stand
+    for does. Registered so that the loyalty consumer says it heard, and so that
+    a field added here that is personal is not forgotten."""

@@ -7,6 +7,7 @@ from django.conf import settings
 from django.contrib.auth import authenticate, get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django_redis import get_redis_connection
@@ -14,6 +15,7 @@ from knox.models import AuthToken
 from redis.exceptions import RedisError
 
 from core.exceptions import CacheUnavailable
+from shop.accounts import password_reset_user, send_verification_on_commit
 from shop.exceptions import InvalidCredentials, UsernameTaken, WrongPassword
 from shop.models import ADDRESS_FIELDS, Address
 
@@ -47,7 +49,8 @@ def revoke_token(*, token: AuthToken) -> None:
 
 @transaction.atomic
 def register_customer(*, username: str, password: str, email: str = "") -> IssuedToken:
-    """Create a shopper and their API token. Django's password validators apply."""
+    """Create a shopper and their API token. Django's password validators apply.
+    With an e-mail, a link to verify it is mailed once the shopper exists."""
     candidate = User(username=username, email=email)
     validate_password(password, user=candidate)  # raises ValidationError -> 400
     candidate.set_password(password)
@@ -56,6 +59,8 @@ def register_customer(*, username: str, password: str, email: str = "") -> Issue
             candidate.save()
     except IntegrityError:
         raise UsernameTaken(username=username) from None
+    if email:
+        send_verification_on_commit(user=candidate, address=email)
     return issue_token_for(candidate)
 
 
@@ -104,6 +109,20 @@ def change_password(*, user: AbstractBaseUser, current_token: AuthToken, old_pas
         raise WrongPassword()
     validate_password(new_password, user=user)  # raises ValidationError -> 400
     set_password(user=user, password=new_password, keep_token=current_token)
+
+
+@transaction.atomic
+def reset_password(*, uid: str, token: str, new_password: str) -> AbstractBaseUser:
+    """Follow a password-reset link (shop/accounts.py mailed it): InvalidToken
+    when it is bad, used or expired; else the new password, validated (400 on
+    `new_password`), set through set_password, which revokes every token. The
+    password hash changes, and the link with it is dead."""
+    user = password_reset_user(uid=uid, token=token)  # its row locked: a link followed twice at once works once
+    try:
+        validate_password(new_password, user=user)
+    except ValidationError as error:
+        raise ValidationError({"new_password": error.messages}) from None
+    return set_password(user=user, password=new_password)
 
 
 # The saved address, kept in Redis beside the cart so that checkout reads it in

@@ -2,7 +2,7 @@
 shipments, flash sales."""
 
 from inventory.services.adjustments import adjust_stock, receive_stock_bulk
-from inventory.services.shipments import ship_order
+from inventory.services.shipments import replace_shipment_addresses, ship_order
 from inventory.services.stock import (
     lock_stock,
     receive_stock,
@@ -18,6 +18,7 @@ from inventory.services.stock import (
 )
 
 __all__ = [
+    "replace_shipment_addresses",
     "adjust_stock",
     "lock_stock",
     "receive_stock",

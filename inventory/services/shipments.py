@@ -2,7 +2,7 @@
 order's id, lines and address, as its events do; the warehouse keeps no
 foreign key into orders."""
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from inventory.models import Shipment
@@ -25,3 +25,13 @@ def ship_order(
         order_id=order_id, defaults=shipped, create_defaults={**shipped, "shipping_address": shipping_address}
     )
     return items
+
+
+def replace_shipment_addresses(*, order_ids: list[int], replace: Callable[[dict], dict]) -> int:
+    """The address copy of the orders' shipments, each passed through `replace`
+    (a shopper's erasure: orders/services/erasure.py); how many changed."""
+    shipments = [s for s in Shipment.objects.filter(order_id__in=order_ids).order_by("id") if s.shipping_address]
+    for shipment in shipments:
+        shipment.shipping_address = replace(shipment.shipping_address)
+    Shipment.objects.bulk_update(shipments, ["shipping_address"], batch_size=500)
+    return len(shipments)

@@ -23,7 +23,7 @@ from orders.metrics import CHECKOUT_REFUSALS, IDEMPOTENT_REPLAYS, ORDERS_CREATED
 from orders.models import Order, OrderItem
 from orders.services.admission import admit_cart, give_back_cart
 from orders.services.builder import OrderDraft, build_order, price_cart
-from orders.services.holds import take_holds
+from orders.services.holds import hold_address, take_holds
 from orders.services.idempotency import order_under_key, same_request
 from orders.services.queue_admission import (
     QUEUED,
@@ -33,6 +33,7 @@ from orders.services.queue_admission import (
 )
 from orders.services.slots import release_pending_slots, take_pending_slot
 from outbox.services import record_events
+from shop.accounts import require_verified_email
 from shop.exceptions import ShippingMethodRequired, ShippingMethodUnavailable, VoucherRefused, VoucherUsedUp
 from shop.promotions import redeem_voucher
 from shop.services import default_address
@@ -67,9 +68,13 @@ def place_order(
     With `rate_limited`, the shopper's checkout rate limit is counted by the
     same Redis call that reads the cart and passes the gate (RateLimited -> 429).
     A direct order's units count against the shopper's and the client address's
-    unpaid holds (HoldLimitReached -> 409), and an account younger than
-    NEW_ACCOUNT_SECONDS gets NEW_ACCOUNT_PAYMENT_TIMEOUT_SECONDS to pay.
+    unpaid holds (HoldLimitReached -> 409; an established shopper's against their
+    own only: orders/services/holds.py), and an account younger than
+    NEW_ACCOUNT_SECONDS gets NEW_ACCOUNT_PAYMENT_TIMEOUT_SECONDS to pay. With
+    REQUIRE_VERIFIED_EMAIL_TO_CHECKOUT, a shopper whose e-mail is not verified is
+    refused first (EmailNotVerified -> 403; no query when the setting is off).
     """
+    require_verified_email(customer_id=customer_id)
     refuse_while_broker_down(customer_id=customer_id)
     try:
         admission = admit_cart(customer_id=customer_id, idempotency_key=idempotency_key, rate_limited=rate_limited)
@@ -112,7 +117,7 @@ def place_order(
             settings.SHOP_CURRENCY,
             address,
             _payment_timeout(account_created_at),
-            client_address,
+            hold_address(customer_id=customer_id, client_address=client_address),
             priced.discounts,
             priced.charges,
         )

@@ -4,6 +4,8 @@ per client address (UnpaidHold), each within its cap.
 Checkout takes an order's units for both holders in the order's transaction; an
 order leaving PENDING_PAYMENT (paid, cancelled, expired) gives them back. The
 sums grow by a conditional upsert and the table's CHECK (units <= cap) backs it.
+An established shopper (shop/established.py) holds under no address: their
+order's `hold_address` is empty, so their units count per account only.
 
 Raw SQL, here only: the ORM has no upsert whose update adds to the row under a
 condition. With it, taking holds is one statement for a whole cart and both
@@ -16,10 +18,13 @@ from functools import cache
 
 from django.conf import settings
 from django.db import connection
+from django.db.models import Exists, OuterRef, Q
 
+from core.authentication import remembered_with_users
 from core.db import execute_kept
 from orders.exceptions import HoldLimitReached
-from orders.models import OrderItem, UnpaidHold
+from orders.models import Order, OrderItem, OrderStatus, Payment, UnpaidHold
+from shop.established import PAID_ORDER, is_established
 
 _TABLE = UnpaidHold._meta.db_table
 
@@ -50,6 +55,27 @@ def customer_holder(customer_id: int) -> str:
 
 def address_holder(address: str) -> str:
     return f"address:{address}"
+
+
+def hold_address(*, customer_id: int, client_address: str) -> str:
+    """The address whose cap the shopper's unpaid holds count against: the
+    client's, or none for an established shopper (from what authentication
+    remembered of them: no query)."""
+    return "" if client_address and is_established(customer_id=customer_id) else client_address
+
+
+@remembered_with_users
+def paid_orders(users: list) -> dict[int, dict]:
+    """For each user, whether an order of theirs was paid (PAID, SHIPPED or
+    REFUNDED, or with an applied payment: a paid order cancelled since keeps
+    it): one query, kept with the user's token (shop/established.py)."""
+    ids = [user.pk for user in users]
+    applied = Payment.objects.filter(order=OuterRef("pk"), outcome=Payment.Outcome.APPLIED)
+    paid = Q(status__in=[OrderStatus.PAID, OrderStatus.SHIPPED, OrderStatus.REFUNDED]) | Exists(applied)
+    payers = set(
+        Order.objects.filter(paid, customer_id__in=ids).order_by().values_list("customer_id", flat=True).distinct()
+    )
+    return {user_id: {PAID_ORDER: user_id in payers} for user_id in ids}
 
 
 def take_holds(*, customer_id: int, address: str, lines: dict[str, int]) -> None:

@@ -25,6 +25,7 @@ from orders.services.refunds import request_refund
 from orders.services.slots import release_pending_slots
 from orders.transitions import move_orders, move_payment
 from outbox.services import record_event
+from shop.established import account_established_changed
 
 logger = logging.getLogger(__name__)
 
@@ -150,6 +151,8 @@ def _apply(payment: Payment, order: Order | None, *, captured: bool, now) -> Pay
         release_pending_slots(customer_ids=[order.customer_id])
         give_back_holds(order_ids=[order.id])
         _announce_paid(order=order, payment=payment, paid_at=now)
+        if order.hold_address:  # placed while counted per address: paid, its shopper may now be established
+            transaction.on_commit(lambda: account_established_changed(order.customer_id))
     _announce_authorized(payment, applied=refused is None, reason=refused)
     if captured:
         _announce_captured(payment, captured_at=now)

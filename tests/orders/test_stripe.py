@@ -33,8 +33,9 @@ WEBHOOK = "/api/payments/stripe/webhook"
 def stripe_api(settings):
     server = StripeServer()
     settings.PAYMENT_PROVIDER = "stripe"
-    settings.STRIPE_SECRET_KEY = server.api_key
-    settings.STRIPE_WEBHOOK_SECRET = server.webhook_secret
+    key, whsec = server.api_key, server.webhook_secret  # the server's own (refused with DEBUG off)
+    settings.STRIPE_SECRET_KEY = key
+    settings.STRIPE_WEBHOOK_SECRET = whsec
     settings.STRIPE_API_BASE = server.url
     yield server
     server.stop()

@@ -291,6 +291,7 @@ def test_the_handlers_tests_register_do_not_outlive_them(consumer_handlers):
     from inventory.handlers import alert_low_stock, cancel_shipment, request_shipment, shorten_shipment
     from orders.handlers import (
         capture_on_shipment,
+        forget_erased_customer_addresses,
         send_cancellation_notice,
         send_lines_removed_notice,
         send_order_confirmation,
@@ -307,6 +308,7 @@ def test_the_handlers_tests_register_do_not_outlive_them(consumer_handlers):
     )
     from shop.handlers import (
         award_points,
+        keep_points_of_an_erased_customer,
         reverse_points_of_a_cancelled_paid_order,
         take_back_points_of_removed_lines,
         take_back_refunded_points,
@@ -331,6 +333,7 @@ def test_the_handlers_tests_register_do_not_outlive_them(consumer_handlers):
             "ReturnRejected": send_return_decision,
             "ReturnReceived": send_return_received,
             "OrderPaymentRequested": send_payment_request,
+            "CustomerErased": forget_erased_customer_addresses,
         },
         "payments": {
             "RefundRequested": submit_requested_refund,
@@ -343,6 +346,7 @@ def test_the_handlers_tests_register_do_not_outlive_them(consumer_handlers):
             "RefundCompleted": take_back_refunded_points,
             "OrderLinesCancelled": take_back_points_of_removed_lines,
             "OrderCancelled": reverse_points_of_a_cancelled_paid_order,
+            "CustomerErased": keep_points_of_an_erased_customer,
         },
     }
 

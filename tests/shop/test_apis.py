@@ -87,6 +87,8 @@ def test_me_with_token(auth_client):
         "id": auth_client.user.id,
         "username": auth_client.user.username,
         "email": auth_client.user.email,
+        "email_verified": False,
+        "pending_email": "",
     }
 
 
