@@ -364,6 +364,10 @@ QUEUE_ADMIT_TIMEOUT_MS = env_int("QUEUE_ADMIT_TIMEOUT_MS", 1_000)
 QUEUE_BREAKER_OPEN_SECONDS = env_float("QUEUE_BREAKER_OPEN_SECONDS", 2)
 # A queued checkout not written after this long is counted as stale (shop_status, metrics, live page).
 QUEUE_STALE_AFTER_SECONDS = env_int("QUEUE_STALE_AFTER_SECONDS", 120)
+# Once the gate said a sale (or a shopper's limit of a SKU) is sold out, this process refuses its
+# checkouts from memory for this long before asking the gate again: units that come back are
+# admitted at most this much later; admission still goes through the gate (never an oversell).
+SOLD_OUT_MEMORY_MS = env_int("SOLD_OUT_MEMORY_MS", 500)
 # Fault drills only: "kill-after-commit" makes the writer kill itself between a batch's
 # commit and its clean-up (docs/operations.md, drills). Empty in every real deployment.
 QUEUE_WRITER_DRILL = env("QUEUE_WRITER_DRILL", "")
