@@ -61,6 +61,7 @@ class HotCache:
         self.priced_carts: dict = {}  # cart's carts as last priced (cart/services.py _price)
         self.catalog = None  # inventory's browsable catalog (inventory/catalog_browse.py)
         self.sold_out: frozenset[str] = frozenset()  # what the gate last said (orders/services/admission.py)
+        self.refusals: dict = {}  # the gate's last refusal per shopper, for a moment (orders/services/admission.py)
 
     def ensure_generation(self) -> str:
         """The generation to fill the caches under; read before any database read
@@ -82,6 +83,7 @@ class HotCache:
             self.priced_carts.clear()
             self.catalog = None
             self.sold_out = frozenset()
+            self.refusals.clear()
 
     def check_generation(self) -> None:
         """For views whose own Redis call does not check the generation (the

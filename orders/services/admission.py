@@ -9,11 +9,18 @@ cost of one Lua call before anything else of the request is done
 (orders/early_refusal.py). `hot_cache.sold_out` holds the gated SKUs this
 process last heard the gate call sold out (either script reports them), so
 that nobody pays for that call while no sale is sold out.
+
+Once the gate has refused a shopper (sold out, or over the SKU's limit), this
+process answers that shopper's next checkouts with the same refusal from
+memory, with no Redis call, for SOLD_OUT_MEMORY_MS (RefusalMemory below);
+then it asks the gate again. Admission always goes through the gate's script.
 """
 
 import logging
 import math
+import threading
 from dataclasses import dataclass
+from time import monotonic
 
 from django.conf import settings
 from django_redis import get_redis_connection
@@ -42,6 +49,80 @@ class Admission:
     saved_address: bytes | None = None  # what Redis holds under shop's address_key (None: nothing)
     took_cart: bool = False  # the cart was taken now: give it back if the checkout writes no order
     shipping_code: str | None = None  # the shipping method the cart holds
+
+
+class RefusalMemory:
+    """Per process: customer -> the gate's last refusal of that shopper's checkout
+    (sold_out or limit_reached, the SKU), until a monotonic deadline
+    SOLD_OUT_MEMORY_MS after the gate said it, under the hot-cache generation of
+    then. Only refusals are remembered, never an admission: a checkout answered
+    from here takes nothing, so this can refuse too long (at most the memory's
+    length after units came back, the cart changed or the sale was re-seeded in
+    another process) but never admit. The refusals it answers are counted here
+    and added to the gate's refusals hash in one call (one pipeline), before the
+    process's next call to the gate or with the first refusal from memory
+    SOLD_OUT_MEMORY_MS after the first uncounted one, whichever comes first.
+    No timer: when checkouts stop, the last moment's refusals wait for the
+    process's next one."""
+
+    MAX_ENTRIES = 100_000  # one shopper's refusal each; cleared whole when full, as the hot cache does
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.unflushed: dict[str, int] = {}  # refusals-hash field -> refusals answered here, not yet in Redis
+        self._flush_at = 0.0  # monotonic: the counts go to Redis with the first refusal from memory after it
+
+    @property
+    def refusals(self) -> dict[int, tuple[str, str, float, str]]:
+        """customer -> (verdict, sku, deadline, generation); kept with the hot cache, dropped with it."""
+        return hot_cache.refusals
+
+    def remember(self, customer_id: int, verdict: str, sku: str, generation: str | None) -> None:
+        if generation is None or settings.SOLD_OUT_MEMORY_MS <= 0:
+            return
+        if len(self.refusals) >= self.MAX_ENTRIES:
+            self.refusals.clear()
+        self.refusals[customer_id] = (verdict, sku, monotonic() + settings.SOLD_OUT_MEMORY_MS / 1000, generation)
+
+    def forget(self, customer_id: int) -> None:
+        self.refusals.pop(customer_id, None)
+
+    def recall(self, customer_id: int, generation: str | None, rules: dict) -> tuple[str, str] | None:
+        """The refusal still remembered for this shopper, counted as the gate counts it."""
+        found = self.refusals.get(customer_id)
+        if found is None:
+            return None
+        verdict, sku, deadline, remembered_under = found
+        if monotonic() >= deadline or remembered_under != generation or sku not in rules:
+            self.refusals.pop(customer_id, None)
+            return None
+        fields = [sku, sku + gate.LIMIT_REACHED_SUFFIX] if verdict == "limit_reached" else [sku]
+        now = monotonic()
+        with self._lock:
+            if not self.unflushed:
+                self._flush_at = now + settings.SOLD_OUT_MEMORY_MS / 1000
+            for field in fields:
+                self.unflushed[field] = self.unflushed.get(field, 0) + 1
+        if now >= self._flush_at:
+            self.flush()
+        return verdict, sku
+
+    def flush(self) -> None:
+        """The refusals answered from memory, into the gate's refusals hash (one call)."""
+        with self._lock:
+            counts, self.unflushed = self.unflushed, {}
+        if not counts:
+            return
+        try:
+            with gate.connection().pipeline(transaction=False) as pipe:
+                for field, count in counts.items():
+                    pipe.hincrby(gate.REFUSALS_KEY, field, count)
+                pipe.execute()
+        except RedisError:
+            logger.exception("refusals answered from memory not counted in the gate: %s", counts)
+
+
+refusal_memory = RefusalMemory()
 
 
 _ADMISSION = compose(GENERATION_LUA, ratelimit.LUA, storage.LUA, gate.LUA, load_lua("orders", "admission"))
@@ -105,6 +186,8 @@ def admit_cart(*, customer_id: int, idempotency_key: str, rate_limited: bool) ->
     gated = {sku: quantity for sku, quantity in lines.items() if sku in rules}
     if verdict == b"sold_out":
         hot_cache.sold_out = hot_cache.sold_out | {sku.decode()}
+    if verdict in (b"sold_out", b"limit_reached"):
+        refusal_memory.remember(customer_id, verdict.decode(), sku.decode(), generation)
     admitted = bool(gated) and gate.judge(verdict, sku, rules)
     return Admission(lines, cart.voucher, gated, admitted, rest[0], bool(rest[1]), _code(cart))
 
@@ -137,6 +220,9 @@ def early_refusal(*, customer_id: int, idempotency_key: str) -> DomainError | No
         return None
     if queued_skus() and queue_producer().breaker.refusing():
         return None  # checkout answers 503 queue_unavailable first
+    if (remembered := refusal_memory.recall(customer_id, generation, rules)) is not None:
+        return _refusal(*remembered, rules)
+    refusal_memory.flush()  # before asking the gate: a no-op unless refusals were answered from memory
     limit = ratelimit.shopper_window("checkout", customer_id)
     keys = [
         storage.cart_key(customer_id),
@@ -157,12 +243,20 @@ def early_refusal(*, customer_id: int, idempotency_key: str) -> DomainError | No
         return None
     hot_cache.sold_out = frozenset(sku.decode() for sku in now_sold_out)
     if verdict == b"pass":
+        refusal_memory.forget(customer_id)
         return None
     if verdict == b"rate_limited":
         refusal: DomainError = RateLimited(retry_after=max(1, math.ceil(detail / 1000)))
-    elif verdict == b"limit_reached":
-        refusal = gate.LimitReached(sku=detail.decode(), limit=rules[detail.decode()].limit)
+        CHECKOUT_REFUSALS.labels(refusal.code).inc()
+        return refusal
+    refusal_memory.remember(customer_id, verdict.decode(), detail.decode(), generation)
+    return _refusal(verdict.decode(), detail.decode(), rules)
+
+
+def _refusal(verdict: str, sku: str, rules: dict) -> DomainError:
+    if verdict == "limit_reached":
+        refusal: DomainError = gate.LimitReached(sku=sku, limit=rules[sku].limit)
     else:
-        refusal = gate.SoldOut(sku=detail.decode())
+        refusal = gate.SoldOut(sku=sku)
     CHECKOUT_REFUSALS.labels(refusal.code).inc()
     return refusal

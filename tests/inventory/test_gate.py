@@ -157,8 +157,11 @@ def test_cancelled_order_gives_its_units_back_to_the_gate(redis, django_capture_
     assert checkout(shopper, key="second").status_code == 201  # the limit counts live orders only
 
 
-def test_refused_checkout_makes_one_redis_call(redis, monkeypatch):
-    """Cart read, rate limit and gate: one script (orders/services/admission.py)."""
+def test_refused_checkout_makes_one_redis_call(redis, monkeypatch, settings):
+    """Cart read, rate limit and gate: one script (orders/services/admission.py).
+    Once the gate refused a shopper, the next refusals cost none for a moment
+    (tests/orders/test_sold_out_memory.py); here every refusal asks the gate."""
+    settings.SOLD_OUT_MEMORY_MS = 0
     seed(stock=0)
     shopper = shopper_client()
     fill_cart(redis, shopper.user.id, {"HOT": 1})

@@ -19,6 +19,13 @@ from tests.inventory.conftest import counter, seed
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(autouse=True)
+def no_refusal_memory(settings):
+    """These tests are about the gate's early call; refusals from process memory,
+    which skip it for a moment, are tests/orders/test_sold_out_memory.py's."""
+    settings.SOLD_OUT_MEMORY_MS = 0
+
+
 @pytest.fixture
 def views(monkeypatch) -> list[int]:
     """Customer ids of the checkouts that reached the view (the ordinary path)."""
