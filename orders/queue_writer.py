@@ -9,7 +9,10 @@ runs on a thread of its own while the next batch is written (Redis calls and
 database statements overlap: bench/README.md, "Figures behind code choices"),
 and the batch's offsets are committed once it is done.
 A database, Redis or network outage keeps the batch and retries it (capped
-backoff); a message that is not a checkout request is logged and skipped."""
+backoff); a message that is not a checkout request is logged and skipped.
+While idle, the writer reads again from its start a partition whose end fell
+below its position (the broker came back with an empty log: outbox/consumers.py
+PartitionEnds); the requests it finds written change nothing."""
 
 import logging
 import time
@@ -25,6 +28,7 @@ from core.kafka import GroupConsumer
 from core.outages import failed_service
 from orders.services.queue_admission import QueuedRequest
 from orders.services.queue_writing import WrittenBatch, finish_written_batch, write_batch
+from outbox.consumers import PartitionEnds
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +47,7 @@ class QueueWriter(GroupConsumer):
         self._cleaner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="order-writer-clean-up")
         # The last batch written: its clean-up, and its messages (offsets committed once it is done).
         self._cleaning: tuple[Future, list[Message]] | None = None
+        self.ends = PartitionEnds(self)
 
     def run(self, *, should_stop: Callable[[], bool]) -> None:
         failures = 0
@@ -79,7 +84,8 @@ class QueueWriter(GroupConsumer):
         )
         messages = [message for message in messages if not message.error()]
         if not messages:
-            self.settle()
+            self.settle()  # first: the last batch's offsets are committed before any seek
+            self.ends.check()
             return 0
         requests = []
         for message in messages:

@@ -4,6 +4,7 @@ from celery import shared_task
 
 from orders.services import expire_unpaid_orders
 from orders.services.authorizations import capture_ending_authorizations
+from orders.services.queue_admission import resend_stale_queued
 
 
 @shared_task
@@ -14,3 +15,8 @@ def expire_unpaid_orders_task() -> int:
 @shared_task
 def capture_ending_authorizations_task() -> dict:
     return asdict(capture_ending_authorizations())
+
+
+@shared_task
+def resend_stale_queued_task() -> dict:
+    return asdict(resend_stale_queued())

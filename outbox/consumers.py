@@ -16,6 +16,13 @@ starts waiting and once when it resumes.
 Messages are taken from the client in batches of what has arrived: each
 still gets its own transaction, and the batch's offsets are committed once
 all of them committed (one Kafka round trip, not one per message).
+
+A broker that comes back with an empty log (the development broker restarted)
+leaves a consumer's position past the partition's new end, where it would wait
+silently until the log grew past it and then skip what came before. While idle,
+a consumer (and the queue's writer) compares its position with the partition's
+end (PartitionEnds) and reads such a partition from its start: what it applies
+again is found applied.
 """
 
 import json
@@ -25,7 +32,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 from django.conf import settings
 from django.db import close_old_connections, connections, transaction
 
@@ -50,6 +57,8 @@ MAX_BATCH_SECONDS = 30.0
 # wait is bounded (CONSUMER_MAX_BACKOFF_SECONDS) and sliced so SIGTERM is prompt.
 FIRST_BACKOFF_SECONDS = 0.1
 STOP_CHECK_SECONDS = 0.1
+# An idle consumer compares its positions with the partitions' ends at most this often.
+END_CHECK_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -110,6 +119,66 @@ def apply_event(*, consumer: str, event: Event) -> str:
     return PROCESSED
 
 
+class PartitionEnds:
+    """Notices an assigned partition whose end fell below this member's position
+    (its current offset, else its committed one): the broker lost its log (came
+    back empty) and the member would wait there, then skip the new log's first
+    messages. Such a partition is read again from its start (a WARNING each
+    time): at-least-once processing finds what it had done.
+
+    The end is the high watermark of the member's own fetches (cached, no round
+    trip): the development broker's listed one (ListOffsets) counts a batch of
+    messages as one, so a fresh query would see most partitions "shrunk". A
+    position needs a round trip only while nothing was read since the
+    assignment (the committed offset), and `check` runs at most every
+    END_CHECK_SECONDS, from an idle poll: a member past the end reads nothing.
+    A log that grew past the old position before the check is not noticed:
+    the stale-queue sweeper re-sends queued checkouts it lost (docs/architecture.md)."""
+
+    def __init__(self, group: GroupConsumer, *, every: float = END_CHECK_SECONDS) -> None:
+        self.group, self.every = group, every
+        self.rereads = 0
+        self._next = 0.0
+
+    def check(self) -> list[TopicPartition]:
+        """The partitions sent back to their start now (none between two checks)."""
+        now = time.monotonic()
+        if now < self._next:
+            return []
+        self._next = now + self.every
+        consumer = self.group.consumer
+        try:
+            assigned = consumer.assignment()
+            positions = consumer.position(assigned) if assigned else []
+            unread = [tp for tp in positions if tp.offset < 0]
+            committed = consumer.committed(unread, timeout=5) if unread else []
+        except KafkaException as error:  # a rebalance or an outage: the next check sees
+            logger.debug("%s: partition ends not checked: %r", self.group.name, error)
+            return []
+        committed_at = {(tp.topic, tp.partition): tp.offset for tp in committed}
+        reread = []
+        for tp in positions:
+            position = tp.offset if tp.offset >= 0 else committed_at.get((tp.topic, tp.partition), -1)
+            low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), cached=True)
+            if position < 0 or high < 0 or high >= position:
+                continue
+            start = TopicPartition(tp.topic, tp.partition, max(low, 0))
+            logger.warning(
+                "%s: partition %s[%s] ends at %s, below this consumer's position %s (the broker lost its log?): "
+                "reading it again from offset %s",
+                self.group.name,
+                tp.topic,
+                tp.partition,
+                high,
+                position,
+                start.offset,
+            )
+            consumer.seek(start)
+            reread.append(start)
+        self.rereads += len(reread)
+        return reread
+
+
 class EventConsumer(GroupConsumer):
     def __init__(self, *, name: str, topic: str | None = None, max_attempts: int | None = None) -> None:
         if name not in HANDLERS:
@@ -122,6 +191,7 @@ class EventConsumer(GroupConsumer):
         self.outage: Outage | None = None  # the service this consumer waits for, if any
         # The kept message's own failures, so that an outage between two of them does not reset the count.
         self._failures: tuple[tuple[str, int, int] | None, int] = (None, 0)
+        self.ends = PartitionEnds(self)
         CONSUMER_WAITING.labels(name).set(0)
 
     def apply(self, message: Message) -> bool:
@@ -233,6 +303,7 @@ class EventConsumer(GroupConsumer):
             while not should_stop():
                 first = self.consumer.poll(0.5)
                 if first is None:
+                    self.ends.check()
                     if max_idle_seconds is not None and time.monotonic() - idle_since > max_idle_seconds:
                         return
                     continue

@@ -11,6 +11,8 @@ Redis holds what the API needs before an order is written, for a day:
                                      written, scored by admission time (depth,
                                      and requests stale past QUEUE_STALE_AFTER_SECONDS)
   queue:skus                         the SKUs that have a pending set
+  queue:resent:{id}                  set while a stale request's re-send is
+                                     claimed (resend_stale_queued)
 
 A queued order's id comes from the orders' own sequence, a hundred at a time
 per process (allocate_order_id). Redis is not the truth: every new key is
@@ -245,6 +247,80 @@ def stale_queued() -> dict[str, int]:
     still not written: the writer is down or far behind, or the broker lost them."""
     before = time.time() - settings.QUEUE_STALE_AFTER_SECONDS
     return _per_sku(lambda pipe, key: pipe.zcount(key, "-inf", before))
+
+
+RESEND_LIMIT = 1000  # stale requests re-sent per SKU and sweep: a long outage drains over several
+
+
+def resent_key(order_id: int) -> str:
+    return f"queue:resent:{order_id}"
+
+
+@dataclass
+class StaleResolved:
+    resent: list[int] = field(default_factory=list)  # sent to the writer again from their Redis record
+    written: list[int] = field(default_factory=list)  # written already: only their pending entry was left
+    lost: list[int] = field(default_factory=list)  # no record and no order: nothing left to send (logged)
+
+
+def resend_stale_queued() -> StaleResolved:
+    """Resolve what stale_queued() counts, for a broker that lost requests it had
+    acknowledged (came back with an empty log): each stale request is sent to
+    the writer again from its Redis record; the writer writes it once, however
+    often it arrives (by order id: orders/services/queue_writing.py), and cleans
+    up after it once. A request's re-send is claimed for QUEUE_STALE_AFTER_SECONDS
+    (SET NX), so two sweeps at once (beat on every node) send it once, and a
+    request the writer is merely slow to reach is sent again at most once a
+    period. A pending entry whose order is written (its clean-up never ran) is
+    dropped. One with neither record nor order is logged for an operator:
+    nothing says whose it was or what the gate let through (the record holds that)."""
+    resolved = StaleResolved()
+    before = time.time() - settings.QUEUE_STALE_AFTER_SECONDS
+    redis = _redis()
+    for sku in sorted(sku.decode() for sku in redis.smembers(SKUS_KEY)):
+        ids = [int(i) for i in redis.zrangebyscore(pending_key(sku), "-inf", before, start=0, num=RESEND_LIMIT)]
+        if not ids:
+            continue
+        with redis.pipeline(transaction=False) as pipe:
+            for order_id in ids:
+                pipe.set(resent_key(order_id), 1, nx=True, ex=settings.QUEUE_STALE_AFTER_SECONDS)
+                pipe.get(order_key(order_id))
+            replies = pipe.execute()
+        missing = []
+        for order_id, claimed, raw in zip(ids, replies[::2], replies[1::2], strict=True):
+            if raw is None:
+                missing.append(order_id)
+            elif claimed:
+                try:
+                    queue_producer().send(topic=settings.KAFKA_CHECKOUT_TOPIC, key=sku, value=raw)
+                except QueueUnavailable:
+                    redis.delete(resent_key(order_id))  # the next sweep tries it again
+                    logger.warning("stale queued checkouts not re-sent: the queue's broker is unavailable")
+                    return resolved
+                resolved.resent.append(order_id)
+        if missing:
+            _drop_written(sku, missing, resolved)
+    if resolved.resent:
+        logger.warning("re-sent %s stale queued checkouts to the writer: %s", len(resolved.resent), resolved.resent)
+    return resolved
+
+
+def _drop_written(sku: str, order_ids: list[int], resolved: StaleResolved) -> None:
+    """Stale entries without a record: written (as themselves or as an alias of the
+    key's order) and their clean-up lost, else lost."""
+    written = set(Order.objects.filter(id__in=order_ids).values_list("id", flat=True))
+    written |= set(QueuedOrderAlias.objects.filter(queued_id__in=order_ids).values_list("queued_id", flat=True))
+    lost = sorted(set(order_ids) - written)
+    resolved.written += sorted(written)
+    resolved.lost += lost
+    if written:
+        _redis().zrem(pending_key(sku), *written)
+    if lost:
+        logger.error(
+            "queued checkouts %s are stale and neither their Redis record nor an order exists: "
+            "see docs/operations.md, queued checkouts that are never written",
+            lost,
+        )
 
 
 def _per_sku(count) -> dict[str, int]:

@@ -15,7 +15,8 @@ from orders.services import expire_unpaid_orders
 from outbox.models import OutboxEvent
 from outbox.services import purge_published_events, record_event
 from tests.factories import UserFactory, product_with_stock
-from tests.helpers import expire_now, place_pending_order, post_webhook, run_in_threads
+from tests.helpers import expire_now, place_pending_order, post_webhook, run_in_threads, wall_clock_ahead
+from tests.orders.conftest import queue_topic  # noqa: F401 - a checkout topic of the test's own
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -27,6 +28,7 @@ def test_the_schedule_holds_only_jobs_shown_safe_twice():
         "orders.tasks.capture_ending_authorizations_task",  # below
         "outbox.tasks.publish_outbox_task",  # the relay's leader lock
         "outbox.tasks.purge_published_events_task",  # below
+        "orders.tasks.resend_stale_queued_task",  # below
     }
 
 
@@ -80,3 +82,20 @@ def test_two_authorization_runs_at_once_capture_each_payment_once_and_tell_of_it
     assert OutboxEvent.objects.filter(event_type="PaymentCaptured").count() == 20
     keys = {key for key, _ in provider.called("captures")}
     assert keys == {f"capture-{payment_id}" for payment_id in Payment.objects.values_list("id", flat=True)}
+
+
+@pytest.mark.kafka
+def test_two_stale_queue_sweeps_at_once_send_each_request_once(redis, queue_topic, settings, monkeypatch):  # noqa: F811
+    from orders.services import queue_admission
+    from tests.orders.conftest import SKU, checkout, drain, queue_sale, shopper_with_cart, stock
+
+    queue_sale(20)
+    settings.QUEUE_STALE_AFTER_SECONDS = 60
+    ids = [checkout(shopper_with_cart(redis), f"stale-{n}").json()["id"] for n in range(10)]
+    wall_clock_ahead(monkeypatch, 61, queue_admission)
+
+    runs = run_in_threads([queue_admission.resend_stale_queued] * 2)
+
+    assert sorted(runs[0].resent + runs[1].resent) == sorted(ids)  # each claimed by one sweep (SET NX)
+    assert drain(10).written == 10 and stock() == (10, 10)
+    assert Order.objects.count() == 10 and queue_admission.queue_depths() == {SKU: 0}
