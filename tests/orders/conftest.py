@@ -7,6 +7,7 @@ import pytest
 
 from inventory.models import Stock
 from inventory.services.flash_sales import seed_flash_sale
+from orders import apis
 from orders.models import Order
 from orders.queue_producer import forget_queue_producer
 from orders.queue_writer import QueueWriter
@@ -143,3 +144,17 @@ def provider(settings):
     settings.PAYMENT_PROVIDER_URL = running.url
     yield running
     running.stop()
+
+
+@pytest.fixture
+def views(monkeypatch) -> list[int]:
+    """Customer ids of the checkouts that reached the view (the ordinary path: test_early_refusal.py,
+    test_sold_out_memory.py)."""
+    reached, real = [], apis.place_order
+
+    def place_order(**kwargs):
+        reached.append(kwargs["customer_id"])
+        return real(**kwargs)
+
+    monkeypatch.setattr(apis, "place_order", place_order)
+    return reached

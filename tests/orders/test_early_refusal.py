@@ -9,7 +9,6 @@ from knox.models import AuthToken
 from core.hotcache import hot_cache
 from inventory import gate
 from inventory.services.flash_sales import set_flash_sale_mode
-from orders import apis
 from orders.models import Order
 from orders.services import admission
 from tests.factories import product_with_stock
@@ -24,19 +23,6 @@ def no_refusal_memory(settings):
     """These tests are about the gate's early call; refusals from process memory,
     which skip it for a moment, are tests/orders/test_sold_out_memory.py's."""
     settings.SOLD_OUT_MEMORY_MS = 0
-
-
-@pytest.fixture
-def views(monkeypatch) -> list[int]:
-    """Customer ids of the checkouts that reached the view (the ordinary path)."""
-    reached, real = [], apis.place_order
-
-    def place_order(**kwargs):
-        reached.append(kwargs["customer_id"])
-        return real(**kwargs)
-
-    monkeypatch.setattr(apis, "place_order", place_order)
-    return reached
 
 
 def sold_out_shopper(redis, sku: str = "HOT"):

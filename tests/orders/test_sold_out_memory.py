@@ -11,7 +11,6 @@ from core.hotcache import hot_cache
 from inventory import gate
 from inventory.models import Stock
 from inventory.services.flash_sales import end_flash_sale
-from orders import apis
 from orders.models import Order
 from orders.services import admission
 from tests.factories import UserFactory
@@ -40,19 +39,6 @@ def clock(monkeypatch, settings) -> Clock:
     pinned = Clock()
     monkeypatch.setattr(admission, "monotonic", pinned)
     return pinned
-
-
-@pytest.fixture
-def views(monkeypatch) -> list[int]:
-    """Customer ids of the checkouts that reached the view (the ordinary path)."""
-    reached, real = [], apis.place_order
-
-    def place_order(**kwargs):
-        reached.append(kwargs["customer_id"])
-        return real(**kwargs)
-
-    monkeypatch.setattr(apis, "place_order", place_order)
-    return reached
 
 
 def shopper_with(redis, lines: dict[str, int]):
