@@ -10,7 +10,7 @@ ECHO = "return {KEYS[1], ARGV[1]}"
 def test_a_script_runs_in_one_round_trip_and_again_after_redis_forgets_it(redis, monkeypatch):
     assert run_script(ECHO, keys=["k"], args=["v"]) == [b"k", b"v"]
     redis.script_flush()
-    sent = redis_commands(redis, monkeypatch)
+    sent = redis_commands(redis, monkeypatch, count_reloads=True)
 
     assert run_script(ECHO, keys=["k"], args=["again"]) == [b"k", b"again"]  # NOSCRIPT, loaded, run
     assert run_script(ECHO, keys=["k"], args=["once"]) == [b"k", b"once"]
