@@ -638,8 +638,9 @@ def each(values, spec: str = ".2f", sep: str = " ") -> str:
     return sep.join(f"{v:{spec}}" for v in values)
 
 
-def verdict(met: bool, yes: str = "ok", no: str = "MISSED") -> str:
-    return yes if met else no
+def verdict(met: bool | None, yes: str = "ok", no: str = "MISSED") -> str:
+    """None: a figure printed as information, with no goal."""
+    return "info" if met is None else yes if met else no
 
 
 def print_checks(checks: list[tuple], title: str | None = None, yes: str = "ok", no: str = "MISSED") -> bool:

@@ -245,7 +245,8 @@ def part3(args, env: dict, hot: list[int], run_id: str) -> list:
     quiet, direct, queue = (statistics.median(p99[name]) for name in ("no sale", "direct mode", "queue mode"))
     n, twice = f"medians of {args.rounds}", f"{queue:.1f} ms vs 2 x {quiet:.1f} ms"
     return [
-        (f"3. regular p99, queue mode <= 2 x no sale, {n}", "<= 2 x", twice, queue <= 2 * quiet),
+        # Information, not a goal (bench/README.md, queue part 3): on two shared cores it cannot be met.
+        (f"3. regular p99, queue mode vs 2 x no sale, {n}", "(info)", twice, None),
         (f"3. regular p99, queue mode < direct mode, {n}", "<", f"{queue:.1f} ms vs {direct:.1f} ms", queue < direct),
     ]
 
@@ -283,7 +284,7 @@ def main(argv=None) -> int:
     print(f"\nSUMMARY ({time.perf_counter() - began:.0f} s)")
     rows.sort(key=lambda row: row[0][0])  # by part
     h.print_table(["figure", "goal", "measured", ""], [(*row[:3], h.verdict(row[3])) for row in rows])
-    return 1 if args.check and not all(row[3] for row in rows) else 0
+    return 1 if args.check and not all(row[3] for row in rows if row[3] is not None) else 0
 
 
 if __name__ == "__main__":
