@@ -23,7 +23,7 @@ from bench import flash_sale
 from bench import harness as h
 from inventory.services.flash_sales import seed_flash_sale
 from orders.services.builder import OrderDraft, PricedLine
-from orders.services.queue_admission import SKUS_KEY, QueuedRequest, pending_key
+from orders.services.queue_admission import SKUS_KEY, QueuedRequest, claims_key, pending_key
 from shop.selectors import cached_products
 
 PREFIX = "BENCH-Q-"  # products BENCH-Q-HOT, BENCH-Q-0001...; shoppers BENCH-Q-H00001... (hot), BENCH-Q-R00001...
@@ -73,7 +73,8 @@ def queued(n: int, customers: list[int], tag: str) -> tuple[list[int], list[tupl
     redis, now = get_redis_connection("default"), time.time()  # pending, as queue_checkout counts them
     redis.zadd(pending_key(HOT), dict.fromkeys(ids, now)), redis.sadd(SKUS_KEY, HOT)
     same = digest, currency, lines, {HOT: 1}, HOT, address  # in every request
-    requests = (QueuedRequest(i, customers[k % len(customers)], f"{tag}-{k}", *same) for k, i in enumerate(ids))
+    requests = [QueuedRequest(i, customers[k % len(customers)], f"{tag}-{k}", *same) for k, i in enumerate(ids)]
+    redis.hset(claims_key(HOT), mapping={request.order_id: request.claim() for request in requests})
     return ids, [(HOT.encode(), request.to_json()) for request in requests]
 
 

@@ -88,7 +88,7 @@ class OrderOutputSerializer(serializers.Serializer):
         completed_at = serializers.DateTimeField(allow_null=True)
 
     rejection_reason = serializers.CharField(
-        allow_blank=True, help_text="REJECTED only: out_of_stock, sku_unavailable or voucher_used_up"
+        allow_blank=True, help_text="REJECTED only: out_of_stock, sku_unavailable, voucher_used_up or queue_lost"
     )
     items = ItemSerializer(many=True)
     subtotal = serializers.SerializerMethodField(help_text="The lines at catalog prices, before discounts")

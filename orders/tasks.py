@@ -4,7 +4,7 @@ from celery import shared_task
 
 from orders.services import expire_unpaid_orders
 from orders.services.authorizations import capture_ending_authorizations
-from orders.services.queue_admission import resend_stale_queued
+from orders.services.queue_sweeper import resend_stale_queued
 
 
 @shared_task

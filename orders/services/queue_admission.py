@@ -11,8 +11,12 @@ Redis holds what the API needs before an order is written, for a day:
                                      written, scored by admission time (depth,
                                      and requests stale past QUEUE_STALE_AFTER_SECONDS)
   queue:skus                         the SKUs that have a pending set
+  queue:claims:{sku}                 hash: per pending order id, its customer,
+                                     key and gate units, with no TTL (the
+                                     queued copy has one): what rejecting it
+                                     needs if the copy is lost
   queue:resent:{id}                  set while a stale request's re-send is
-                                     claimed (resend_stale_queued)
+                                     claimed (orders/services/queue_sweeper.py)
 
 A queued order's id comes from the orders' own sequence, a hundred at a time
 per process (allocate_order_id). Redis is not the truth: every new key is
@@ -63,6 +67,10 @@ def order_key(order_id: int) -> str:
 
 def pending_key(sku: str) -> str:
     return f"queue:pending:{sku}"
+
+
+def claims_key(sku: str) -> str:
+    return f"queue:claims:{sku}"
 
 
 @dataclass(frozen=True)
@@ -123,6 +131,18 @@ class QueuedRequest:
 
     def build(self, *, now: datetime, rejection: str = "") -> BuiltOrder:
         return build_order(self.draft, now=now, request_hash=self.request_hash, takes_holds=False, rejection=rejection)
+
+    def claim(self) -> bytes:
+        """What the gate let through and for whom (queue:claims:{sku}): enough to
+        reject the request, units back, if its queued copy is lost."""
+        fields = [self.customer_id, self.idempotency_key, self.request_hash, self.currency, self.gated]
+        return json.dumps(fields, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_claim(cls, order_id: int, raw: bytes, *, queue_sku: str) -> "QueuedRequest":
+        """The request as far as its claim tells: no lines, for a rejection and its clean-up."""
+        customer_id, idempotency_key, request_hash, currency, gated = json.loads(raw)
+        return cls(order_id, customer_id, idempotency_key, request_hash, currency, [], gated, queue_sku)
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":")).encode()
@@ -208,8 +228,15 @@ def queue_checkout(*, draft: OrderDraft, gated: dict[str, int], partition_key: s
         order_id = allocate_order_id()
         request = QueuedRequest.of(order_id, draft, gated=gated, queue_sku=partition_key)
         body = request.to_json()
-        keys = [request_key(customer_id, idempotency_key), order_key(order_id), pending_key(partition_key), SKUS_KEY]
-        known = run_script(_HAND_OFF, keys=keys, args=[order_id, body, time.time(), KEPT_SECONDS, partition_key])
+        keys = [
+            request_key(customer_id, idempotency_key),
+            order_key(order_id),
+            pending_key(partition_key),
+            SKUS_KEY,
+            claims_key(partition_key),
+        ]
+        args = [order_id, body, time.time(), KEPT_SECONDS, partition_key, request.claim()]
+        known = run_script(_HAND_OFF, keys=keys, args=args)
     except RedisError as error:
         raise QueueUnavailable() from error
     if known is not None:  # a replay, or a twin request won the key
@@ -232,6 +259,7 @@ def _forget_request(customer_id: int, idempotency_key: str, order_id: int, sku: 
         with _redis().pipeline(transaction=False) as pipe:
             pipe.delete(request_key(customer_id, idempotency_key), order_key(order_id))
             pipe.zrem(pending_key(sku), order_id)
+            pipe.hdel(claims_key(sku), order_id)
             pipe.execute()
     except RedisError:
         logger.exception("could not undo the Redis records of queued order %s", order_id)
@@ -249,80 +277,6 @@ def stale_queued() -> dict[str, int]:
     return _per_sku(lambda pipe, key: pipe.zcount(key, "-inf", before))
 
 
-RESEND_LIMIT = 1000  # stale requests re-sent per SKU and sweep: a long outage drains over several
-
-
-def resent_key(order_id: int) -> str:
-    return f"queue:resent:{order_id}"
-
-
-@dataclass
-class StaleResolved:
-    resent: list[int] = field(default_factory=list)  # sent to the writer again from their Redis record
-    written: list[int] = field(default_factory=list)  # written already: only their pending entry was left
-    lost: list[int] = field(default_factory=list)  # no record and no order: nothing left to send (logged)
-
-
-def resend_stale_queued() -> StaleResolved:
-    """Resolve what stale_queued() counts, for a broker that lost requests it had
-    acknowledged (came back with an empty log): each stale request is sent to
-    the writer again from its Redis record; the writer writes it once, however
-    often it arrives (by order id: orders/services/queue_writing.py), and cleans
-    up after it once. A request's re-send is claimed for QUEUE_STALE_AFTER_SECONDS
-    (SET NX), so two sweeps at once (beat on every node) send it once, and a
-    request the writer is merely slow to reach is sent again at most once a
-    period. A pending entry whose order is written (its clean-up never ran) is
-    dropped. One with neither record nor order is logged for an operator:
-    nothing says whose it was or what the gate let through (the record holds that)."""
-    resolved = StaleResolved()
-    before = time.time() - settings.QUEUE_STALE_AFTER_SECONDS
-    redis = _redis()
-    for sku in sorted(sku.decode() for sku in redis.smembers(SKUS_KEY)):
-        ids = [int(i) for i in redis.zrangebyscore(pending_key(sku), "-inf", before, start=0, num=RESEND_LIMIT)]
-        if not ids:
-            continue
-        with redis.pipeline(transaction=False) as pipe:
-            for order_id in ids:
-                pipe.set(resent_key(order_id), 1, nx=True, ex=settings.QUEUE_STALE_AFTER_SECONDS)
-                pipe.get(order_key(order_id))
-            replies = pipe.execute()
-        missing = []
-        for order_id, claimed, raw in zip(ids, replies[::2], replies[1::2], strict=True):
-            if raw is None:
-                missing.append(order_id)
-            elif claimed:
-                try:
-                    queue_producer().send(topic=settings.KAFKA_CHECKOUT_TOPIC, key=sku, value=raw)
-                except QueueUnavailable:
-                    redis.delete(resent_key(order_id))  # the next sweep tries it again
-                    logger.warning("stale queued checkouts not re-sent: the queue's broker is unavailable")
-                    return resolved
-                resolved.resent.append(order_id)
-        if missing:
-            _drop_written(sku, missing, resolved)
-    if resolved.resent:
-        logger.warning("re-sent %s stale queued checkouts to the writer: %s", len(resolved.resent), resolved.resent)
-    return resolved
-
-
-def _drop_written(sku: str, order_ids: list[int], resolved: StaleResolved) -> None:
-    """Stale entries without a record: written (as themselves or as an alias of the
-    key's order) and their clean-up lost, else lost."""
-    written = set(Order.objects.filter(id__in=order_ids).values_list("id", flat=True))
-    written |= set(QueuedOrderAlias.objects.filter(queued_id__in=order_ids).values_list("queued_id", flat=True))
-    lost = sorted(set(order_ids) - written)
-    resolved.written += sorted(written)
-    resolved.lost += lost
-    if written:
-        _redis().zrem(pending_key(sku), *written)
-    if lost:
-        logger.error(
-            "queued checkouts %s are stale and neither their Redis record nor an order exists: "
-            "see docs/operations.md, queued checkouts that are never written",
-            lost,
-        )
-
-
 def _per_sku(count) -> dict[str, int]:
     skus = sorted(sku.decode() for sku in _redis().smembers(SKUS_KEY))
     with _redis().pipeline(transaction=False) as pipe:
@@ -334,7 +288,7 @@ def _per_sku(count) -> dict[str, int]:
 def forget_queue(*, sku: str) -> None:
     """Drop a SKU's pending set (benchmarks and drills that start a sale afresh)."""
     with _redis().pipeline(transaction=False) as pipe:
-        pipe.delete(pending_key(sku))
+        pipe.delete(pending_key(sku), claims_key(sku))
         pipe.srem(SKUS_KEY, sku)
         pipe.execute()
 

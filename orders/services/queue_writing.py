@@ -32,7 +32,7 @@ from orders.metrics import (
     QUEUE_ORDERS_WRITTEN,
 )
 from orders.models import Order, OrderItem, OrderStatus, QueuedOrderAlias
-from orders.services.queue_admission import QueuedRequest, order_key, pending_key
+from orders.services.queue_admission import QueuedRequest, claims_key, order_key, pending_key
 from orders.services.slots import count_pending_orders
 from outbox.services import record_events
 from shop.models import Product
@@ -262,6 +262,7 @@ def _clean_up(outcomes: list[tuple[QueuedRequest, int, bool]], used_up: set[int]
             order_key(request.order_id),
             cart_key(request.customer_id),
             taken_key(request.customer_id),
+            claims_key(sku),
         ]
         outcome = "1" if written else "v" if request.order_id in used_up else "0"
         args += [request.order_id, outcome, request.idempotency_key]

@@ -86,15 +86,15 @@ def test_two_authorization_runs_at_once_capture_each_payment_once_and_tell_of_it
 
 @pytest.mark.kafka
 def test_two_stale_queue_sweeps_at_once_send_each_request_once(redis, queue_topic, settings, monkeypatch):  # noqa: F811
-    from orders.services import queue_admission
+    from orders.services import queue_admission, queue_sweeper
     from tests.orders.conftest import SKU, checkout, drain, queue_sale, shopper_with_cart, stock
 
     queue_sale(20)
     settings.QUEUE_STALE_AFTER_SECONDS = 60
     ids = [checkout(shopper_with_cart(redis), f"stale-{n}").json()["id"] for n in range(10)]
-    wall_clock_ahead(monkeypatch, 61, queue_admission)
+    wall_clock_ahead(monkeypatch, 61, queue_admission, queue_sweeper)
 
-    runs = run_in_threads([queue_admission.resend_stale_queued] * 2)
+    runs = run_in_threads([queue_sweeper.resend_stale_queued] * 2)
 
     assert sorted(runs[0].resent + runs[1].resent) == sorted(ids)  # each claimed by one sweep (SET NX)
     assert drain(10).written == 10 and stock() == (10, 10)
