@@ -343,12 +343,12 @@ CELERY_BEAT_SCHEDULE = {
         "task": "outbox.tasks.purge_published_events_task",
         "schedule": float(env_int("OUTBOX_PURGE_INTERVAL_SECONDS", 3600)),
     },
-    # Queued checkouts still unwritten after QUEUE_STALE_AFTER_SECONDS sent to the writer
-    # again from their Redis record (a broker that lost its log: orders/services/queue_admission.py).
+    # Queued checkouts still unwritten after QUEUE_STALE_AFTER_SECONDS sent to the writer again
+    # from their Redis record, or rejected queue_lost without it (orders/services/queue_sweeper.py).
     "resend-stale-queued-checkouts": {
         "task": "orders.tasks.resend_stale_queued_task",
-        "schedule": 30.0,
-        "options": {"expires": 30},
+        "schedule": float(env_int("QUEUE_SWEEP_SECONDS", 30)),
+        "options": {"expires": env_int("QUEUE_SWEEP_SECONDS", 30)},
     },
 }
 

@@ -12,7 +12,10 @@ A database, Redis or network outage keeps the batch and retries it (capped
 backoff); a message that is not a checkout request is logged and skipped.
 While idle, the writer reads again from its start a partition whose end fell
 below its position (the broker came back with an empty log: outbox/consumers.py
-PartitionEnds); the requests it finds written change nothing."""
+PartitionEnds); the requests it finds written change nothing. A broker that came
+back without the topic at all gets it again from the writer (TopicKeeper): the
+checkouts' producers may not create it (ours has KAFKA_TOPIC_PARTITIONS), and
+answer 503 queue_unavailable until it exists."""
 
 import logging
 import time
@@ -28,7 +31,8 @@ from core.kafka import GroupConsumer
 from core.outages import failed_service
 from orders.services.queue_admission import QueuedRequest
 from orders.services.queue_writing import WrittenBatch, finish_written_batch, write_batch
-from outbox.consumers import PartitionEnds
+from outbox.consumers import END_CHECK_SECONDS, PartitionEnds
+from outbox.topics import ensure_topics
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +52,7 @@ class QueueWriter(GroupConsumer):
         # The last batch written: its clean-up, and its messages (offsets committed once it is done).
         self._cleaning: tuple[Future, list[Message]] | None = None
         self.ends = PartitionEnds(self)
+        self.topic_keeper = TopicKeeper(self)
 
     def run(self, *, should_stop: Callable[[], bool]) -> None:
         failures = 0
@@ -86,6 +91,7 @@ class QueueWriter(GroupConsumer):
         if not messages:
             self.settle()  # first: the last batch's offsets are committed before any seek
             self.ends.check()
+            self.topic_keeper.check()
             return 0
         requests = []
         for message in messages:
@@ -154,3 +160,33 @@ class QueueWriter(GroupConsumer):
                     request.to_json().decode(),
                 )
         return results
+
+
+class TopicKeeper:
+    """Creates the writer's topic again when the broker lost it, at most every
+    END_CHECK_SECONDS, from an idle poll (one metadata request on the consumer's
+    own connection)."""
+
+    def __init__(self, group: GroupConsumer, *, every: float = END_CHECK_SECONDS) -> None:
+        self.group, self.every = group, every
+        self.recreated = 0
+        self._next = 0.0
+
+    def check(self) -> bool:
+        """True when the topic was missing and is created now."""
+        now = time.monotonic()
+        if now < self._next:
+            return False
+        self._next = now + self.every
+        topic = self.group.topic
+        try:
+            found = self.group.consumer.list_topics(topic, timeout=2).topics.get(topic)
+            if found is not None and found.error is None:
+                return False
+            logger.warning("%s: topic %s is gone (the broker lost its log?): creating it again", self.group.name, topic)
+            ensure_topics(topics=[topic], timeout=5)
+        except Exception as error:  # noqa: BLE001 - an outage: the next check tries again
+            logger.info("%s: topic %s not checked: %r", self.group.name, topic, error)
+            return False
+        self.recreated += 1
+        return True

@@ -3,6 +3,7 @@ not leave the writer or a consumer past the partition's end, a queued checkout
 the broker lost is sent again from its Redis record, and one whose record is
 gone is rejected queue_lost, its unit back in the gate once."""
 
+import uuid
 from functools import partial
 
 import psycopg
@@ -209,3 +210,17 @@ def write_one_by_one(requests: list[QueuedRequest]) -> None:
             write_batch([request])
         except (IntegrityError, psycopg.errors.UniqueViolation):  # the ORM's, and COPY's (core/db.py copy_rows)
             pass  # the sweeper's rejection took the id first; the writer's next delivery finds it
+
+
+def test_a_writer_whose_topic_the_broker_lost_creates_it_again_with_our_partitions(settings, caplog):
+    from tests.outbox.test_topics import partitions
+
+    settings.KAFKA_CHECKOUT_TOPIC = topic = f"{settings.KAFKA_CHECKOUT_TOPIC}.lost-{uuid.uuid4().hex[:8]}"
+    assert partitions(topic) is None  # the broker came back without it: checkouts' producers may not create it
+    writer = QueueWriter()
+    try:
+        assert wait_until(lambda: writer.run_once() == 0 and writer.topic_keeper.recreated == 1, 20)
+    finally:
+        writer.close()
+    assert partitions(topic) == settings.KAFKA_TOPIC_PARTITIONS
+    assert f"topic {topic} is gone" in caplog.text
