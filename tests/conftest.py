@@ -3,12 +3,35 @@ import uuid
 
 import pytest
 from django.conf import settings
+from django.db import connections, transaction
+from django.test import TransactionTestCase
 from django_redis import get_redis_connection
 from rest_framework.test import APIClient
 
 from core.hotcache import hot_cache
 from tests.factories import UserFactory, api_token, product_with_stock
 from tests.helpers import place_pending_order, shopper_client, staff_client
+
+KEPT_BY_TEARDOWN = {"django_content_type", "auth_permission", "django_migrations"}
+
+
+def _delete_every_row(self) -> None:
+    """A transactional test's teardown: every row of every model's table deleted
+    in one transaction (foreign keys are deferrable), content types and
+    permissions kept. Django's own flush TRUNCATEs the 43 tables and emits
+    post_migrate to make the content types and permissions again: 619 ms a test
+    against 4 ms, over two minutes of the suite. Sequences are not reset either way."""
+    for alias in self._databases_names(include_mirrors=False):
+        connection = connections[alias]
+        tables = connection.introspection.django_table_names(only_existing=True, include_views=False)
+        quote = connection.ops.quote_name
+        with transaction.atomic(using=alias), connection.cursor() as cursor:
+            cursor.execute("SET CONSTRAINTS ALL DEFERRED")
+            for table in sorted(set(tables) - KEPT_BY_TEARDOWN):
+                cursor.execute(f"DELETE FROM {quote(table)}")
+
+
+TransactionTestCase._fixture_teardown = _delete_every_row
 
 
 @pytest.fixture(autouse=True)

@@ -34,7 +34,7 @@ from orders.metrics import (
 from orders.models import Order, OrderItem, OrderStatus, QueuedOrderAlias
 from orders.services.queue_admission import QueuedRequest, claims_key, order_key, pending_key
 from orders.services.slots import count_pending_orders
-from outbox.services import record_events
+from outbox.services import NewEvent, record_events
 from shop.models import Product
 from shop.promotions import VoucherBatch
 
@@ -162,9 +162,21 @@ def _insert(fresh: list[QueuedRequest], result: WrittenBatch, now: datetime) -> 
     statements the shop writes past the ORM): with bulk_create, compiling the INSERTs and quoting their
     8,500 values was a third of the writer's profile, and it drained 10,000
     queued orders in 2.5-3.6 s; with COPY in 1.7-1.9 s (bench/queue.py part 1)."""
+    orders, items, events = order_rows(fresh, result.rejected, now)
+    copy_rows(Order, ["id", *ORDER_FIELDS], orders)
+    copy_rows(OrderItem, ["order_id", *ITEM_FIELDS], items)
+    record_events(events)
+    count_pending_orders(customer_ids=[r.customer_id for r in fresh if r.order_id not in result.rejected])
+
+
+def order_rows(
+    fresh: list[QueuedRequest], rejected: dict[int, str], now: datetime
+) -> tuple[list[list], list[tuple], list[NewEvent]]:
+    """The orders' rows (id, *ORDER_FIELDS), their items' rows (order_id, *ITEM_FIELDS)
+    and their events, as the writer writes them (bench/queue.py writes the same raw)."""
     orders, items, events = [], [], []
     for request in fresh:
-        built = request.build(now=now, rejection=result.rejected.get(request.order_id, ""))
+        built = request.build(now=now, rejection=rejected.get(request.order_id, ""))
         values = built.fields
         orders.append([request.order_id] + [values[name] for name in ORDER_FIELDS])
         if values["shipping_address"] is not None:
@@ -175,10 +187,7 @@ def _insert(fresh: list[QueuedRequest], result: WrittenBatch, now: datetime) -> 
             orders[-1][SHIPPING_AT] = Jsonb(values["shipping"])
         items += [(request.order_id, *(item[name] for name in ITEM_FIELDS)) for item in built.items]
         events.append(built.event(request.order_id))
-    copy_rows(Order, ["id", *ORDER_FIELDS], orders)
-    copy_rows(OrderItem, ["order_id", *ITEM_FIELDS], items)
-    record_events(events)
-    count_pending_orders(customer_ids=[r.customer_id for r in fresh if r.order_id not in result.rejected])
+    return orders, items, events
 
 
 ORDER_FIELDS = [
