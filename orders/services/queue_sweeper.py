@@ -26,7 +26,7 @@ from orders.exceptions import QueueUnavailable
 from orders.models import Order, OrderStatus, QueuedOrderAlias
 from orders.queue_producer import queue_producer
 from orders.services.queue_admission import SKUS_KEY, QueuedRequest, claims_key, order_key, pending_key
-from orders.services.queue_writing import clean_up
+from orders.services.queue_writing import WrittenBatch, clean_up, not_yet_written
 from outbox.services import NewEvent, record_events
 
 logger = logging.getLogger(__name__)
@@ -66,18 +66,21 @@ def resend_stale_queued() -> StaleResolved:
                 pipe.get(order_key(order_id))
                 pipe.hget(claims_key(sku), order_id)
             replies = pipe.execute()
-        without_copy = {}
-        for order_id, raw, claim in zip(ids, replies[::2], replies[1::2], strict=True):
-            if raw is None:
-                without_copy[order_id] = claim
-            elif redis.set(resent_key(order_id), 1, nx=True, ex=settings.QUEUE_STALE_AFTER_SECONDS):
-                try:
-                    queue_producer().send(topic=settings.KAFKA_CHECKOUT_TOPIC, key=sku, value=raw)
-                except QueueUnavailable:
-                    redis.delete(resent_key(order_id))  # the next sweep tries it again
-                    logger.warning("stale queued checkouts not re-sent: the queue's broker is unavailable")
-                    return resolved
-                resolved.resent.append(order_id)
+        without_copy = {i: claim for i, raw, claim in zip(ids, replies[::2], replies[1::2], strict=True) if raw is None}
+        copies = [(i, raw) for i, raw in zip(ids, replies[::2], strict=True) if raw is not None]
+        with redis.pipeline(transaction=False) as pipe:
+            for order_id, _ in copies:
+                pipe.set(resent_key(order_id), 1, nx=True, ex=settings.QUEUE_STALE_AFTER_SECONDS)
+            claimed = pipe.execute()
+        mine = [(order_id, raw) for (order_id, raw), won in zip(copies, claimed, strict=True) if won]
+        for n, (order_id, raw) in enumerate(mine):
+            try:
+                queue_producer().send(topic=settings.KAFKA_CHECKOUT_TOPIC, key=sku, value=raw)
+            except QueueUnavailable:
+                redis.delete(*[resent_key(i) for i, _ in mine[n:]])  # the next sweep tries them again
+                logger.warning("stale queued checkouts not re-sent: the queue's broker is unavailable")
+                return resolved
+            resolved.resent.append(order_id)
         if without_copy:
             _resolve_without_copy(sku, without_copy, resolved)
     if resolved.resent:
@@ -90,50 +93,21 @@ def _resolve_without_copy(sku: str, claims: dict[int, bytes | None], resolved: S
     or their key under another id): the writer's clean-up, which never ran, runs
     now. Not written and a claim left: rejected queue_lost, then cleaned up as the
     writer cleans up a rejection. Neither: logged for an operator."""
-    outcomes, unclaimed = _written(sku, claims), []
-    resolved.written += sorted(order_id for order_id in claims if order_id in outcomes)
-    for order_id, claim in sorted(claims.items()):
-        if order_id in outcomes:
-            continue
-        if claim is None:
-            unclaimed.append(order_id)
-            continue
-        request = QueuedRequest.from_claim(order_id, claim, queue_sku=sku)
+    requests = [QueuedRequest.from_claim(i, claim, queue_sku=sku) for i, claim in claims.items() if claim is not None]
+    found = WrittenBatch()
+    fresh = not_yet_written(requests, found)
+    outcomes = found.outcomes
+    resolved.written += sorted(request.order_id for request, _, _ in outcomes)
+    for request in fresh:
         if _reject_lost(request):
-            resolved.rejected.append(order_id)
-            outcomes[order_id] = (request, order_id, False)
+            resolved.rejected.append(request.order_id)
+            outcomes.append((request, request.order_id, False))
         # else the writer wrote it meanwhile: the next sweep finds it written
-    clean_up(list(outcomes.values()))
-    if unclaimed:
+    clean_up(outcomes)
+    if unclaimed := sorted(i for i, claim in claims.items() if claim is None):
         _written_or_lost(sku, unclaimed, resolved)
     if resolved.rejected:
         logger.warning("rejected queue_lost, their record gone: stale queued checkouts %s", resolved.rejected)
-
-
-def _written(sku: str, claims: dict[int, bytes | None]) -> dict[int, tuple[QueuedRequest, int, bool]]:
-    """(request, its order's id, written) for the claimed requests that have an
-    order: under their id, or under their key (a duplicate, as the writer finds
-    one)."""
-    requests = {
-        order_id: QueuedRequest.from_claim(order_id, claim, queue_sku=sku)
-        for order_id, claim in claims.items()
-        if claim is not None
-    }
-    by_id = dict(Order.objects.filter(id__in=list(requests)).values_list("id", "status"))
-    by_key = {
-        (customer_id, key): (order_id, status)
-        for customer_id, key, order_id, status in Order.objects.filter(
-            customer_id__in={r.customer_id for r in requests.values()},
-            idempotency_key__in={r.idempotency_key for r in requests.values()},
-        ).values_list("customer_id", "idempotency_key", "id", "status")
-    }
-    outcomes = {}
-    for order_id, request in requests.items():
-        if order_id in by_id:
-            outcomes[order_id] = (request, order_id, by_id[order_id] != OrderStatus.REJECTED)
-        elif (found := by_key.get((request.customer_id, request.idempotency_key))) is not None:
-            outcomes[order_id] = (request, found[0], found[1] != OrderStatus.REJECTED)
-    return outcomes
 
 
 def _reject_lost(request: QueuedRequest) -> bool:

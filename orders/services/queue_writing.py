@@ -68,7 +68,7 @@ def write_batch(requests: list[QueuedRequest], *, clean_up_on_commit: bool = Tru
     result = WrittenBatch()
     now = timezone.now()
     with transaction.atomic():
-        fresh = _not_yet_written(requests, result)
+        fresh = not_yet_written(requests, result)
         skus = sorted({line.sku for request in fresh for line in request.lines})
         active = set(Product.objects.filter(sku__in=skus, is_active=True).values_list("sku", flat=True))
         # Locks as core/locks.py declares: shoppers' pending-order counters, vouchers, stock.
@@ -110,11 +110,12 @@ def write_batch(requests: list[QueuedRequest], *, clean_up_on_commit: bool = Tru
     return result
 
 
-def _not_yet_written(requests: list[QueuedRequest], result: WrittenBatch) -> list[QueuedRequest]:
+def not_yet_written(requests: list[QueuedRequest], result: WrittenBatch) -> list[QueuedRequest]:
     """The requests with no order yet. A redelivered request finds its order by
     id; a key that came again under another id (Redis forgot it, the shopper
     retried) finds its order by (customer, key) and is a duplicate of it. Both
-    go into result.outcomes, for the clean-up."""
+    go into result.outcomes, for the clean-up (the writer's, and the stale-queue
+    sweeper's: orders/services/queue_sweeper.py)."""
     by_id: dict[int, QueuedRequest] = {}
     for request in requests:
         by_id.setdefault(request.order_id, request)

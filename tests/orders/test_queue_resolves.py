@@ -14,12 +14,13 @@ from django.db import IntegrityError
 from cart.storage import cart_key
 from core.kafka import client_config, consumer_group
 from inventory import gate
+from orders.exceptions import QueueUnavailable
 from orders.models import Order, OrderStatus
 from orders.queue_producer import forget_queue_producer
 from orders.queue_writer import WRITER_GROUP, QueueWriter
 from orders.services import queue_admission, queue_sweeper
 from orders.services.queue_admission import QueuedRequest, claims_key, order_key, pending_key, queue_depths
-from orders.services.queue_sweeper import StaleResolved
+from orders.services.queue_sweeper import StaleResolved, resent_key
 from orders.services.queue_writing import write_batch
 from outbox.consumers import EventConsumer, register
 from outbox.models import OutboxEvent, ProcessedEvent
@@ -28,7 +29,8 @@ from tests.helpers import run_in_threads, wait_until, wall_clock_ahead
 from tests.orders.conftest import SKU, checkout, drain, queue_sale, shopper_with_cart, stock
 from tests.outbox.conftest import kafka_topic  # noqa: F401 - the outbox tests' fresh topic, a fixture here too
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.kafka]
+# A checkout topic of each test's own: the development one may hold requests of other runs.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.kafka, pytest.mark.usefixtures("queue_topic")]
 
 PAST_THE_END = 50
 
@@ -224,3 +226,30 @@ def test_a_writer_whose_topic_the_broker_lost_creates_it_again_with_our_partitio
         writer.close()
     assert partitions(topic) == settings.KAFKA_TOPIC_PARTITIONS
     assert f"topic {topic} is gone" in caplog.text
+
+
+def test_a_broker_down_during_the_sweep_leaves_every_unsent_request_to_the_next_sweep(
+    redis, queue_topic, settings, monkeypatch
+):
+    queue_sale(10)
+    settings.QUEUE_STALE_AFTER_SECONDS = 60
+    ids = sorted(checkout(shopper_with_cart(redis), f"down-{n}").json()["id"] for n in range(3))
+    broker_loses_the_queue(settings)
+    wall_clock_ahead(monkeypatch, 61, queue_admission, queue_sweeper)
+    real, sent = queue_sweeper.queue_producer(), []
+
+    class DownAfterOne:
+        def send(self, **message):
+            if sent:
+                raise QueueUnavailable()
+            sent.append(message)
+            real.send(**message)
+
+    with monkeypatch.context() as down:
+        down.setattr(queue_sweeper, "queue_producer", DownAfterOne)
+        first = queue_sweeper.resend_stale_queued()
+    assert len(first.resent) == 1 and not any(redis.exists(resent_key(i)) for i in ids if i not in first.resent)
+
+    second = queue_sweeper.resend_stale_queued()  # within the period: the one sent is claimed, the others go now
+    assert sorted(first.resent + second.resent) == ids
+    assert drain(3).written == 3 and stock() == (7, 3)
