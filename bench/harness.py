@@ -43,7 +43,7 @@ from cart.storage import SHIPPING_FIELD, cart_key, shipping_value
 from core.authentication import remember_tokens
 from core.hotcache import bump_generation
 from core.kafka import admin_client
-from core.ratelimit import window_key
+from core.ratelimit import shopper_window
 from inventory import gate
 from inventory.models import FlashSale, Stock, StockMovement
 from inventory.services.flash_sales import end_flash_sale
@@ -393,7 +393,7 @@ def fill_carts(carts: list[tuple[int, dict[str, int]]]) -> None:
     for start in range(0, len(carts), 2000):
         pipe = redis.pipeline(transaction=False)
         for customer_id, lines in carts[start : start + 2000]:
-            pipe.delete(cart_key(customer_id), window_key("checkout", f"user:{customer_id}"))
+            pipe.delete(cart_key(customer_id), shopper_window("checkout", customer_id).key)
             pipe.hset(cart_key(customer_id), mapping=lines)
             pipe.expire(cart_key(customer_id), settings.CART_TTL_SECONDS)
             pipe.set(address_key(customer_id), address, ex=ADDRESS_KEPT_SECONDS)
@@ -427,7 +427,7 @@ def delete_orders(customer_ids: list[int]) -> None:
             cursor.execute(f"DELETE FROM {delete}", [ids])
         cursor.execute("UPDATE order_pending_counts SET pending = 0 WHERE customer_id = ANY(%s)", [customer_ids])
     redis, customers = get_redis_connection("default"), set(customer_ids)
-    _delete_keys(redis, [k for c in customer_ids for k in (cart_key(c), window_key("checkout", f"user:{c}"))])
+    _delete_keys(redis, [k for c in customer_ids for k in (cart_key(c), shopper_window("checkout", c).key)])
     _delete_keys(gate.connection(), [gate.replay_key(c, key) for _, c, key in orders])
     queued = [k for k in redis.scan_iter("queue:key:*", count=10_000) if int(k.split(b":")[2]) in customers]
     _delete_keys(redis, queued + [order_key(int(i)) for i in (redis.mget(queued) if queued else []) if i])

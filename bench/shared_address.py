@@ -19,7 +19,7 @@ from django.utils import timezone
 from django_redis import get_redis_connection
 
 from bench import harness as h
-from core.ratelimit import window_key
+from core.ratelimit import shopper_window, window_key
 from inventory.services.flash_sales import seed_flash_sale
 from orders.models import Order
 from orders.services.holds import held_units
@@ -67,7 +67,7 @@ def scenario(server: h.Gunicorn, shoppers: list[h.Shopper], stock: int, run: str
     ids = [s.user_id for s in shoppers]
     h.delete_orders(ids)
     redis = get_redis_connection("default")
-    redis.delete(window_key("voucher_address", ADDRESS), *[window_key("voucher", f"user:{i}") for i in ids])
+    redis.delete(window_key("voucher_address", ADDRESS), *[shopper_window("voucher", i).key for i in ids])
     seed_flash_sale(sku=SKU, stock=stock, price=999, name="Bench shared-address item")
     h.fill_carts([(i, {SKU: 1, **h.SHIPS}) for i in ids])
     with ThreadPoolExecutor(threads) as pool:
@@ -90,7 +90,7 @@ def cleanup() -> None:
     ids = h.user_ids(PREFIX)
     h.delete_orders(ids)
     h.end_sale(SKU)
-    keys = [window_key("voucher_address", ADDRESS), *[window_key("voucher", f"user:{i}") for i in ids]]
+    keys = [window_key("voucher_address", ADDRESS), *[shopper_window("voucher", i).key for i in ids]]
     get_redis_connection("default").delete(*keys)
 
 

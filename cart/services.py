@@ -339,7 +339,7 @@ def _voucher_target(*, customer_id: int | None, token: str | None) -> tuple[str,
         return storage.cart_key(customer_id), None, ratelimit.shopper_window("voucher", customer_id)
     digest = _guest_digest(token)
     cart_key, live = storage.guest_cart_keys(digest)
-    return cart_key, live, ratelimit.window("voucher", f"guest:{digest}")
+    return cart_key, live, ratelimit.window("voucher", f"guest:{digest}", bucket=storage.guest_bucket(digest))
 
 
 def set_shipping_method(

@@ -284,6 +284,15 @@ REDIS_SENTINELS = [
 REDIS_SENTINEL_MASTER = env("REDIS_SENTINEL_MASTER", "shop")
 
 
+REDIS_MAX_CONNECTIONS = env_int("REDIS_MAX_CONNECTIONS", 256)
+# Carts, guest carts, rate limits and saved addresses on a Redis Cluster: its nodes as
+# host:port (any few; the client learns the rest). Empty: on REDIS_URL (core/sharding.py).
+REDIS_CLUSTER_NODES = env_list("REDIS_CLUSTER_NODES", "")
+REDIS_CLUSTER_SOCKET_TIMEOUT = env_float("REDIS_CLUSTER_SOCKET_TIMEOUT", 1.0)
+# How often beat copies the hot-cache generation into every bucket on a cluster (core/tasks.py).
+GENERATION_SYNC_SECONDS = env_int("GENERATION_SYNC_SECONDS", 10)
+
+
 def redis_cache(
     url: str, *, timeout: float, sentinels: list = REDIS_SENTINELS, master: str = REDIS_SENTINEL_MASTER
 ) -> dict:
@@ -292,7 +301,7 @@ def redis_cache(
         "CLIENT_CLASS": "django_redis.client.DefaultClient",
         "SOCKET_CONNECT_TIMEOUT": timeout,
         "SOCKET_TIMEOUT": timeout,
-        "CONNECTION_POOL_KWARGS": {"max_connections": env_int("REDIS_MAX_CONNECTIONS", 256)},
+        "CONNECTION_POOL_KWARGS": {"max_connections": REDIS_MAX_CONNECTIONS},
     }
     if sentinels:
         url = f"redis://{master}{urlsplit(url).path or '/0'}"
@@ -351,6 +360,13 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": env_int("QUEUE_SWEEP_SECONDS", 30)},
     },
 }
+if REDIS_CLUSTER_NODES:
+    # A bucket's copy of the hot-cache generation lost with a shard (core/sharding.py) is written again.
+    CELERY_BEAT_SCHEDULE["sync-cache-generations"] = {
+        "task": "core.tasks.sync_generations_task",
+        "schedule": float(GENERATION_SYNC_SECONDS),
+        "options": {"expires": GENERATION_SYNC_SECONDS},
+    }
 
 # --- Kafka ------------------------------------------------------------------
 KAFKA_BOOTSTRAP_SERVERS = env("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")

@@ -10,6 +10,7 @@ sees `StaleCache`, drops its caches and is served again from the database.
 """
 
 import logging
+import os
 import threading
 from dataclasses import dataclass
 
@@ -22,9 +23,22 @@ from rest_framework.views import APIView
 from core.errors import ErrorCode
 from core.exceptions import DomainError
 from core.parsers import JSONParser
+from core.sharding import BUCKETS, cluster, clustered, customer_redis, tag_of
 
 logger = logging.getLogger(__name__)
 GENERATION_KEY = "shop:cache-generation"
+GENERATION_LOCK_KEY = "shop:cache-generation:lock"
+
+
+def generation_key_beside(key: str) -> str:
+    """The copy of the generation a script touching `key` reads: in `key`'s hash slot."""
+    return f"{GENERATION_KEY}:{tag_of(key)}" if clustered() else GENERATION_KEY
+
+
+def _copy_key(bucket: int) -> str:
+    return f"{GENERATION_KEY}:{{{bucket}}}"
+
+
 MAX_ENTRIES = 100_000
 
 
@@ -67,7 +81,7 @@ class HotCache:
         """The generation to fill the caches under; read before any database read
         so that a change committed meanwhile is caught by the next check."""
         if self.generation is None:
-            raw = get_redis_connection("default").get(GENERATION_KEY)
+            raw = customer_redis().get(GENERATION_KEY)
             self.generation = raw.decode() if raw else "0"
         return self.generation
 
@@ -91,7 +105,8 @@ class HotCache:
         under another generation (HotCacheApiView then serves from the database)."""
         if self.generation is None:
             return  # nothing cached yet
-        raw = get_redis_connection("default").get(GENERATION_KEY)
+        key = _copy_key(os.getpid() % BUCKETS) if clustered() else GENERATION_KEY  # spread over the shards
+        raw = customer_redis().get(key)
         if (raw.decode() if raw else "0") != self.generation:
             raise StaleCache()
 
@@ -105,8 +120,35 @@ hot_cache = HotCache()
 
 
 def bump_generation() -> None:
-    get_redis_connection("default").incr(GENERATION_KEY)
+    if clustered():
+        _write_copies(bump=True)
+    else:
+        get_redis_connection("default").incr(GENERATION_KEY)
     hot_cache.clear()
+
+
+def sync_generations() -> int:
+    """On a cluster, every bucket's copy of the generation set to the generation
+    where it differs (a shard lost it, or a bump died half-way); how many were
+    written. Nothing on one Redis."""
+    return _write_copies(bump=False) if clustered() else 0
+
+
+def _write_copies(*, bump: bool) -> int:
+    """Under a lock, so that two bumps cannot leave copies of each other's values."""
+    client = cluster()
+    with client.lock(GENERATION_LOCK_KEY, timeout=10, blocking_timeout=5):
+        if bump:
+            generation, stored = client.incr(GENERATION_KEY), [None] * BUCKETS
+        else:
+            generation = int(client.get(GENERATION_KEY) or 0)
+            stored = client.mget_nonatomic([_copy_key(bucket) for bucket in range(BUCKETS)])
+        behind = [bucket for bucket, value in enumerate(stored) if value is None or int(value) != generation]
+        with client.pipeline() as pipe:
+            for bucket in behind:
+                pipe.set(_copy_key(bucket), generation)
+            pipe.execute()
+    return len(behind)
 
 
 def bump_generation_on_commit() -> None:

@@ -19,6 +19,7 @@ from redis.exceptions import RedisError
 from rest_framework.throttling import BaseThrottle
 
 from core.redis_scripts import compose, load_lua, run_script
+from core.sharding import CARTS, customer_bucket, tagged, text_bucket
 
 LUA = load_lua("core", "ratelimit")  # limited(): for scripts that count a limit in their own call
 _COUNT = compose(LUA, load_lua("core", "count"))
@@ -66,19 +67,22 @@ class Window:
     ms: int
 
 
-def window_key(scope: str | None, ident: str) -> str:
-    return f"rate:{scope}:{ident}"
+def window_key(scope: str | None, ident: str, *, bucket: int | None = None) -> str:
+    """On a Redis Cluster tagged with `bucket` (by default `ident`'s own), so that
+    a script can count it beside the keys of that bucket (core/sharding.py)."""
+    return tagged("rate", text_bucket(ident) if bucket is None else bucket, f"{scope}:{ident}")
 
 
-def window(scope: str | None, ident: str) -> Window:
+def window(scope: str | None, ident: str, *, bucket: int | None = None) -> Window:
     """`ident`'s window for `scope`; limit 0 when the scope has no rate (or is None)."""
     rate = settings.RATE_LIMITS.get(scope) if scope else None
     limit, period = parse_rate(rate) if rate else (0, 1)
-    return Window(window_key(scope, ident), limit, period * 1000)
+    return Window(window_key(scope, ident, bucket=bucket), limit, period * 1000)
 
 
 def shopper_window(scope: str | None, customer_id: int) -> Window:
-    return window(scope, f"user:{customer_id}")
+    """Beside the shopper's cart (the cart's and checkout's scripts count it)."""
+    return window(scope, f"user:{customer_id}", bucket=customer_bucket(customer_id))
 
 
 def count(limit_window: Window) -> float | None:
@@ -86,7 +90,7 @@ def count(limit_window: Window) -> float | None:
     else None. Raises RedisError when Redis is unreachable."""
     if not limit_window.limit:
         return None
-    wait_ms = run_script(_COUNT, keys=[limit_window.key], args=[limit_window.limit, limit_window.ms])
+    wait_ms = run_script(_COUNT, keys=[limit_window.key], args=[limit_window.limit, limit_window.ms], alias=CARTS)
     return wait_ms / 1000 if wait_ms else None
 
 

@@ -19,6 +19,8 @@ from redis import Redis
 from redis.connection import Connection
 from redis.exceptions import ConnectionError, NoScriptError, TimeoutError
 
+from core.sharding import CARTS, cluster, clustered
+
 
 @cache
 def load_lua(package: str, name: str) -> str:
@@ -102,7 +104,14 @@ def run_script(source: str, *, keys: list, args: list, alias: str = "default"):
     raises redis.exceptions.RedisError when Redis is unreachable. EVALSHA as a
     plain command: redis-py's Script object checks on every call whether its
     client is a pipeline, an isinstance against a Protocol that cost as much as
-    packing the command (py-spy of place_order, bench/checkout.py)."""
+    packing the command (py-spy of place_order, bench/checkout.py).
+    Alias CARTS: per-customer keys, on the default Redis or on a Redis Cluster
+    (core/sharding.py), where redis-py's cluster client routes the call by its
+    keys' slot (refusing keys of several) and follows MOVED, ASK and failovers."""
+    if alias == CARTS:
+        if clustered():
+            return _run_on_cluster(source, keys, args)
+        alias = "default"
     connection = script_client(alias).connection
     _fresh(connection)
     command = ("EVALSHA", _sha(source), len(keys), *keys, *args)
@@ -111,6 +120,16 @@ def run_script(source: str, *, keys: list, args: list, alias: str = "default"):
     except NoScriptError:
         _round_trip(connection, ("SCRIPT LOAD", source))
         return _round_trip(connection, command)
+
+
+def _run_on_cluster(source: str, keys: list, args: list):
+    client = cluster()
+    command = ("EVALSHA", _sha(source), len(keys), *keys, *args)
+    try:
+        return client.execute_command(*command)
+    except NoScriptError:  # a new or promoted node: its script cache starts empty
+        client.script_load(source)  # on every primary
+        return client.execute_command(*command)
 
 
 def _round_trip(connection: Connection, command: tuple):

@@ -27,6 +27,7 @@ from redis.exceptions import RedisError
 from core.errors import ErrorCode
 from core.exceptions import DomainError
 from core.redis_scripts import compose, load_lua, lua_constants, run_script
+from core.sharding import clustered
 
 REFUSALS_KEY = "gate:refusals"
 # A sale's fields in REFUSALS_KEY are its SKU and the SKU with these suffixes; the scripts get the same names.
@@ -116,8 +117,9 @@ def connection():
 
 
 def shares_cart_redis() -> bool:
-    """The gate on the cart's Redis (the default): checkout admits in one call."""
-    return settings.CACHES["gate"]["LOCATION"] == settings.CACHES["default"]["LOCATION"]
+    """The gate on the cart's Redis (the default): checkout admits in one call.
+    Never with carts on a Redis Cluster (core/sharding.py)."""
+    return settings.CACHES["gate"]["LOCATION"] == settings.CACHES["default"]["LOCATION"] and not clustered()
 
 
 def admit(*, customer_id: int, idempotency_key: str, lines: dict[str, int], rules: dict[str, GateRule]) -> bool:

@@ -10,11 +10,11 @@ from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
-from django_redis import get_redis_connection
 from knox.models import AuthToken
 from redis.exceptions import RedisError
 
 from core.exceptions import CacheUnavailable
+from core.sharding import customer_bucket, customer_redis, tagged
 from shop.accounts import password_reset_user, send_verification_on_commit
 from shop.exceptions import InvalidCredentials, UsernameTaken, WrongPassword
 from shop.models import ADDRESS_FIELDS, Address
@@ -133,7 +133,8 @@ ADDRESS_KEPT_SECONDS = 24 * 3600
 
 
 def address_key(customer_id: int) -> str:
-    return f"address:{customer_id}"
+    """Beside the shopper's cart (checkout's admission script reads both)."""
+    return tagged("address", customer_bucket(customer_id), str(customer_id))
 
 
 def default_address(*, customer_id: int, cached: bytes | None = None) -> dict | None:
@@ -144,7 +145,7 @@ def default_address(*, customer_id: int, cached: bytes | None = None) -> dict | 
         return json.loads(cached)
     row = Address.objects.filter(customer_id=customer_id).values(*ADDRESS_FIELDS).first()
     try:  # NX: an address saved meanwhile has set the key after its commit, and wins
-        get_redis_connection("default").set(address_key(customer_id), json.dumps(row), nx=True, ex=ADDRESS_KEPT_SECONDS)
+        customer_redis().set(address_key(customer_id), json.dumps(row), nx=True, ex=ADDRESS_KEPT_SECONDS)
     except RedisError:
         logger.warning("could not cache the saved address of customer %s", customer_id, exc_info=True)
     return row
@@ -155,7 +156,7 @@ def set_default_address(*, customer_id: int, address: dict) -> dict:
     changes (CacheUnavailable, nothing saved, when it cannot) and learns the new
     one after the commit: a checkout never ships to an address replaced before it."""
     values = {name: address.get(name, "") for name in ADDRESS_FIELDS}
-    key, redis = address_key(customer_id), get_redis_connection("default")
+    key, redis = address_key(customer_id), customer_redis()
     try:
         redis.delete(key)
     except RedisError as error:

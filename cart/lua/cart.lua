@@ -85,6 +85,34 @@ local function give_back_cart(cart_key, taken_key, checkout, ttl, drop_voucher)
   return 1
 end
 
+-- merge_lines(cart_key, lines, most, room): a guest cart's flat list into a
+-- shopper's cart: a SKU in both keeps the larger quantity (capped at `most`); a
+-- new SKU joins while the cart has fewer than `room` lines; the guest's voucher
+-- and shipping method, the ones the shopper chose last, replace the cart's.
+-- Twice the same list changes nothing more. Returns the lines merged and
+-- whether the voucher or shipping changed.
+local function merge_lines(cart_key, lines, most, room)
+  local merged, changed = 0, false
+  for i = 1, #lines, 2 do
+    local sku = lines[i]
+    if sku == VOUCHER_FIELD or sku == SHIPPING_FIELD then
+      redis.call('HSET', cart_key, sku, lines[i + 1])
+      changed = true
+    else
+      local quantity = math.min(tonumber(lines[i + 1]), most)
+      local mine = redis.call('HGET', cart_key, sku)
+      if mine then
+        redis.call('HSET', cart_key, sku, math.max(tonumber(mine), quantity))
+        merged = merged + 1
+      elseif line_count(cart_key) < room then
+        redis.call('HSET', cart_key, sku, quantity)
+        merged = merged + 1
+      end
+    end
+  end
+  return merged, changed
+end
+
 -- set_voucher(cart_key, code, ttl, field): the cart's voucher (or with `field`,
 -- that one of its settings: SHIPPING_FIELD) set, an empty value removes it, the
 -- TTL refreshed; {0, the cart as a flat list}.

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from time import monotonic
 
 from django.conf import settings
-from django_redis import get_redis_connection
 from redis.exceptions import RedisError
 
 from cart import storage
@@ -31,6 +30,7 @@ from core import ratelimit
 from core.exceptions import DomainError, RateLimited
 from core.hotcache import GENERATION_KEY, hot_cache
 from core.redis_scripts import GENERATION_LUA, compose, load_lua, run_script
+from core.sharding import customer_redis
 from inventory import gate
 from inventory.services.flash_sales import gate_rules, gate_rules_in_memory, queued_skus
 from orders.metrics import CHECKOUT_REFUSALS
@@ -131,7 +131,7 @@ _REFUSAL = compose(GENERATION_LUA, ratelimit.LUA, storage.LUA, gate.LUA, load_lu
 
 def _cached_address(customer_id: int) -> bytes | None:
     try:
-        return get_redis_connection("default").get(address_key(customer_id))
+        return customer_redis().get(address_key(customer_id))
     except RedisError:  # the database answers instead
         return None
 

@@ -32,12 +32,12 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.contenttypes.models import ContentType
 from django.db import transaction
 from django.utils import timezone
-from django_redis import get_redis_connection
 from redis.exceptions import RedisError
 
 from cart.storage import cart_key, taken_key
 from core.exceptions import CacheUnavailable, DomainError, NotFound
 from core.locks import for_update
+from core.sharding import customer_redis
 from inventory.services import replace_shipment_addresses
 from orders.exceptions import AccountHasOpenOrders, AccountIsStaff
 from orders.locks import lock_orders, lock_pending_counts
@@ -143,7 +143,7 @@ def erase_customer(*, customer_id: int) -> Erasure:
     order_ids = [order.id for order in orders]
 
     try:  # before the database changes: nothing is erased when Redis cannot be told
-        get_redis_connection("default").delete(address_key(customer_id), cart_key(customer_id), taken_key(customer_id))
+        customer_redis().delete(address_key(customer_id), cart_key(customer_id), taken_key(customer_id))
     except RedisError as error:
         raise CacheUnavailable() from error
     transaction.on_commit(lambda: _forget_in_redis(customer_id))  # a checkout's refill in between
@@ -196,7 +196,7 @@ def forget_notification_addresses(*, customer_id: int) -> int:
 
 def _forget_in_redis(customer_id: int) -> None:
     try:
-        get_redis_connection("default").delete(address_key(customer_id), cart_key(customer_id), taken_key(customer_id))
+        customer_redis().delete(address_key(customer_id), cart_key(customer_id), taken_key(customer_id))
     except RedisError:  # deleted before the commit already; a refill meanwhile expires with its TTL
         pass
 

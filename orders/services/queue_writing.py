@@ -16,11 +16,13 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from psycopg.types.json import Jsonb
+from redis.exceptions import RedisError
 
 from cart import storage
 from cart.storage import cart_key, taken_key
 from core.db import copy_rows
 from core.redis_scripts import compose, load_lua, run_script
+from core.sharding import clustered
 from inventory import gate
 from inventory.services import lock_stock, reserve_stock
 from orders.locks import lock_pending_counts
@@ -264,7 +266,8 @@ def _clean_up(outcomes: list[tuple[QueuedRequest, int, bool]], used_up: set[int]
             if request.gated and (not written or order_id != request.order_id)
         ]
     )
-    keys, args = [], [settings.CART_TTL_SECONDS]
+    carts_here = not clustered()
+    keys, args = [], [settings.CART_TTL_SECONDS if carts_here else ""]
     for request, _, written in outcomes:
         sku = request.queue_sku or min(line.sku for line in request.lines)
         keys += [
@@ -276,4 +279,23 @@ def _clean_up(outcomes: list[tuple[QueuedRequest, int, bool]], used_up: set[int]
         ]
         outcome = "1" if written else "v" if request.order_id in used_up else "0"
         args += [request.order_id, outcome, request.idempotency_key]
-    run_script(_DONE, keys=keys, args=args)
+    cleaned = run_script(_DONE, keys=keys, args=args)
+    if not carts_here:
+        _give_back_on_cluster(outcomes, {int(order_id) for order_id in cleaned}, used_up)
+
+
+def _give_back_on_cluster(outcomes: list, cleaned: set[int], used_up: set[int]) -> None:
+    """The clean-up's give-back when the carts are on a Redis Cluster: the carts of
+    the requests just cleaned up that wrote no order (once: only those the script
+    took out of the pending set now). A failure here leaves a cart taken for
+    TAKEN_CART_TTL_SECONDS, as a checkout's failed give-back does."""
+    for drop_voucher in (False, True):
+        carts = [
+            (request.customer_id, request.idempotency_key)
+            for request, _, _ in outcomes
+            if request.order_id in cleaned and (request.order_id in used_up) == drop_voucher
+        ]
+        try:
+            storage.give_back(carts, drop_voucher=drop_voucher)
+        except RedisError:
+            logger.exception("could not give back %d carts of queued checkouts", len(carts))
