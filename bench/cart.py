@@ -1,13 +1,21 @@
 """Cart endpoints against /healthz on a gunicorn of its own (bench/README.md).
 
-python -m bench.cart --rounds 3 --duration 5"""
+python -m bench.cart --rounds 3 --duration 5
+python -m bench.cart --cluster     carts on a local Redis Cluster of 3 primaries (scripts/redis_cluster.sh):
+                                   each shard's share of the calls and its Redis CPU per request printed"""
 
+import os
+import subprocess
 import sys
 
-from django_redis import get_redis_connection
+from django.conf import settings
+from redis import Redis
 
 from bench import harness as h
 from cart.storage import cart_key
+from core.sharding import customer_redis, forget_client
+
+CLUSTER_BASE, SHARDS = 7200, 3
 
 GOAL = 0.6
 SHOPPERS, PRODUCTS, LINES = 200, 50, 5  # shoppers bench-00001..., products BENCH-0001..., lines in each cart
@@ -32,19 +40,71 @@ def build_specs(shoppers, skus) -> dict[str, list[h.Spec]]:
     }
 
 
+class Shards(tuple):
+    """Per shard (commands, Redis CPU seconds), read from INFO; subtracting gives a run's share."""
+
+    def __sub__(self, other):
+        return Shards((a[0] - b[0], a[1] - b[1]) for a, b in zip(self, other, strict=True))
+
+
+def shard_probe(shards: list[Redis]):
+    def probe() -> Shards:
+        readings = []
+        for shard in shards:
+            calls = sum(stat["calls"] for stat in shard.info("commandstats").values())
+            cpu = shard.info("cpu")
+            readings.append((calls - 2, cpu["used_cpu_user"] + cpu["used_cpu_sys"]))  # less the two INFO calls
+        return Shards(readings)
+
+    return probe
+
+
+def on_cluster() -> tuple[dict, list[Redis]]:
+    script = str(h.ROOT / "scripts" / "redis_cluster.sh")
+    subprocess.run([script, "start", str(CLUSTER_BASE), str(SHARDS), "0"], check=True)
+    nodes = subprocess.run([script, "nodes", str(CLUSTER_BASE), str(SHARDS), "0"], check=True, capture_output=True)
+    os.environ["REDIS_CLUSTER_NODES"] = nodes.stdout.decode().strip()
+    settings.REDIS_CLUSTER_NODES = os.environ["REDIS_CLUSTER_NODES"].split(",")
+    forget_client()
+    return {"REDIS_CLUSTER_NODES": os.environ["REDIS_CLUSTER_NODES"]}, [
+        Redis(port=CLUSTER_BASE + i) for i in range(SHARDS)
+    ]
+
+
+def shard_columns() -> dict:
+    def share(run) -> str:
+        calls = [c for c, _ in run.probe]
+        return "/".join(f"{100 * c / max(sum(calls), 1):.0f}" for c in calls)
+
+    def cpu(run) -> str:
+        return "/".join(f"{1000 * s / max(run.answered, 1):.3f}" for _, s in run.probe)
+
+    return {"calls per shard %": share, "Redis CPU ms/req per shard": cpu}
+
+
 def main(argv=None) -> int:
-    args = h.parse(argv, __doc__, *h.ENDPOINTS, check=(False, f"exit 1 when a ratio is below {GOAL}"))
+    args = h.parse(
+        argv,
+        __doc__,
+        *h.ENDPOINTS,
+        check=(False, f"exit 1 when a ratio is below {GOAL}"),
+        cluster=(False, "carts on a local Redis Cluster of 3 primaries"),
+    )
     h.setup()
+    env, shards = on_cluster() if args.cluster else ({}, [])
     skus = [f"BENCH-{i:04d}" for i in range(1, PRODUCTS + 1)]
     h.ensure_products(skus, 500_000)
     h.ensure_shipping_and_tax(skus)  # each cart ships, and is taxed
     shoppers = h.ensure_shoppers(SHOPPERS, prefix="bench-")
-    env = {"RATE_LIMIT_CART_WRITE": "1000000000/min"}  # the throttle's Redis call still runs, but no PUT is a 429
+    env["RATE_LIMIT_CART_WRITE"] = "1000000000/min"  # the throttle's Redis call still runs, but no PUT is a 429
+    probe = shard_probe(shards) if shards else None
     try:
-        summary = h.measure_endpoints(args, build_specs(shoppers, skus), env=env)
+        summary = h.measure_endpoints(args, build_specs(shoppers, skus), env=env, probe=probe)
     finally:
-        get_redis_connection("default").delete(*[cart_key(s.user_id) for s in shoppers])
-    return h.print_endpoints(summary, args, "cart/healthz", GOAL)
+        customer_redis().delete(*[cart_key(s.user_id) for s in shoppers])
+    if args.cluster:
+        print(f"carts on a Redis Cluster of {SHARDS} primaries (:{CLUSTER_BASE}-{CLUSTER_BASE + SHARDS - 1})")
+    return h.print_endpoints(summary, args, "cart/healthz", GOAL, extra=shard_columns() if shards else None)
 
 
 if __name__ == "__main__":

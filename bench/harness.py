@@ -44,6 +44,7 @@ from core.authentication import remember_tokens
 from core.hotcache import bump_generation
 from core.kafka import admin_client
 from core.ratelimit import shopper_window
+from core.sharding import customer_redis
 from inventory import gate
 from inventory.models import FlashSale, Stock, StockMovement
 from inventory.services.flash_sales import end_flash_sale
@@ -389,7 +390,7 @@ def _delete_keys(redis, keys: list) -> None:
 
 def fill_carts(carts: list[tuple[int, dict[str, int]]]) -> None:
     """Exactly these carts, checkout rate limits reset, each shopper's saved address as set_default_address keeps it."""
-    redis, address = get_redis_connection("default"), json.dumps(BENCH_ADDRESS)
+    redis, address = customer_redis(), json.dumps(BENCH_ADDRESS)
     for start in range(0, len(carts), 2000):
         pipe = redis.pipeline(transaction=False)
         for customer_id, lines in carts[start : start + 2000]:
@@ -427,7 +428,7 @@ def delete_orders(customer_ids: list[int]) -> None:
             cursor.execute(f"DELETE FROM {delete}", [ids])
         cursor.execute("UPDATE order_pending_counts SET pending = 0 WHERE customer_id = ANY(%s)", [customer_ids])
     redis, customers = get_redis_connection("default"), set(customer_ids)
-    _delete_keys(redis, [k for c in customer_ids for k in (cart_key(c), shopper_window("checkout", c).key)])
+    _delete_keys(customer_redis(), [k for c in customer_ids for k in (cart_key(c), shopper_window("checkout", c).key)])
     _delete_keys(gate.connection(), [gate.replay_key(c, key) for _, c, key in orders])
     queued = [k for k in redis.scan_iter("queue:key:*", count=10_000) if int(k.split(b":")[2]) in customers]
     _delete_keys(redis, queued + [order_key(int(i)) for i in (redis.mget(queued) if queued else []) if i])

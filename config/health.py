@@ -16,6 +16,7 @@ from django.http import JsonResponse
 from django_redis import get_redis_connection
 
 from core.kafka import ping_kafka, shop_topics, topic_warnings
+from core.sharding import cluster, clustered
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +33,10 @@ def _check_postgres(timeout: float) -> None:
 
 def _check_redis(timeout: float) -> None:
     get_redis_connection("default").ping()
+    if clustered():  # the carts' Redis Cluster: one node's view of the whole
+        state = cluster().cluster_info().get("cluster_state")
+        if state != "ok":
+            raise ConnectionError(f"cluster_state {state}")
 
 
 def _check_kafka(timeout: float) -> list[str]:

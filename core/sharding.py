@@ -86,7 +86,8 @@ def customer_redis() -> Redis | RedisCluster:
     return cluster() if clustered() else get_redis_connection("default")
 
 
-def _forget(**_) -> None:
+def forget_client(**_) -> None:
+    """The next call opens a new client (the nodes changed)."""
     client, _Cluster.client = _Cluster.client, None
     if client is not None:
         client.close()
@@ -98,4 +99,4 @@ os.register_at_fork(after_in_child=lambda: setattr(_Cluster, "client", None))  #
 @receiver(setting_changed)
 def _nodes_changed(*, setting: str, **_) -> None:
     if setting == "REDIS_CLUSTER_NODES":
-        _forget()
+        forget_client()

@@ -4,6 +4,7 @@ scripts/redis_cluster.sh, every script's keys in one hash slot, the hot-cache
 generation copied into every bucket."""
 
 import subprocess
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from rest_framework.test import APIClient
 
 from cart import storage
 from cart.services import _guest_digest
-from core import ratelimit, redis_scripts
+from core import ratelimit, redis_scripts, sharding
 from core.hotcache import GENERATION_KEY, bump_generation, hot_cache, sync_generations
 from core.sharding import BUCKETS, cluster, customer_bucket, text_bucket
 from orders.models import Order
@@ -57,6 +58,7 @@ def on_cluster(started_cluster, settings, redis, monkeypatch):
         monkeypatch.setattr(module, "run_script", recording)
     client.calls = calls
     yield client
+    client = cluster()  # a new one when a test started the cluster again
     client.flushall(target_nodes=client.ALL_NODES)
     hot_cache.clear()
 
@@ -206,3 +208,26 @@ def test_the_queue_writers_clean_up_gives_carts_back_on_the_cluster_once(on_clus
     assert not on_cluster.exists(storage.taken_key(rejected.customer_id), storage.taken_key(used_up.customer_id))
     assert redis.zcard(pending_key("A")) == 0
     one_slot_each(on_cluster.calls)
+
+
+def test_readyz_names_redis_while_the_cluster_has_a_shard_down(on_cluster, client):
+    from config import health
+
+    health.forget_last_probe()
+    assert client.get("/readyz").json()["services"]["redis"]["status"] == "up"
+    victim = BASE + 2  # no replica here: its slots are down until it is back
+    subprocess.run(["redis-cli", "-p", str(victim), "shutdown", "nosave"], check=False, capture_output=True)
+    try:
+        down = False
+        for _ in range(50):  # the others mark it failed after the node timeout (2 s)
+            health.forget_last_probe()
+            response = client.get("/readyz")
+            if response.status_code == 503 and "redis" in response.json()["down"]:
+                down = True
+                break
+            time.sleep(0.2)
+        assert down, response.json()
+    finally:
+        subprocess.run([SCRIPT, "start", str(BASE), str(PRIMARIES), "0"], check=True, capture_output=True)
+        sharding.forget_client()  # the cluster is a new one: its nodes' ids and slots are learnt again
+        health.forget_last_probe()
