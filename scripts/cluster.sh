@@ -2,8 +2,10 @@
 # The shop as several nodes, on this machine (docs/operations.md, "Scaling out"):
 # HAProxy on :8000 in front of two nodes, each its own gunicorn (:8001, :8002)
 # with its own Celery worker and beat, relay, consumers and queue writer; a Redis
-# primary (:6390) with a replica (:6391) and three Sentinels (:26390-26392); the
-# shared PostgreSQL and Kafka broker (scripts/services.sh).
+# primary (:6390) with a replica (:6391) and three Sentinels (:26390-26392) for
+# the gate, queue mode, caches and Celery; a Redis Cluster of 3 primaries + 3
+# replicas (:7000-7005, scripts/redis_cluster.sh) for carts, addresses and rate
+# limits; the shared PostgreSQL and Kafka broker (scripts/services.sh).
 #
 #   scripts/cluster.sh start     start what is down, then print where each part runs
 #   scripts/cluster.sh stop      stop every part (the shared services stay up)
@@ -22,6 +24,8 @@ NODES=(1 2)
 MASTER=shop
 export REDIS_SENTINELS="127.0.0.1:26390,127.0.0.1:26391,127.0.0.1:26392"
 export REDIS_SENTINEL_MASTER=$MASTER
+CARTS_CLUSTER=(7000 3 1)  # base port, primaries, replicas of each
+export REDIS_CLUSTER_NODES=${REDIS_CLUSTER_NODES:-$(scripts/redis_cluster.sh nodes "${CARTS_CLUSTER[@]}")}
 export DEBUG=${DEBUG:-1}
 
 say() { printf '[cluster] %s\n' "$*"; }
@@ -147,6 +151,7 @@ case "${1:-start}" in
     redis_node $PRIMARY
     redis_node $REPLICA $PRIMARY
     for port in "${SENTINELS[@]}"; do sentinel "$port"; done
+    scripts/redis_cluster.sh start "${CARTS_CLUSTER[@]}" >/dev/null
     # As make run prepares them (the demo's logins exist only where DEBUG is on).
     DEBUG=1 "$PY" manage.py migrate --noinput >/dev/null
     DEBUG=1 "$PY" manage.py seed_demo >/dev/null
@@ -159,7 +164,8 @@ case "${1:-start}" in
   The shop runs as two nodes (scripts/cluster.sh stop, or make cluster-stop, stops them).
     Load balancer  http://127.0.0.1:$LB_PORT/api/  (HAProxy; its stats: http://127.0.0.1:8404/)
 $(for n in "${NODES[@]}"; do echo "    Node $n         http://127.0.0.1:$(node_port "$n")/  web, worker, beat, relay, consumers, writer (log: $DIR/node$n.log)"; done)
-    Redis          primary :$PRIMARY, replica :$REPLICA, Sentinels :${SENTINELS[*]} (master name "$MASTER")
+    Redis          primary :$PRIMARY, replica :$REPLICA, Sentinels :${SENTINELS[*]} (master name "$MASTER"): the gate, queue mode, Celery
+    Redis Cluster  3 primaries + 3 replicas on :7000-7005: carts, addresses, rate limits (REDIS_CLUSTER_NODES)
     PostgreSQL, Kafka: shared, as for make run (scripts/services.sh)
 EOF
     ;;
@@ -175,6 +181,7 @@ EOF
       wait_for 2 closed "$port" || fail "something still answers on :$port"
       rm -f "$DIR/redis-$port.pid" "$DIR/sentinel-$port.pid"
     done
+    scripts/redis_cluster.sh stop "${CARTS_CLUSTER[@]}"
     say "stopped"
     ;;
   kill-node) stop_node "$2" KILL ;;

@@ -1,4 +1,5 @@
-"""Drills on the local cluster (scripts/cluster.sh: HAProxy on :8000, two nodes, Redis with Sentinel).
+"""Drills on the local cluster (scripts/cluster.sh: HAProxy on :8000, two nodes, Redis with Sentinel, carts on a
+Redis Cluster of 3 + 3).
 
     python -m bench.cluster                  every drill, in turn
     python -m bench.cluster --drills sale,node
@@ -11,7 +12,12 @@
          effect applied once, node 2 taking the partitions
   redis  the Redis primary killed mid-sale: how long until the shop serves again (a replica promoted, no
          restart), what was refused meanwhile; no oversell; gate and database equal after flash_sale_sync;
-         carts written a second before the kill kept
+         carts written a second before the kill kept (they live on the carts' cluster: the shard drill kills that)
+  shard  a primary of the carts' Redis Cluster killed mid-sale, under cart traffic: how long until its carts are
+         served again (its replica promoted), cart failures only within that window, writes acknowledged before
+         the kill kept (witness shoppers stop writing at the kill; what a lost write's age was), no oversell
+  reshard  --slots slots moved between two primaries (redis-cli --cluster reshard) under cart traffic: no error
+         a shopper sees, every cart as last written
   beats  both nodes' beats for --beat-minutes: expiry, publishing and purging done once each, by counts
 
 The bench (re)starts the cluster with the bench shoppers' limits lifted and stops it at the end. The cluster's
@@ -30,7 +36,8 @@ def parse_args(argv=None):
         units=(1000, "units on sale"),
         shoppers=(3000, "shoppers, one unit each"),
         clients=(48, "requests in flight"),
-        drills=("sale,node,redis,beats", "which drills, comma-separated"),
+        drills=("sale,node,redis,shard,reshard,beats", "which drills, comma-separated"),
+        slots=(2000, "slots the reshard drill moves"),
         beat_minutes=(10.0, "how long both beats run in the beats drill"),
     )
     p.prog = "python -m bench.cluster"

@@ -1,7 +1,8 @@
 """The local cluster the drills run on (bench.cluster): scripts/cluster.sh started, stopped and a node killed, in
 the bench shoppers' environment; API calls through its HAProxy; and what the drills read of its parts: HAProxy's
-view of the nodes, the Redis primary the Sentinels name (killed and started again), a node's processes, the relay's
-leader and the nodes' logs, the gate set from the database."""
+view of the nodes, the Redis primary the Sentinels name (killed and started again), the carts' Redis Cluster (a
+shard's primary killed and started again, slots moved), a node's processes, the relay's leader and the nodes' logs,
+the gate set from the database."""
 
 import http.client
 import os
@@ -18,10 +19,15 @@ from django_redis import get_redis_connection
 
 from bench import LIFTED
 from bench import harness as h
+from core.sharding import cluster as carts_cluster
+from core.sharding import forget_client
 
 LB = "http://127.0.0.1:8000"
 CLUSTER = [str(h.ROOT / "scripts" / "cluster.sh")]
 RUN = h.ROOT / ".run" / "cluster"
+REDIS_CLUSTER = [str(h.ROOT / "scripts" / "redis_cluster.sh")]
+CARTS_CLUSTER = ["7000", "3", "1"]  # as scripts/cluster.sh starts it
+CARTS_RUN = h.ROOT / ".run" / "redis-cluster-7000"
 # The nodes' environment: bench shoppers hold many unpaid orders, all from one address (the bench's).
 NODE_ENV = {
     **LIFTED,
@@ -51,6 +57,79 @@ def restart_cluster() -> None:
     NODE_ENV.update(topics)
     cluster("stop")
     cluster("start", env=NODE_ENV)
+    use_carts_cluster()
+
+
+def use_carts_cluster() -> None:
+    """This process reads and writes carts where the nodes do: on the carts' Redis Cluster."""
+    nodes = subprocess.run([*REDIS_CLUSTER, "nodes", *CARTS_CLUSTER], check=True, capture_output=True)
+    os.environ["REDIS_CLUSTER_NODES"] = nodes.stdout.decode().strip()
+    settings.REDIS_CLUSTER_NODES = os.environ["REDIS_CLUSTER_NODES"].split(",")
+    forget_client()
+
+
+def shard_nodes() -> list[dict]:
+    """The carts' cluster as one of its nodes sees it: per node its id, port, role and the primary it follows."""
+    for port in range(7000, 7006):
+        try:
+            listing = subprocess.run(
+                ["redis-cli", "-p", str(port), "cluster", "nodes"], check=True, capture_output=True, timeout=2
+            ).stdout.decode()
+        except (subprocess.SubprocessError, OSError):
+            continue
+        if listing.strip():
+            break
+    nodes = []
+    for line in listing.splitlines():
+        node_id, address, flags, follows, *_ = line.split()
+        nodes.append(
+            {
+                "id": node_id,
+                "port": int(address.split("@")[0].rpartition(":")[2]),
+                "primary": "master" in flags and "fail" not in flags,
+                "failed": "fail" in flags,
+                "follows": follows,
+            }
+        )
+    return nodes
+
+
+def shard_primary_of(key: str) -> int:
+    """The port of the primary serving `key`'s slot now."""
+    return carts_cluster().get_node_from_key(key).port
+
+
+def kill_shard_primary(port: int) -> None:
+    """kill -9 of a cluster node (scripts/redis_cluster.sh writes each one's pid file)."""
+    subprocess.run(["kill", "-9", (CARTS_RUN / f"redis-{port}.pid").read_text().strip()], check=True)
+
+
+def start_shard_node(port: int) -> None:
+    """A killed cluster node back: it rejoins from its nodes file, as a replica of the one promoted."""
+    subprocess.run([*REDIS_CLUSTER, "start-node", str(port), CARTS_CLUSTER[0]], check=True)
+
+
+def move_slots(*, source: str, target: str, slots: int) -> float:
+    """redis-cli --cluster reshard: `slots` slots moved from node `source` to `target` (ids); seconds taken."""
+    started = time.monotonic()
+    subprocess.run(
+        [
+            "redis-cli",
+            "--cluster",
+            "reshard",
+            "127.0.0.1:7000",
+            "--cluster-from",
+            source,
+            "--cluster-to",
+            target,
+            "--cluster-slots",
+            str(slots),
+            "--cluster-yes",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return time.monotonic() - started
 
 
 def stop_cluster() -> None:

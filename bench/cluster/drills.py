@@ -19,6 +19,7 @@ from bench import harness as h
 from bench.cluster import control as c
 from cart.storage import cart_key
 from core.kafka import client_config, read_to_end
+from core.sharding import customer_redis
 from inventory import gate
 from inventory.models import Stock
 from inventory.services.flash_sales import seed_flash_sale
@@ -328,7 +329,7 @@ def drill_redis(args, results: dict) -> list[tuple]:
     available, reserved = stock_row()
     c.sync_gate(SKU)
     left = remaining()
-    kept = sum(1 for k in keepers if get_redis_connection("default").hget(cart_key(k.user_id), demo_sku))
+    kept = sum(1 for k in keepers if customer_redis().hget(cart_key(k.user_id), demo_sku))
     old = timings["old_primary"]
     c.start_redis(old)  # the old primary back, as a replica of the new one
     results["redis"] = {
@@ -353,7 +354,7 @@ def drill_redis(args, results: dict) -> list[tuple]:
             orders <= args.units and available + reserved == args.units,
         ),
         ("redis: gate and database consistent after flash_sale_sync", left == available),
-        ("redis: carts written a second before the kill kept", kept == len(keepers)),
+        ("redis: carts written a second before the kill kept (on the carts' cluster)", kept == len(keepers)),
     ]
 
 
@@ -426,4 +427,217 @@ def drill_beats(args, results: dict) -> list[tuple]:
     ]
 
 
-DRILLS = {"sale": drill_sale, "node": drill_node, "redis": drill_redis, "beats": drill_beats}
+# --- the carts' Redis Cluster ---------------------------------------------------------------------------------------
+
+
+class CartTraffic:
+    """Shoppers each writing one line of their cart through HAProxy in a loop, a new quantity each time, until
+    stopped: per request (sent, done, status, quantity), monotonic seconds."""
+
+    def __init__(self, shoppers: list, sku: str) -> None:
+        self.shoppers, self.sku = shoppers, sku
+        self.log: dict[int, list[tuple[float, float, int, int]]] = {s.user_id: [] for s in shoppers}
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._write, args=(s,)) for s in shoppers]
+
+    def __enter__(self) -> "CartTraffic":
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join()
+
+    def _write(self, shopper) -> None:
+        n, headers = 0, {"Content-Type": "application/json"}
+        while not self.stop.is_set():
+            n += 1
+            quantity = n % 90 + 1  # no two of the last 90 writes alike
+            sent = time.monotonic()
+            status = c.api(
+                shopper,
+                "PUT",
+                f"/api/cart/items/{self.sku}",
+                b'{"quantity": %d}' % quantity,
+                timeout=10,
+                headers=headers,
+            )
+            self.log[shopper.user_id].append((sent, time.monotonic(), status, quantity))
+            time.sleep(0.02)
+
+    def failures(self) -> list[tuple[float, float, int]]:
+        """(sent, done, status) of every answer that was not a 200."""
+        return [(sent, done, status) for log in self.log.values() for sent, done, status, _ in log if status != 200]
+
+    def stored(self, shopper) -> int | None:
+        quantity = customer_redis().hget(cart_key(shopper.user_id), self.sku)
+        return int(quantity) if quantity is not None else None
+
+
+def demo_sku() -> str:
+    return "MUG-001" if Product.objects.filter(sku="MUG-001").exists() else Product.objects.first().sku
+
+
+def cart_shoppers() -> list:
+    """Shoppers for cart traffic, not in any sale, their carts empty."""
+    shoppers = h.ensure_shoppers(240, prefix=f"{PREFIX}cart-")
+    customer_redis().delete(*[cart_key(s.user_id) for s in shoppers])
+    return shoppers
+
+
+def drill_shard(args, results: dict) -> list[tuple]:
+    """A primary of the carts' Redis Cluster killed (kill -9) a third into a sale, under cart traffic."""
+    sale = Sale(units=args.units, shoppers=args.shoppers, mode="direct", clients=args.clients)
+    pool, sku = cart_shoppers(), demo_sku()
+    victim = c.shard_primary_of(cart_key(pool[0].user_id))
+    on_victim = [s for s in pool if c.shard_primary_of(cart_key(s.user_id)) == victim]
+    witnesses = on_victim[:20]  # they stop writing at the kill: what they find afterwards is compared
+    # They write throughout, on every shard: a third on the victim's, who show when it serves again.
+    writers = on_victim[20:30] + [s for s in pool if s not in on_victim][:20]
+    timings: dict = {}
+
+    def kill_shard(sale: Sale) -> None:
+        with CartTraffic(writers, sku) as traffic:
+            with CartTraffic(witnesses, sku) as watched:
+                sale.a_third_done()
+                time.sleep(1.0)
+                watched.stop.set()
+                killed = time.monotonic()
+                c.kill_shard_primary(victim)
+            timings.update(killed=killed, watched=watched)
+            probes = writers[:10]
+            deadline = killed + 60
+            while time.monotonic() < deadline and not any(
+                status == 200 and sent > killed for s in probes for sent, _, status, _ in traffic.log[s.user_id]
+            ):
+                time.sleep(0.05)
+            timings["serving_again_s"] = round(time.monotonic() - killed, 2)
+            time.sleep(3.0)  # traffic goes on a while on the promoted replica
+        timings["traffic"] = traffic
+
+    sale.run(during=kill_shard)
+    orders = sale.settle(10)
+    available, reserved = stock_row()
+    killed, traffic, watched = timings["killed"], timings["traffic"], timings["watched"]
+    c.forget_client()  # this process's client learns the cluster anew
+    new_primary = c.shard_primary_of(cart_key(witnesses[0].user_id))
+    lost, lost_ages = 0, []
+    for witness in witnesses:
+        log = watched.log[witness.user_id]
+        acked = [(done, quantity) for sent, done, status, quantity in log if status == 200 and done < killed]
+        in_flight = {quantity for sent, done, _, quantity in log if sent < killed <= done}
+        stored = watched.stored(witness)
+        if acked and stored != acked[-1][1] and stored not in in_flight:
+            lost += 1
+            lost_ages.append(killed - acked[-1][0])
+    failures = traffic.failures() + watched.failures()
+    late = [round(done - killed, 2) for _, done, _ in failures]
+    window = timings["serving_again_s"] + 1.0
+    c.start_shard_node(victim)
+    rejoined = any(n["port"] == victim and not n["primary"] and not n["failed"] for n in _after(c.shard_nodes, 30))
+    writes = sum(len(log) for log in traffic.log.values())
+    results["shard"] = {
+        "killed_primary": victim,
+        "new_primary": new_primary,
+        "serving_again_s": timings["serving_again_s"],
+        "cart_writes": writes,
+        "cart_failures": len(failures),
+        "failure_statuses": dict(Counter(status for _, _, status in failures)),
+        "failures_after_kill_s": [min(late, default=None), max(late, default=None)],
+        "witnesses_lost": lost,
+        "lost_acked_before_kill_ms": [round(age * 1000) for age in lost_ages],
+        "orders": orders,
+        "statuses": dict(sale.statuses),
+        "retries_ended": dict(sale.retried),
+        "stock": [available, reserved],
+        "old_primary_rejoined_as_replica": rejoined,
+    }
+    print(
+        f"carts' cluster primary :{victim} killed: its carts served again after {timings['serving_again_s']} s "
+        f"(new primary :{new_primary}); {len(failures)} of {writes} cart writes failed "
+        f"({results['shard']['failure_statuses']}, {min(late, default=0):.2f}-{max(late, default=0):.2f} s "
+        f"after the kill); witnesses: {lost} of {len(witnesses)} lost their last acknowledged write "
+        f"{[round(a * 1000) for a in lost_ages]} ms before the kill; {orders} orders, checkouts "
+        f"{dict(sorted(sale.statuses.items()))}, retried {dict(sale.retried)}"
+    )
+    return [
+        ("shard: a replica promoted, carts served again without a restart", new_primary != victim),
+        (
+            f"shard: cart failures only within the failover window (<= {window:.1f} s)",
+            all(0 <= t <= window for t in late),
+        ),
+        (
+            f"shard: no oversell ({orders} <= {args.units}, available + reserved = {args.units})",
+            orders <= args.units and available + reserved == args.units,
+        ),
+        (
+            "shard: every cart written a second before the kill kept (a lost write only within the replication window)",
+            all(age < 1.0 for age in lost_ages),
+        ),
+        ("shard: the old primary back as a replica", rejoined),
+    ]
+
+
+def _after(read, seconds: float):
+    """read() once it shows every node up, or after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        nodes = read()
+        if not any(n["failed"] for n in nodes) or time.monotonic() > deadline:
+            return nodes
+        time.sleep(0.5)
+
+
+def drill_reshard(args, results: dict) -> list[tuple]:
+    """Slots moved between two primaries of the carts' cluster (redis-cli --cluster reshard) under cart traffic."""
+    pool, sku = cart_shoppers(), demo_sku()
+    writers = pool[:60]
+    before = {s.user_id: c.shard_primary_of(cart_key(s.user_id)) for s in writers}
+    primaries = sorted((n for n in c.shard_nodes() if n["primary"]), key=lambda n: n["port"])
+    source = next(n for n in primaries if n["port"] == before[writers[0].user_id])
+    target = next(n for n in primaries if n is not source)
+    with CartTraffic(writers, sku) as traffic:
+        time.sleep(1.0)
+        seconds = c.move_slots(source=source["id"], target=target["id"], slots=args.slots)
+        time.sleep(1.0)
+    c.forget_client()
+    moved = sum(1 for s in writers if c.shard_primary_of(cart_key(s.user_id)) != before[s.user_id])
+    failures = traffic.failures()
+    consistent = sum(
+        1
+        for s in writers
+        if (acked := [q for _, _, status, q in traffic.log[s.user_id] if status == 200])
+        and traffic.stored(s) == acked[-1]
+    )
+    writes = sum(len(log) for log in traffic.log.values())
+    results["reshard"] = {
+        "slots": args.slots,
+        "seconds": round(seconds, 1),
+        "cart_writes": writes,
+        "failures": len(failures),
+        "failure_statuses": dict(Counter(status for _, _, status in failures)),
+        "writers_moved": moved,
+        "carts_as_last_written": consistent,
+    }
+    print(
+        f"reshard: {args.slots} slots :{source['port']} -> :{target['port']} in {seconds:.1f} s under {writes} cart "
+        f"writes by {len(writers)} shoppers ({moved} of their carts moved): {len(failures)} failed "
+        f"{dict(Counter(status for _, _, status in failures))}; {consistent}/{len(writers)} carts as last written"
+    )
+    return [
+        (f"reshard: carts moved under traffic ({moved} of {len(writers)})", moved > 0),
+        ("reshard: no error a shopper sees", not failures),
+        ("reshard: every cart as its shopper last wrote it", consistent == len(writers)),
+    ]
+
+
+DRILLS = {
+    "sale": drill_sale,
+    "node": drill_node,
+    "redis": drill_redis,
+    "shard": drill_shard,
+    "reshard": drill_reshard,
+    "beats": drill_beats,
+}
