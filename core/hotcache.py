@@ -16,14 +16,14 @@ from dataclasses import dataclass
 
 from django.db import transaction
 from django_redis import get_redis_connection
-from redis.exceptions import RedisError
+from redis.exceptions import ConnectionError, RedisClusterException, RedisError
 from rest_framework.renderers import JSONRenderer
 from rest_framework.views import APIView
 
 from core.errors import ErrorCode
 from core.exceptions import DomainError
 from core.parsers import JSONParser
-from core.sharding import BUCKETS, cluster, clustered, customer_redis, tag_of
+from core.sharding import BUCKETS, cluster, clustered, customer_redis, tag_of, unreachable
 
 logger = logging.getLogger(__name__)
 GENERATION_KEY = "shop:cache-generation"
@@ -127,28 +127,44 @@ def bump_generation() -> None:
     hot_cache.clear()
 
 
-def sync_generations() -> int:
+def sync_generations(*, wait: bool = True) -> int:
     """On a cluster, every bucket's copy of the generation set to the generation
     where it differs (a shard lost it, or a bump died half-way); how many were
-    written. Nothing on one Redis."""
-    return _write_copies(bump=False) if clustered() else 0
+    written. Nothing on one Redis. Without `wait`, nothing when another process
+    is writing the copies (LockError)."""
+    return _write_copies(bump=False, wait=wait) if clustered() else 0
 
 
-def _write_copies(*, bump: bool) -> int:
+def _write_copies(*, bump: bool, wait: bool = True) -> int:
     """Under a lock, so that two bumps cannot leave copies of each other's values."""
     client = cluster()
-    with client.lock(GENERATION_LOCK_KEY, timeout=10, blocking_timeout=5):
-        if bump:
-            generation, stored = client.incr(GENERATION_KEY), [None] * BUCKETS
-        else:
-            generation = int(client.get(GENERATION_KEY) or 0)
-            stored = client.mget_nonatomic([_copy_key(bucket) for bucket in range(BUCKETS)])
-        behind = [bucket for bucket, value in enumerate(stored) if value is None or int(value) != generation]
-        with client.pipeline() as pipe:
-            for bucket in behind:
-                pipe.set(_copy_key(bucket), generation)
-            pipe.execute()
+    try:
+        with client.lock(GENERATION_LOCK_KEY, timeout=30, blocking=wait, blocking_timeout=5):
+            if bump:
+                generation, stored = client.incr(GENERATION_KEY), [None] * BUCKETS
+            else:
+                generation = int(client.get(GENERATION_KEY) or 0)
+                stored = client.mget_nonatomic([_copy_key(bucket) for bucket in range(BUCKETS)])
+            behind = [bucket for bucket, value in enumerate(stored) if value is None or int(value) != generation]
+            with client.pipeline() as pipe:
+                for bucket in behind:
+                    pipe.set(_copy_key(bucket), generation)
+                pipe.execute()
+    except RedisClusterException as error:  # a pipeline's outage is one too (core/sharding.py)
+        if unreachable(error):
+            raise ConnectionError(str(error)) from error
+        raise
     return len(behind)
+
+
+def _heal_copies() -> None:
+    """A request stale twice in a row on a cluster: its bucket's copy may be one a
+    shard lost. Written again now (the counter is the truth) rather than at beat's
+    next sync; skipped when another process is at it."""
+    try:
+        sync_generations(wait=False)
+    except RedisError:
+        logger.warning("could not write the hot-cache generation's copies again", exc_info=True)
 
 
 def bump_generation_on_commit() -> None:
@@ -202,6 +218,9 @@ class HotCacheApiView(APIView):
         return response
 
     def handle_exception(self, exc):
-        if isinstance(exc, StaleCache) and not self._stale_cache_retry:
-            self._stale_cache_met = True
+        if isinstance(exc, StaleCache):
+            if not self._stale_cache_retry:
+                self._stale_cache_met = True
+            elif clustered():
+                _heal_copies()  # this answer is still the 503; the next request finds the copy right
         return super().handle_exception(exc)

@@ -29,6 +29,7 @@ from django.dispatch import receiver
 from django_redis import get_redis_connection
 from redis import Redis
 from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import ConnectionError, RedisClusterException
 
 BUCKETS = 1024
 CARTS = "carts"  # run_script's alias for per-customer keys (core/redis_scripts.py)
@@ -58,6 +59,30 @@ def tag_of(key: str) -> str:
     return key[start : key.index("}", start) + 1] if start >= 0 else ""
 
 
+# What redis-py's cluster client raises as RedisClusterException (not a RedisError)
+# when no node answers or slots have no node: an outage like any other, a 503.
+_UNREACHABLE = ("cannot be connected", "not covered", "could not agree", "has no redis_connection", "No targets")
+
+
+def unreachable(error: RedisClusterException) -> bool:
+    return isinstance(error, RedisClusterException) and any(text in str(error) for text in _UNREACHABLE)
+
+
+class ShopCluster(RedisCluster):
+    """redis-py's cluster client whose outages are RedisErrors (ConnectionError),
+    as a single Redis's are, so that every `except RedisError` of the shop answers
+    them (503, or a limit that fails open). A call whose keys span slots stays a
+    RedisClusterException: a bug, not an outage."""
+
+    def execute_command(self, *args, **kwargs):
+        try:
+            return super().execute_command(*args, **kwargs)
+        except RedisClusterException as error:
+            if unreachable(error):
+                raise ConnectionError(str(error)) from error
+            raise
+
+
 class _Cluster:
     lock = threading.Lock()
     client: RedisCluster | None = None
@@ -72,12 +97,17 @@ def cluster() -> RedisCluster:
                     ClusterNode(host, int(port))
                     for host, _, port in (n.rpartition(":") for n in settings.REDIS_CLUSTER_NODES)
                 ]
-                _Cluster.client = RedisCluster(
-                    startup_nodes=nodes,
-                    socket_timeout=settings.REDIS_CLUSTER_SOCKET_TIMEOUT,
-                    socket_connect_timeout=settings.REDIS_CLUSTER_SOCKET_TIMEOUT,
-                    max_connections=settings.REDIS_MAX_CONNECTIONS,
-                )
+                try:
+                    _Cluster.client = ShopCluster(
+                        startup_nodes=nodes,
+                        socket_timeout=settings.REDIS_CLUSTER_SOCKET_TIMEOUT,
+                        socket_connect_timeout=settings.REDIS_CLUSTER_SOCKET_TIMEOUT,
+                        max_connections=settings.REDIS_MAX_CONNECTIONS,
+                    )
+                except RedisClusterException as error:  # it learns the slots from a node at once
+                    if unreachable(error):
+                        raise ConnectionError(str(error)) from error
+                    raise
     return _Cluster.client
 
 
@@ -93,7 +123,11 @@ def forget_client(**_) -> None:
         client.close()
 
 
-os.register_at_fork(after_in_child=lambda: setattr(_Cluster, "client", None))  # a child opens its own sockets
+def _after_fork() -> None:  # a child opens its own sockets, under a lock no other thread holds
+    _Cluster.client, _Cluster.lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 @receiver(setting_changed)

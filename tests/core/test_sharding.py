@@ -169,11 +169,37 @@ def test_a_bump_moves_every_bucket_and_a_lost_copy_is_written_again(on_cluster):
 
     lost = f"{GENERATION_KEY}:{{{customer_bucket(shopper.user.id)}}}"
     on_cluster.delete(lost)  # as a shard failing over before replicating it would
-    refused = put(shopper, "A", 3)
-    assert refused.status_code == 503 and refused.json()["error"]["code"] == "catalog_changing"
-    assert sync_generations() == 1 and on_cluster.get(lost) == generation
+    assert sync_generations() == 1 and on_cluster.get(lost) == generation  # beat's repair
     assert put(shopper, "A", 3).status_code == 200
+
+    on_cluster.delete(lost)
+    refused = put(shopper, "A", 4)  # stale, and stale again on the retry: the request repairs the copy
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "catalog_changing"
+    assert on_cluster.get(lost) == generation
+    assert put(shopper, "A", 4).status_code == 200
     assert sync_generations() == 0
+
+
+def test_the_whole_cluster_down_is_503_never_500_and_limits_fail_open(on_cluster, client):
+    product_with_stock(sku="A", available=5)
+    shopper = shopper_client()
+    assert put(shopper, "A", 1).status_code == 200
+    user = UserFactory()
+    subprocess.run([SCRIPT, "stop", str(BASE), str(PRIMARIES), "0"], check=True, capture_output=True)
+    try:
+        for fresh_client in (False, True):  # a process that knew the cluster, then one starting now
+            if fresh_client:
+                sharding.forget_client()
+            down = put(shopper, "A", 2)
+            assert down.status_code == 503 and down.json()["error"]["code"] == "cart_unavailable", down.content
+            guest = put(APIClient(), "A", 1)
+            assert guest.status_code == 503, guest.content
+        # the login's per-address rate limit lives on the cluster too: it fails open, the login works
+        login = APIClient().post("/api/auth/token", {"username": user.username, "password": PASSWORD}, format="json")
+        assert login.status_code == 200, login.content
+    finally:
+        subprocess.run([SCRIPT, "start", str(BASE), str(PRIMARIES), "0"], check=True, capture_output=True)
+        sharding.forget_client()
 
 
 def test_a_flash_sale_admits_on_the_gates_redis_with_carts_on_the_cluster(on_cluster):
