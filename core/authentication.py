@@ -172,7 +172,7 @@ class CachedTokenAuthentication(TokenAuthentication):
         return (user, auth_token), auth_token.expiry.timestamp() if auth_token.expiry else None
 
 
-def remembered_user(authorization: str, *, or_from_redis: bool = False):
+def remembered_user(authorization: str, *, or_from_redis: bool = False, generation_checked: bool = False):
     """The user of an `Authorization: Token ...` header from this process's
     memory only (what CachedTokenAuthentication keeps), or None: never a query,
     never an error. For answers given before DRF runs, which check the cache
@@ -180,7 +180,11 @@ def remembered_user(authorization: str, *, or_from_redis: bool = False):
     token this process no longer holds (its memory lasts TOKEN_CACHE_SECONDS)
     is looked up in Redis as authentication would, with one call, and kept
     again: without it, a shopper refused for longer than a minute took the
-    whole ordinary path once a minute in every worker (bench/flash_sale.py)."""
+    whole ordinary path once a minute in every worker (bench/flash_sale.py).
+    With `generation_checked`, a token held past TOKEN_CACHE_SECONDS still
+    answers (until the token's own expiry): for a caller whose next Redis call
+    checks the cache generation, which every revocation moves (the early
+    refusal's), so that a refused shopper costs no token lookup a minute."""
     prefix, _, token = authorization.partition(" ")
     if prefix.lower() != knox_settings.AUTH_HEADER_PREFIX.lower() or not _TOKEN.fullmatch(token.encode()):
         return None
@@ -188,7 +192,7 @@ def remembered_user(authorization: str, *, or_from_redis: bool = False):
 
     digest = token_digest(token)
     cached = hot_cache.tokens.get(digest)
-    if cached is not None and cached[1] > time.monotonic() and _alive(cached[2]):
+    if cached is not None and (generation_checked or cached[1] > time.monotonic()) and _alive(cached[2]):
         _LAST_DIGEST[cached[0][0].pk] = digest
         return cached[0][0]
     if not or_from_redis:

@@ -49,7 +49,7 @@ class EarlyRefusalMiddleware:
         meta = request.META
         if meta.get("CONTENT_LENGTH") not in (None, "", "0") or "HTTP_TRANSFER_ENCODING" in meta:
             return None  # a body to validate first: the view does it
-        user = remembered_user(meta.get("HTTP_AUTHORIZATION", ""), or_from_redis=True)
+        user = remembered_user(meta.get("HTTP_AUTHORIZATION", ""), or_from_redis=True, generation_checked=True)
         if user is None:
             return None
         try:

@@ -7,12 +7,16 @@
 -- KEYS: cart, generation, rate-limit window, replay marker, refusals, then
 -- (remaining, bought) per gated SKU. ARGV: generation, rate limit (0: none),
 -- window ms, customer, then (sku, per-customer limit, window opens, closes) per
--- gated SKU.
+-- gated SKU, then (refusals-hash field, count) per count of refusals the
+-- process answered from memory since its last call (RefusalMemory): added to
+-- the hash first, whatever the answer, so that they cost no call of their own.
 -- Returns {verdict, SKU or ms to wait, then every gated SKU now sold out};
 -- verdict: stale, pass, rate_limited, sold_out or limit_reached.
+local skus = (#KEYS - 5) / 2
+for j = 5 + 4 * skus, #ARGV - 1, 2 do redis.call('HINCRBY', KEYS[5], ARGV[j], ARGV[j + 1]) end
 if stale(KEYS[2], ARGV[1]) then return {'stale', ''} end
 local sold_out, lines = {}, {}
-for i = 1, (#ARGV - 4) / 4 do
+for i = 1, skus do
   local sku, remaining = ARGV[1 + 4*i], KEYS[4 + 2*i]
   local left = redis.call('GET', remaining)
   if left and tonumber(left) <= 0 then sold_out[#sold_out + 1] = sku end

@@ -59,9 +59,10 @@ class RefusalMemory:
     from here takes nothing, so this can refuse too long (at most the memory's
     length after units came back, the cart changed or the sale was re-seeded in
     another process) but never admit. The refusals it answers are counted here
-    and added to the gate's refusals hash in one call (one pipeline), before the
-    process's next call to the gate or with the first refusal from memory
-    SOLD_OUT_MEMORY_MS after the first uncounted one, whichever comes first.
+    and added to the gate's refusals hash by the process's next early-refusal
+    call (refusal.lua adds them first: no call of their own), or in one pipeline
+    with the first refusal from memory SOLD_OUT_MEMORY_MS after the first
+    uncounted one, whichever comes first.
     No timer: when checkouts stop, the last moment's refusals wait for the
     process's next one."""
 
@@ -107,10 +108,21 @@ class RefusalMemory:
             self.flush()
         return verdict, sku
 
-    def flush(self) -> None:
-        """The refusals answered from memory, into the gate's refusals hash (one call)."""
+    def take(self) -> dict[str, int]:
+        """The counts not yet in the gate, taken out (for a call that adds them: refusal.lua)."""
         with self._lock:
             counts, self.unflushed = self.unflushed, {}
+        return counts
+
+    def put_back(self, counts: dict[str, int]) -> None:
+        """Counts taken for a call that failed."""
+        with self._lock:
+            for field, count in counts.items():
+                self.unflushed[field] = self.unflushed.get(field, 0) + count
+
+    def flush(self) -> None:
+        """The refusals answered from memory, into the gate's refusals hash (one call)."""
+        counts = self.take()
         if not counts:
             return
         try:
@@ -222,7 +234,6 @@ def early_refusal(*, customer_id: int, idempotency_key: str) -> DomainError | No
         return None  # checkout answers 503 queue_unavailable first
     if (remembered := refusal_memory.recall(customer_id, generation, rules)) is not None:
         return _refusal(*remembered, rules)
-    refusal_memory.flush()  # before asking the gate: a no-op unless refusals were answered from memory
     limit = ratelimit.shopper_window("checkout", customer_id)
     keys = [
         storage.cart_key(customer_id),
@@ -235,9 +246,13 @@ def early_refusal(*, customer_id: int, idempotency_key: str) -> DomainError | No
     for sku, rule in rules.items():
         keys += [gate.remaining_key(sku), gate.bought_key(sku)]
         args += [sku, rule.limit, rule.opens_ms, rule.closes_ms]
+    counts = refusal_memory.take()  # the refusals answered from memory, counted by this call
+    for field, count in counts.items():
+        args += [field, count]
     try:
         verdict, detail, *now_sold_out = run_script(_REFUSAL, keys=keys, args=args)
     except RedisError:
+        refusal_memory.put_back(counts)
         return None
     if verdict == b"stale":
         return None

@@ -6,7 +6,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from knox.models import AuthToken
 
-from core.hotcache import hot_cache
+from core.hotcache import GENERATION_KEY, hot_cache
 from inventory import gate
 from inventory.services.flash_sales import set_flash_sale_mode
 from orders.models import Order
@@ -167,11 +167,40 @@ def test_queue_mode_refuses_early_as_well(redis, views):
     assert views == [shopper.user.id]
 
 
-def test_a_token_past_its_minute_in_memory_is_read_from_redis_and_refused_early(redis, views, monkeypatch):
+def test_a_token_past_its_minute_in_memory_is_refused_early_without_a_lookup(redis, views, monkeypatch):
     seed(stock=0)
     shopper = sold_out_shopper(redis)
     assert checkout(shopper, key="first").status_code == 409  # the ordinary path: the token is remembered
     hot_cache.tokens = {digest: (found, 0.0, expiry) for digest, (found, _, expiry) in hot_cache.tokens.items()}
+    redis.script_load(admission._REFUSAL)
+
+    sent = redis_commands(redis, monkeypatch)
+    response = checkout(shopper, key="second")
+
+    assert response.status_code == 409 and response.json()["error"]["code"] == "sold_out"
+    assert views == [shopper.user.id]
+    assert sent == ["EVALSHA"]  # no token lookup: the refusal's own call checks the cache generation
+
+
+def test_a_token_revoked_elsewhere_is_not_refused_early_from_an_old_memory(redis, views):
+    seed(stock=0)
+    shopper = sold_out_shopper(redis)
+    assert checkout(shopper, key="first").status_code == 409
+    hot_cache.tokens = {digest: (found, 0.0, expiry) for digest, (found, _, expiry) in hot_cache.tokens.items()}
+    AuthToken.objects.filter(user=shopper.user)._raw_delete(AuthToken.objects.db)  # logged out on another node,
+    redis.delete(*redis.keys("auth:token:*"))
+    redis.incr(GENERATION_KEY)  # which moved the generation: this process has not heard yet
+
+    response = checkout(shopper, key="second")
+
+    assert response.status_code == 401
+
+
+def test_a_token_this_process_no_longer_holds_is_read_from_redis_and_refused_early(redis, views, monkeypatch):
+    seed(stock=0)
+    shopper = sold_out_shopper(redis)
+    assert checkout(shopper, key="first").status_code == 409  # the ordinary path: the token is remembered
+    hot_cache.tokens.clear()
     redis.script_load(admission._REFUSAL)
 
     sent = redis_commands(redis, monkeypatch)

@@ -68,8 +68,8 @@ def test_sold_out_memory_refuses_without_redis_then_asks_the_gate_again(redis, c
     asked = checkout(shopper, key="asked")
 
     assert (asked.status_code, asked.content) == (409, ordinary.content)
-    assert "EVALSHA" in sent and views == [shopper.user.id]  # the gate's early call, not the view
-    assert gate.counters(skus=["HOT"])["HOT"]["refused"] == 6  # those from memory added before the call
+    assert sent == ["EVALSHA"] and views == [shopper.user.id]  # the gate's early call, not the view
+    assert gate.counters(skus=["HOT"])["HOT"]["refused"] == 6  # those from memory added by that same call
 
 
 def test_sold_out_memory_counts_its_refusals_in_the_gate_once_it_lapses(redis, clock, views):
