@@ -104,7 +104,11 @@ def main(argv=None) -> int:
     if args.cluster:
         print(f"\ncarts on a Redis Cluster of {SHARDS} primaries (:{CLUSTER_BASE}-{CLUSTER_BASE + SHARDS - 1})")
         env, shards = on_cluster()
-        code = max(code, measure(args, shoppers, skus, env, shards, balance=True))
+        try:
+            code = max(code, measure(args, shoppers, skus, env, shards, balance=True))
+        finally:
+            script = str(h.ROOT / "scripts" / "redis_cluster.sh")
+            subprocess.run([script, "stop", str(CLUSTER_BASE), str(SHARDS), "0"], check=False)
     return code
 
 
