@@ -30,6 +30,19 @@ from orders.services import admission
 _json = JSONRenderer()
 
 
+_bodies: dict[tuple, bytes] = {}  # a sale's few refusals, rendered once (a profile gave rendering 7 % of a refusal)
+
+
+def _body(refusal: DomainError) -> bytes:
+    key = (refusal.code, refusal.message, tuple(sorted((refusal.details or {}).items())))
+    body = _bodies.get(key)
+    if body is None:
+        if len(_bodies) >= 1000:
+            _bodies.clear()
+        body = _bodies[key] = _json.render(error_body(refusal.code, refusal.message, refusal.details))
+    return body
+
+
 class EarlyRefusalMiddleware:
     def __init__(self, get_response):
         self.get_response = get_response
@@ -60,11 +73,7 @@ class EarlyRefusalMiddleware:
 
     def respond(self, request, refusal: DomainError) -> HttpResponse:
         request.resolver_match = self.match  # the route of the request's metrics and log line
-        response = HttpResponse(
-            _json.render(error_body(refusal.code, refusal.message, refusal.details)),
-            status=refusal.status,
-            content_type=_json.media_type,
-        )
+        response = HttpResponse(_body(refusal), status=refusal.status, content_type=_json.media_type)
         for name, value in getattr(refusal, "headers", {}).items():
             response[name] = value
         # What the ordinary path adds (tests/orders/test_early_refusal.py compares them): DRF's
