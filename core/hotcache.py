@@ -16,14 +16,14 @@ from dataclasses import dataclass
 
 from django.db import transaction
 from django_redis import get_redis_connection
-from redis.exceptions import ConnectionError, RedisClusterException, RedisError
+from redis.exceptions import RedisError
 from rest_framework.renderers import JSONRenderer
 from rest_framework.views import APIView
 
 from core.errors import ErrorCode
 from core.exceptions import DomainError
 from core.parsers import JSONParser
-from core.sharding import BUCKETS, cluster, clustered, customer_redis, tag_of, unreachable
+from core.sharding import BUCKETS, cluster, clustered, customer_redis, outages_as_connection_errors, tag_of
 
 logger = logging.getLogger(__name__)
 GENERATION_KEY = "shop:cache-generation"
@@ -138,22 +138,20 @@ def sync_generations(*, wait: bool = True) -> int:
 def _write_copies(*, bump: bool, wait: bool = True) -> int:
     """Under a lock, so that two bumps cannot leave copies of each other's values."""
     client = cluster()
-    try:
-        with client.lock(GENERATION_LOCK_KEY, timeout=30, blocking=wait, blocking_timeout=5):
-            if bump:
-                generation, stored = client.incr(GENERATION_KEY), [None] * BUCKETS
-            else:
-                generation = int(client.get(GENERATION_KEY) or 0)
-                stored = client.mget_nonatomic([_copy_key(bucket) for bucket in range(BUCKETS)])
-            behind = [bucket for bucket, value in enumerate(stored) if value is None or int(value) != generation]
-            with client.pipeline() as pipe:
-                for bucket in behind:
-                    pipe.set(_copy_key(bucket), generation)
-                pipe.execute()
-    except RedisClusterException as error:  # a pipeline's outage is one too (core/sharding.py)
-        if unreachable(error):
-            raise ConnectionError(str(error)) from error
-        raise
+    with (
+        outages_as_connection_errors(),
+        client.lock(GENERATION_LOCK_KEY, timeout=30, blocking=wait, blocking_timeout=5),
+    ):
+        if bump:
+            generation, stored = client.incr(GENERATION_KEY), [None] * BUCKETS
+        else:
+            generation = int(client.get(GENERATION_KEY) or 0)
+            stored = client.mget_nonatomic([_copy_key(bucket) for bucket in range(BUCKETS)])
+        behind = [bucket for bucket, value in enumerate(stored) if value is None or int(value) != generation]
+        with client.pipeline() as pipe:  # a pipeline's outage is one too
+            for bucket in behind:
+                pipe.set(_copy_key(bucket), generation)
+            pipe.execute()
     return len(behind)
 
 

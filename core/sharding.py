@@ -22,6 +22,7 @@ On a single Redis (the default) no key is tagged: key names stay as they were.
 import os
 import threading
 import zlib
+from contextlib import contextmanager
 
 from django.conf import settings
 from django.core.signals import setting_changed
@@ -64,23 +65,26 @@ def tag_of(key: str) -> str:
 _UNREACHABLE = ("cannot be connected", "not covered", "could not agree", "has no redis_connection", "No targets")
 
 
-def unreachable(error: RedisClusterException) -> bool:
-    return isinstance(error, RedisClusterException) and any(text in str(error) for text in _UNREACHABLE)
+@contextmanager
+def outages_as_connection_errors():
+    """A cluster nobody can reach raised as a RedisError (ConnectionError), as a
+    single Redis's outage is, so that every `except RedisError` of the shop answers
+    it (503, or a limit that fails open). A call whose keys span slots stays a
+    RedisClusterException: a bug, not an outage."""
+    try:
+        yield
+    except RedisClusterException as error:
+        if any(text in str(error) for text in _UNREACHABLE):
+            raise ConnectionError(str(error)) from error
+        raise
 
 
 class ShopCluster(RedisCluster):
-    """redis-py's cluster client whose outages are RedisErrors (ConnectionError),
-    as a single Redis's are, so that every `except RedisError` of the shop answers
-    them (503, or a limit that fails open). A call whose keys span slots stays a
-    RedisClusterException: a bug, not an outage."""
+    """redis-py's cluster client, its outages RedisErrors (outages_as_connection_errors)."""
 
     def execute_command(self, *args, **kwargs):
-        try:
+        with outages_as_connection_errors():
             return super().execute_command(*args, **kwargs)
-        except RedisClusterException as error:
-            if unreachable(error):
-                raise ConnectionError(str(error)) from error
-            raise
 
 
 class _Cluster:
@@ -97,17 +101,13 @@ def cluster() -> RedisCluster:
                     ClusterNode(host, int(port))
                     for host, _, port in (n.rpartition(":") for n in settings.REDIS_CLUSTER_NODES)
                 ]
-                try:
+                with outages_as_connection_errors():  # it learns the slots from a node at once
                     _Cluster.client = ShopCluster(
                         startup_nodes=nodes,
                         socket_timeout=settings.REDIS_CLUSTER_SOCKET_TIMEOUT,
                         socket_connect_timeout=settings.REDIS_CLUSTER_SOCKET_TIMEOUT,
                         max_connections=settings.REDIS_MAX_CONNECTIONS,
                     )
-                except RedisClusterException as error:  # it learns the slots from a node at once
-                    if unreachable(error):
-                        raise ConnectionError(str(error)) from error
-                    raise
     return _Cluster.client
 
 

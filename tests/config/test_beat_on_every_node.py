@@ -23,6 +23,8 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 def test_the_schedule_holds_only_jobs_shown_safe_twice():
     # A new job joins this list with a test below (or a lock) showing two beats cannot double its effect.
+    # With REDIS_CLUSTER_NODES, core.tasks.sync_generations_task joins too: tests/core/test_sharding.py
+    # runs two at once.
     assert {job["task"] for job in settings.CELERY_BEAT_SCHEDULE.values()} == {
         "orders.tasks.expire_unpaid_orders_task",  # below
         "orders.tasks.capture_ending_authorizations_task",  # below

@@ -6,6 +6,7 @@ generation copied into every bucket."""
 import subprocess
 import time
 from collections import Counter
+from datetime import date
 from pathlib import Path
 
 import pytest
@@ -20,9 +21,10 @@ from core.sharding import BUCKETS, cluster, customer_bucket, text_bucket
 from orders.models import Order
 from orders.services import queue_writing
 from orders.services.queue_admission import QueuedRequest, pending_key
+from shop.models import ShippingMethod, ShippingZone, TaxRate
 from shop.services import address_key
-from tests.factories import PASSWORD, UserFactory, product_with_stock
-from tests.helpers import checkout, shopper_client
+from tests.factories import PASSWORD, UserFactory, VoucherFactory, product_with_stock
+from tests.helpers import checkout, run_in_threads, shopper_client
 from tests.inventory.conftest import counter, seed
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
@@ -257,3 +259,37 @@ def test_readyz_names_redis_while_the_cluster_has_a_shard_down(on_cluster, clien
         subprocess.run([SCRIPT, "start", str(BASE), str(PRIMARIES), "0"], check=True, capture_output=True)
         sharding.forget_client()  # the cluster is a new one: its nodes' ids and slots are learnt again
         health.forget_last_probe()
+
+
+def test_vouchers_and_shipping_on_the_cluster_guest_and_shopper(on_cluster, settings):
+    settings.PRICES_INCLUDE_TAX = True
+    VoucherFactory(code="SPRING-10", value=10)
+    TaxRate.objects.create(country="GB", tax_class_id="standard", rate=2000, valid_from=date(2000, 1, 1))
+    uk = ShippingZone.objects.create(name="United Kingdom", countries=["GB"])
+    ShippingMethod.objects.create(code="standard", name="Standard", zone=uk, price=499, min_days=2, max_days=4)
+    product_with_stock(sku="MUG", price=1000, available=50, weight_grams=350)
+    guest = APIClient()
+    token = put(guest, "MUG", 2)["Cart-Token"]
+    headers = {"HTTP_CART_TOKEN": token}
+    entered = guest.put("/api/cart/voucher", {"code": "spring-10"}, format="json", **headers)  # counts the address
+    assert entered.status_code == 200, entered.content
+    chosen = guest.put("/api/cart/shipping-method", {"code": "standard", "country": "GB"}, format="json", **headers)
+    assert chosen.status_code == 200, chosen.content
+    assert (chosen.json()["voucher"]["code"], chosen.json()["shipping"]["code"]) == ("SPRING-10", "standard")
+
+    shopper = shopper_client()
+    assert put(shopper, "MUG", 1).status_code == 200
+    assert shopper.put("/api/cart/voucher", {"code": "SPRING-10"}, format="json").status_code == 200
+    assert shopper.delete("/api/cart/voucher").status_code == 204
+    assert shopper.get("/api/cart").json()["voucher"] is None
+    one_slot_each(on_cluster.calls)
+
+
+def test_two_generation_syncs_at_once_leave_every_copy_at_the_counter(on_cluster):
+    """Beat runs the sync on every node (docs/operations.md, "Scaling out"): two at once are one."""
+    bump_generation()
+    generation = on_cluster.get(GENERATION_KEY)
+    on_cluster.delete(*[f"{GENERATION_KEY}:{{{b}}}" for b in range(0, BUCKETS, 3)])
+    written = run_in_threads([sync_generations, sync_generations])
+    copies = on_cluster.mget_nonatomic([f"{GENERATION_KEY}:{{{b}}}" for b in range(BUCKETS)])
+    assert sorted(written) == [0, len(range(0, BUCKETS, 3))] and set(copies) == {generation}
