@@ -64,12 +64,16 @@ DEMO_VOUCHER = "WELCOME10"
 
 
 def _seed_shipping() -> None:
-    """The demo's zones and methods, if the shop has none yet, and the shipped VAT rates."""
+    """The demo's zones and methods, unless the shop has one of them already (a method
+    of another code, such as a bench's, does not stop them), and the shipped VAT rates."""
     if not TaxRate.objects.exists():
         load_tax_rates(rows=read_tax_rates_file(SHIPPED_TAX_RATES))
-    if ShippingMethod.objects.exists():
+    if ShippingMethod.objects.filter(code__in=[code for code, *_ in DEMO_SHIPPING]).exists():
         return
-    zones = {name: ShippingZone.objects.create(name=name, countries=countries) for name, countries in DEMO_ZONES}
+    zones = {
+        name: ShippingZone.objects.get_or_create(name=name, defaults={"countries": countries})[0]
+        for name, countries in DEMO_ZONES
+    }
     for code, name, zone, price, free_over, (min_days, max_days) in DEMO_SHIPPING:
         by_weight = isinstance(price, list)
         method = ShippingMethod.objects.create(

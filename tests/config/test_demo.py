@@ -56,3 +56,18 @@ def test_the_demo_has_the_voucher_the_readme_tour_enters(db):
     seed_demo()  # safe to run again
     voucher = Promotion.objects.get(code=DEMO_VOUCHER)
     assert (voucher.kind, voucher.value, voucher.usage_limit, voucher.per_customer_limit) == ("percent", 10, 1000, 1)
+
+
+def test_the_demo_ships_as_the_readme_tour_says_even_after_a_bench_made_a_method(db):
+    from config.demo import seed_demo
+    from shop.demo import DEMO_SHIPPING
+    from shop.models import ShippingMethod, ShippingZone
+
+    bench_zone = ShippingZone.objects.create(name="Bench zone", countries=["ES"])
+    ShippingMethod.objects.create(code="bench-ship", name="Bench shipping", zone=bench_zone, price=499)
+    seed_demo()
+    seed_demo()  # safe to run again
+    codes = set(ShippingMethod.objects.values_list("code", flat=True))
+    assert codes == {"bench-ship", *(code for code, *_ in DEMO_SHIPPING)}
+    standard = ShippingMethod.objects.get(code="standard")
+    assert "GB" in standard.zone.countries
