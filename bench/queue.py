@@ -223,7 +223,8 @@ def part2(args) -> list:
         for mode in ("direct", "queue"):
             command = f"python -m bench.flash_sale {args.drill} --mode {mode}".replace("  ", " ")
             print(f"\npart 2, round {r + 1} of {args.rounds}: {command}")
-            flash_sale.main([*shlex.split(args.drill), "--mode", mode], results.setdefault(mode, {}))
+            drill = ["--rounds", "1", *shlex.split(args.drill), "--mode", mode]  # one refused phase a drill
+            flash_sale.main(drill, results.setdefault(mode, {}))
         if any("p99" not in results[mode] for mode in results):
             return [("2. the drill", "runs", f"failed in round {r + 1}", False)]
         rounds.append(results)

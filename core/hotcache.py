@@ -75,6 +75,7 @@ class HotCache:
         self.priced_carts: dict = {}  # cart's carts as last priced (cart/services.py _price)
         self.catalog = None  # inventory's browsable catalog (inventory/catalog_browse.py)
         self.sold_out: frozenset[str] = frozenset()  # what the gate last said (orders/services/admission.py)
+        self.sold_out_heard = 0.0  # when it said all of it (monotonic; 0: not since the caches were filled)
         self.refusals: dict = {}  # the gate's last refusal per shopper, for a moment (orders/services/admission.py)
 
     def ensure_generation(self) -> str:
@@ -97,6 +98,7 @@ class HotCache:
             self.priced_carts.clear()
             self.catalog = None
             self.sold_out = frozenset()
+            self.sold_out_heard = 0.0
             self.refusals.clear()
 
     def check_generation(self) -> None:

@@ -44,6 +44,7 @@ _GIVE_BACK = load_lua("inventory", "give_back")
 _RELEASE = compose(_GIVE_BACK, load_lua("inventory", "release"))
 _RELEASE_ONCE = compose(_GIVE_BACK, load_lua("inventory", "release_once"))
 _MARK_ORDERS = load_lua("inventory", "mark_orders")
+_SOLD_OUT = load_lua("inventory", "sold_out")
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,14 @@ def admit(*, customer_id: int, idempotency_key: str, lines: dict[str, int], rule
     except RedisError as exc:
         raise GateUnavailable() from exc
     return judge(verdict, sku, rules)
+
+
+def sold_out(skus: list[str], counts: dict[str, int]) -> frozenset[str]:
+    """Those of `skus` with no unit left in the gate, in one call that first adds
+    `counts` (refusals-hash field -> refusals answered without the gate). Raises RedisError."""
+    keys = [REFUSALS_KEY, *[remaining_key(sku) for sku in skus]]
+    args = [*skus, *[item for pair in counts.items() for item in pair]]
+    return frozenset(sku.decode() for sku in run_script(_SOLD_OUT, keys=keys, args=args, alias="gate"))
 
 
 def judge(verdict: bytes, sku: bytes, rules: dict[str, GateRule]) -> bool:

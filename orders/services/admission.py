@@ -14,6 +14,13 @@ Once the gate has refused a shopper (sold out, or over the SKU's limit), this
 process answers that shopper's next checkouts with the same refusal from
 memory, with no Redis call, for SOLD_OUT_MEMORY_MS (RefusalMemory below);
 then it asks the gate again. Admission always goes through the gate's script.
+
+With the gate on a Redis of its own (or carts on a Redis Cluster), an early
+refusal costs the gate nothing: the process asks the gate which SKUs are sold
+out at most once every SOLD_OUT_MEMORY_MS (adding the refusals it answered
+meanwhile), and refuses by reading the cart on the cart's Redis
+(orders/lua/cart_refusal.lua). The gate's thread, the one a shop cannot shard,
+then serves admissions only.
 """
 
 import logging
@@ -28,9 +35,9 @@ from redis.exceptions import RedisError
 from cart import storage
 from core import ratelimit
 from core.exceptions import DomainError, RateLimited
-from core.hotcache import GENERATION_KEY, hot_cache
+from core.hotcache import GENERATION_KEY, generation_key_beside, hot_cache
 from core.redis_scripts import GENERATION_LUA, compose, load_lua, run_script
-from core.sharding import customer_redis
+from core.sharding import CARTS, customer_redis
 from inventory import gate
 from inventory.services.flash_sales import gate_rules, gate_rules_in_memory, queued_skus
 from orders.metrics import CHECKOUT_REFUSALS
@@ -97,7 +104,13 @@ class RefusalMemory:
         if monotonic() >= deadline or remembered_under != generation or sku not in rules:
             self.refusals.pop(customer_id, None)
             return None
-        fields = [sku, sku + gate.LIMIT_REACHED_SUFFIX] if verdict == "limit_reached" else [sku]
+        self.count([sku, sku + gate.LIMIT_REACHED_SUFFIX] if verdict == "limit_reached" else [sku])
+        return verdict, sku
+
+    def count(self, fields: list[str]) -> None:
+        """Refusals answered without the gate, for its refusals hash: they go with
+        the process's next call to the gate, or in one pipeline SOLD_OUT_MEMORY_MS
+        after the first of them, whichever comes first."""
         now = monotonic()
         with self._lock:
             if not self.unflushed:
@@ -106,7 +119,6 @@ class RefusalMemory:
                 self.unflushed[field] = self.unflushed.get(field, 0) + 1
         if now >= self._flush_at:
             self.flush()
-        return verdict, sku
 
     def take(self) -> dict[str, int]:
         """The counts not yet in the gate, taken out (for a call that adds them: refusal.lua)."""
@@ -139,6 +151,7 @@ refusal_memory = RefusalMemory()
 
 _ADMISSION = compose(GENERATION_LUA, ratelimit.LUA, storage.LUA, gate.LUA, load_lua("orders", "admission"))
 _REFUSAL = compose(GENERATION_LUA, ratelimit.LUA, storage.LUA, gate.LUA, load_lua("orders", "refusal"))
+_CART_REFUSAL = compose(GENERATION_LUA, ratelimit.LUA, storage.LUA, load_lua("orders", "cart_refusal"))
 
 
 def _cached_address(customer_id: int) -> bytes | None:
@@ -168,9 +181,11 @@ def admit_cart(*, customer_id: int, idempotency_key: str, rate_limited: bool) ->
             admitted = bool(gated) and gate.admit(
                 customer_id=customer_id, idempotency_key=idempotency_key, lines=gated, rules=rules
             )
-        except BaseException:
+        except BaseException as exc:
             if took:
                 give_back_cart(customer_id, idempotency_key)
+            if isinstance(exc, gate.SoldOut | gate.LimitReached):
+                _heard_refusal(customer_id, exc, generation)
             raise
         return Admission(lines, cart.voucher, gated, admitted, _cached_address(customer_id), took, _code(cart))
 
@@ -204,6 +219,14 @@ def admit_cart(*, customer_id: int, idempotency_key: str, rate_limited: bool) ->
     return Admission(lines, cart.voucher, gated, admitted, rest[0], bool(rest[1]), _code(cart))
 
 
+def _heard_refusal(customer_id: int, refusal: DomainError, generation: str) -> None:
+    """admit_cart's refusal by a gate on a Redis of its own, remembered as the one-call path does."""
+    sku, sold_out = refusal.details["sku"], isinstance(refusal, gate.SoldOut)
+    if sold_out:
+        hot_cache.sold_out = hot_cache.sold_out | {sku}
+    refusal_memory.remember(customer_id, "sold_out" if sold_out else "limit_reached", sku, generation)
+
+
 def _code(cart: storage.StoredCart) -> str | None:
     return cart.shipping[0] if cart.shipping else None
 
@@ -228,12 +251,14 @@ def early_refusal(*, customer_id: int, idempotency_key: str) -> DomainError | No
     queue's broker down, a gate on a Redis of its own)."""
     rules = gate_rules_in_memory()
     generation = hot_cache.generation
-    if not hot_cache.sold_out or not rules or generation is None or not gate.shares_cart_redis():
+    if not hot_cache.sold_out or not rules or generation is None:
         return None
     if queued_skus() and queue_producer().breaker.refusing():
         return None  # checkout answers 503 queue_unavailable first
     if (remembered := refusal_memory.recall(customer_id, generation, rules)) is not None:
         return _refusal(*remembered, rules)
+    if not gate.shares_cart_redis():
+        return _refused_by_the_cart(customer_id, generation, rules)
     limit = ratelimit.shopper_window("checkout", customer_id)
     keys = [
         storage.cart_key(customer_id),
@@ -256,7 +281,7 @@ def early_refusal(*, customer_id: int, idempotency_key: str) -> DomainError | No
         return None
     if verdict == b"stale":
         return None
-    hot_cache.sold_out = frozenset(sku.decode() for sku in now_sold_out)
+    hot_cache.sold_out, hot_cache.sold_out_heard = frozenset(sku.decode() for sku in now_sold_out), monotonic()
     if verdict == b"pass":
         refusal_memory.forget(customer_id)
         return None
@@ -266,6 +291,47 @@ def early_refusal(*, customer_id: int, idempotency_key: str) -> DomainError | No
         return refusal
     refusal_memory.remember(customer_id, verdict.decode(), detail.decode(), generation)
     return _refusal(verdict.decode(), detail.decode(), rules)
+
+
+def _refused_by_the_cart(customer_id: int, generation: str, rules: dict) -> DomainError | None:
+    """early_refusal with the gate on a Redis of its own: which SKUs are sold out,
+    as the gate said within SOLD_OUT_MEMORY_MS (else asked now, in one call that
+    carries the refusals answered meanwhile), then one call on the cart's Redis
+    (orders/lua/cart_refusal.lua). Units that come back are admitted at most
+    SOLD_OUT_MEMORY_MS later."""
+    if monotonic() - hot_cache.sold_out_heard >= settings.SOLD_OUT_MEMORY_MS / 1000:
+        counts = refusal_memory.take()
+        try:
+            hot_cache.sold_out = gate.sold_out(sorted(rules), counts)
+        except RedisError:
+            refusal_memory.put_back(counts)
+            return None
+        hot_cache.sold_out_heard = monotonic()
+    sold_out = hot_cache.sold_out
+    if not sold_out:
+        return None
+    cart = storage.cart_key(customer_id)
+    limit = ratelimit.shopper_window("checkout", customer_id)
+    keys = [cart, generation_key_beside(cart), limit.key, storage.taken_key(customer_id)]
+    args: list = [generation, limit.limit, limit.ms]
+    for sku in sorted(rules):  # gate.admit's order
+        rule = rules[sku]
+        args += [sku, 1 if sku in sold_out else 0, rule.opens_ms, rule.closes_ms]
+    try:
+        verdict, detail, *held = run_script(_CART_REFUSAL, keys=keys, args=args, alias=CARTS)
+    except RedisError:
+        return None
+    if verdict == b"rate_limited":
+        refusal_memory.count([sku.decode() + gate.RATE_LIMITED_SUFFIX for sku in held])
+        refusal: DomainError = RateLimited(retry_after=max(1, math.ceil(detail / 1000)))
+        CHECKOUT_REFUSALS.labels(refusal.code).inc()
+        return refusal
+    if verdict != b"sold_out":
+        return None
+    sku = detail.decode()
+    refusal_memory.count([sku])
+    refusal_memory.remember(customer_id, "sold_out", sku, generation)
+    return _refusal("sold_out", sku, rules)
 
 
 def _refusal(verdict: str, sku: str, rules: dict) -> DomainError:

@@ -18,8 +18,9 @@ from cart.services import _guest_digest
 from core import ratelimit, redis_scripts, sharding
 from core.hotcache import GENERATION_KEY, bump_generation, hot_cache, sync_generations
 from core.sharding import BUCKETS, cluster, customer_bucket, text_bucket
+from inventory import gate
 from orders.models import Order
-from orders.services import queue_writing
+from orders.services import admission, queue_writing
 from orders.services.queue_admission import QueuedRequest, pending_key
 from shop.models import ShippingMethod, ShippingZone, TaxRate
 from shop.services import address_key
@@ -56,7 +57,7 @@ def on_cluster(started_cluster, settings, redis, monkeypatch):
         return run(source, keys=keys, args=args, alias=alias)
 
     monkeypatch.setattr(redis_scripts, "run_script", recording)
-    for module in (storage, ratelimit):
+    for module in (storage, ratelimit, admission, gate):
         monkeypatch.setattr(module, "run_script", recording)
     client.calls = calls
     yield client
@@ -206,13 +207,19 @@ def test_the_whole_cluster_down_is_503_never_500_and_limits_fail_open(on_cluster
 
 def test_a_flash_sale_admits_on_the_gates_redis_with_carts_on_the_cluster(on_cluster):
     seed(stock=2)  # a sale of HOT, 1 per shopper, its gate on the gate's own Redis
-    shoppers = [shopper_client() for _ in range(3)]
+    shoppers = [shopper_client() for _ in range(4)]
     for shopper in shoppers:
         assert put(shopper, "HOT", 1).status_code == 200
-    statuses = [checkout(shopper, f"k{i}").status_code for i, shopper in enumerate(shoppers)]
+    statuses = [checkout(shopper, f"k{i}").status_code for i, shopper in enumerate(shoppers[:3])]
     assert statuses == [201, 201, 409] and counter() == 0
     assert on_cluster.hgetall(storage.cart_key(shoppers[2].user.id)) == {b"HOT": b"1"}  # refused: given back
     assert Order.objects.count() == 2
+
+    on_cluster.calls.clear()
+    late = checkout(shoppers[3], "k3")  # refused early: the cart read on its shard, the gate asked which SKUs
+    assert late.status_code == 409 and late.json()["error"]["code"] == "sold_out"
+    assert [alias for alias, _ in on_cluster.calls] == ["gate", "carts"]
+    assert storage.cart_key(shoppers[3].user.id) in on_cluster.calls[1][1]
     one_slot_each(on_cluster.calls)
 
 
