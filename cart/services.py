@@ -1,4 +1,5 @@
 import hashlib
+import logging
 import re
 import secrets
 from collections.abc import Mapping
@@ -7,12 +8,15 @@ from datetime import datetime, time, timedelta
 
 from django.conf import settings
 from django.utils import timezone
+from redis.exceptions import RedisError
 
 from cart import storage
 from cart.exceptions import CartTokenUnknown, InactiveProduct, UnknownProduct
 from cart.storage import StoredCart
 from core import ratelimit
 from core.hotcache import CachedProduct, hot_cache
+from inventory import gate
+from inventory.services.flash_sales import gate_rules
 from inventory.stock_hints import fresh_available_hints, remember_available
 from shop.established import is_established
 from shop.exceptions import ShippingMethodUnavailable, ShippingMethodUnknown, VoucherRefused
@@ -30,6 +34,8 @@ from shop.selectors import (
 )
 from shop.services import default_address
 from shop.totals import shipping_weight
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -225,7 +231,21 @@ def set_cart_item(*, customer_id: int, sku: str, quantity: int) -> PricedCart:
         generation=hot_cache.ensure_generation(),
         counted=counted,
     )
+    _edited(customer_id, sku)
     return _price(cart, *catalog_for(list(cart.lines)))
+
+
+def _edited(customer_id: int, sku: str | None = None) -> None:
+    """A flash-sale line of the shopper's cart changed (any line when None): the
+    processes remembering a refusal of this cart hear of it (gate.note_cart_edit).
+    Best effort once the cart is written: when the gate cannot count it, such a
+    memory lasts at most its bound (orders/services/admission.py, RefusalMemory)."""
+    if sku is not None and sku not in gate_rules():
+        return
+    try:
+        gate.note_cart_edit(customer_id)
+    except RedisError:
+        logger.warning("cart edit of customer %s not counted in the gate", customer_id, exc_info=True)
 
 
 def _check_writable(*, sku: str, quantity: int, count) -> bool:
@@ -294,11 +314,15 @@ def remove_guest_cart_item(*, token: str, sku: str, address: str) -> None:
 
 def merge_guest_cart(*, token: str, customer_id: int) -> int:
     """The guest cart into the shopper's, once (a used token is dead): the lines merged."""
-    return storage.merge_guest_cart(digest=_guest_digest(token), customer_id=customer_id)
+    merged = storage.merge_guest_cart(digest=_guest_digest(token), customer_id=customer_id)
+    if merged:
+        _edited(customer_id)
+    return merged
 
 
 def remove_cart_item(*, customer_id: int, sku: str) -> None:
     storage.write_line(customer_id=customer_id, sku=sku, quantity=0, generation=hot_cache.ensure_generation())
+    _edited(customer_id, sku)
 
 
 def set_voucher(*, code: str, address: str, customer_id: int | None = None, token: str | None = None) -> PricedCart:

@@ -15,6 +15,10 @@ undersell. Keys (on the "gate" Redis, one instance, not a cluster):
   checkout:{customer}:{idempotency key}   set once an order exists: a replay
                           passes without taking units
   gate:released:{token}   set by a release that must happen once (release_once)
+  gate:cart-edits         hash: stripe (customer id mod CART_EDIT_STRIPES) -> edits of
+                          gated lines of its shoppers' carts, admissions included
+                          (note_cart_edit): what a process remembering a refusal
+                          compares (orders/services/admission.py, RefusalMemory)
 """
 
 from dataclasses import dataclass
@@ -26,6 +30,7 @@ from redis.exceptions import RedisError
 
 from core.errors import ErrorCode
 from core.exceptions import DomainError
+from core.hotcache import hot_cache
 from core.redis_scripts import compose, load_lua, lua_constants, run_script
 from core.sharding import clustered
 
@@ -33,10 +38,15 @@ REFUSALS_KEY = "gate:refusals"
 # A sale's fields in REFUSALS_KEY are its SKU and the SKU with these suffixes; the scripts get the same names.
 LIMIT_REACHED_SUFFIX, RATE_LIMITED_SUFFIX = "|limit_reached", "|rate_limited"
 REPLAY_MARKER_TTL_SECONDS = 24 * 3600
+CART_EDITS_KEY, CART_EDIT_STRIPES = "gate:cart-edits", 1024
 
 # admit() and the refusal fields' suffixes: for scripts composed elsewhere (checkout's admission)
 LUA = compose(
-    lua_constants(LIMIT_REACHED_SUFFIX=LIMIT_REACHED_SUFFIX, RATE_LIMITED_SUFFIX=RATE_LIMITED_SUFFIX),
+    lua_constants(
+        LIMIT_REACHED_SUFFIX=LIMIT_REACHED_SUFFIX,
+        RATE_LIMITED_SUFFIX=RATE_LIMITED_SUFFIX,
+        CART_EDIT_STRIPES=CART_EDIT_STRIPES,
+    ),
     load_lua("inventory", "gate"),
 )
 _ADMIT = compose(LUA, load_lua("inventory", "admit"))
@@ -132,7 +142,7 @@ def admit(*, customer_id: int, idempotency_key: str, lines: dict[str, int], rule
     for sku in skus:
         keys += [remaining_key(sku), bought_key(sku)]
         args += [sku, lines[sku], rules[sku].limit, rules[sku].opens_ms, rules[sku].closes_ms]
-    keys.append(REFUSALS_KEY)
+    keys += [REFUSALS_KEY, CART_EDITS_KEY]
     try:
         verdict, sku = run_script(_ADMIT, keys=keys, args=args, alias="gate")
     except RedisError as exc:
@@ -140,12 +150,27 @@ def admit(*, customer_id: int, idempotency_key: str, lines: dict[str, int], rule
     return judge(verdict, sku, rules)
 
 
-def sold_out(skus: list[str], counts: dict[str, int]) -> frozenset[str]:
-    """Those of `skus` with no unit left in the gate, in one call that first adds
-    `counts` (refusals-hash field -> refusals answered without the gate). Raises RedisError."""
-    keys = [REFUSALS_KEY, *[remaining_key(sku) for sku in skus]]
+def sold_out(skus: list[str], counts: dict[str, int]) -> tuple[frozenset[str], dict[int, int]]:
+    """Those of `skus` with no unit left in the gate, and the cart edits per
+    stripe, in one call that first adds `counts` (refusals-hash field ->
+    refusals answered without the gate). Raises RedisError."""
+    keys = [REFUSALS_KEY, CART_EDITS_KEY, *[remaining_key(sku) for sku in skus]]
     args = [*skus, *[item for pair in counts.items() for item in pair]]
-    return frozenset(sku.decode() for sku in run_script(_SOLD_OUT, keys=keys, args=args, alias="gate"))
+    skus_sold_out, edits = run_script(_SOLD_OUT, keys=keys, args=args, alias="gate")
+    stripes = {int(edits[i]): int(edits[i + 1]) for i in range(0, len(edits), 2)}
+    return frozenset(sku.decode() for sku in skus_sold_out), stripes
+
+
+def cart_edit_stripe(customer_id: int) -> int:
+    return customer_id % CART_EDIT_STRIPES
+
+
+def note_cart_edit(customer_id: int) -> None:
+    """The shopper's cart changed a gated line (or was merged into): the processes
+    remembering a refusal of that cart stop answering from memory by their next
+    look at the gate (orders/services/admission.py). Raises RedisError."""
+    hot_cache.refusals.pop(customer_id, None)  # this process's own memory, at once
+    connection().hincrby(CART_EDITS_KEY, cart_edit_stripe(customer_id), 1)
 
 
 def judge(verdict: bytes, sku: bytes, rules: dict[str, GateRule]) -> bool:

@@ -37,10 +37,14 @@ local function count_refusal(refusals, verdict, sku)
   if verdict == 'limit_reached' then redis.call('HINCRBY', refusals, sku .. LIMIT_REACHED_SUFFIX, 1) end
 end
 
--- admit(customer, lines, refusals_key): all lines pass or nothing is taken.
--- Returns a verdict (admitted or one of refused()'s) and the SKU; the refusals
--- hash counts a sale's sold-out and over-the-limit refusals.
-local function admit(customer, lines, refusals)
+-- admit(customer, lines, refusals_key, edits_key): all lines pass or nothing is
+-- taken. Returns a verdict (admitted or one of refused()'s) and the SKU; the
+-- refusals hash counts a sale's sold-out and over-the-limit refusals. An
+-- admission counts as an edit of the shopper's cart (its stripe in the edits
+-- hash): the processes that remember refusing that cart stop answering from
+-- memory (orders/services/admission.py, RefusalMemory), so that a retry of
+-- this checkout finds its order.
+local function admit(customer, lines, refusals, edits)
   local verdict, sku = refused(customer, lines)
   if verdict then
     if verdict == 'sold_out' or verdict == 'limit_reached' then count_refusal(refusals, verdict, sku) end
@@ -50,5 +54,6 @@ local function admit(customer, lines, refusals)
     redis.call('DECRBY', line[4], line[2])
     redis.call('HINCRBY', line[5], customer, line[2])
   end
+  redis.call('HINCRBY', edits, tonumber(customer) % CART_EDIT_STRIPES, 1)
   return 'admitted', ''
 end

@@ -4,7 +4,8 @@
 -- set aside for this checkout, so that no call is needed once the order is
 -- written (orders/services/checkout.py gives it back when none is).
 -- KEYS: cart, generation, rate-limit window, replay marker, refusals, saved
--- address, taken cart, then (remaining, bought) per gated SKU. ARGV:
+-- address, taken cart, then (remaining, bought) per gated SKU, then the gate's
+-- cart edits (admit counts an admission there). ARGV:
 -- generation, rate limit (0: none), window ms, customer, checkout key, taken
 -- cart's TTL, then (sku, per-customer limit, window opens, closes) per gated SKU.
 -- Returns {status, cart (or ms to wait when limited), verdict, sku, saved
@@ -33,7 +34,7 @@ for i = 1, (#ARGV - 6) / 4 do
 end
 local verdict, sku = 'none', ''
 if #lines > 0 then
-  if redis.call('EXISTS', KEYS[4]) == 1 then verdict = 'replay' else verdict, sku = admit(ARGV[4], lines, KEYS[5]) end
+  if redis.call('EXISTS', KEYS[4]) == 1 then verdict = 'replay' else verdict, sku = admit(ARGV[4], lines, KEYS[5], KEYS[#KEYS]) end
 end
 local taken = 0
 if in_place and #cart > 0 and (verdict == 'none' or verdict == 'replay' or verdict == 'admitted') then

@@ -60,20 +60,29 @@ class Admission:
 
 class RefusalMemory:
     """Per process: customer -> the gate's last refusal of that shopper's checkout
-    (sold_out or limit_reached, the SKU), until a monotonic deadline
-    SOLD_OUT_MEMORY_MS after the gate said it, under the hot-cache generation of
-    then. Only refusals are remembered, never an admission: a checkout answered
-    from here takes nothing, so this can refuse too long (at most the memory's
-    length after units came back, the cart changed or the sale was re-seeded in
-    another process) but never admit. The refusals it answers are counted here
-    and added to the gate's refusals hash by the process's next early-refusal
-    call (refusal.lua adds them first: no call of their own), or in one pipeline
-    with the first refusal from memory SOLD_OUT_MEMORY_MS after the first
-    uncounted one, whichever comes first.
-    No timer: when checkouts stop, the last moment's refusals wait for the
-    process's next one."""
+    (sold_out or limit_reached, the SKU), under the hot-cache generation of then.
+    Only refusals are remembered, never an admission: a checkout answered from
+    here takes nothing, so this can refuse too long but never admit.
+
+    - Over a SKU's limit: remembered for SOLD_OUT_MEMORY_MS.
+    - Sold out: remembered while the gate, asked again every SOLD_OUT_MEMORY_MS
+      (early_refusal), still says the SKU is sold out and the shopper's stripe
+      of cart edits (gate.note_cart_edit; every edit of a gated line and every
+      admission counts there) has not moved since before the cart was read, for
+      at most REMEMBERED_CART_SECONDS. So units that come back, or a cart edited
+      in another process, are seen at most SOLD_OUT_MEMORY_MS later (plus the
+      one call that counts the edit), and a losing shopper's retries cost Redis
+      nothing in between. An edit through this process forgets at once.
+
+    The refusals it answers are counted here and added to the gate's refusals
+    hash by the process's next call to the gate (refusal.lua and sold_out.lua
+    add them first: no call of their own), or in one pipeline with the first
+    refusal from memory SOLD_OUT_MEMORY_MS after the first uncounted one,
+    whichever comes first. No timer: when checkouts stop, the last moment's
+    refusals wait for the process's next one."""
 
     MAX_ENTRIES = 100_000  # one shopper's refusal each; cleared whole when full, as the hot cache does
+    REMEMBERED_CART_SECONDS = 60  # the bound for an edit whose count failed (the gate unreachable for that call)
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -81,16 +90,31 @@ class RefusalMemory:
         self._flush_at = 0.0  # monotonic: the counts go to Redis with the first refusal from memory after it
 
     @property
-    def refusals(self) -> dict[int, tuple[str, str, float, str]]:
-        """customer -> (verdict, sku, deadline, generation); kept with the hot cache, dropped with it."""
+    def refusals(self) -> dict[int, tuple[str, str, float, str, int | None]]:
+        """customer -> (verdict, sku, deadline, generation, cart edits seen: None
+        for a memory of SOLD_OUT_MEMORY_MS); kept with the hot cache, dropped with it."""
         return hot_cache.refusals
 
-    def remember(self, customer_id: int, verdict: str, sku: str, generation: str | None) -> None:
+    @staticmethod
+    def fresh() -> bool:
+        """The gate said which SKUs are sold out, and the cart edits, within SOLD_OUT_MEMORY_MS."""
+        return monotonic() - hot_cache.sold_out_heard < settings.SOLD_OUT_MEMORY_MS / 1000
+
+    def edits_seen(self, customer_id: int) -> int | None:
+        """The shopper's stripe of cart edits as the gate last said them: taken
+        before the cart is read, for remember(); None when that word is stale."""
+        return hot_cache.cart_edits.get(gate.cart_edit_stripe(customer_id), 0) if self.fresh() else None
+
+    def remember(
+        self, customer_id: int, verdict: str, sku: str, generation: str | None, edits: int | None = None
+    ) -> None:
         if generation is None or settings.SOLD_OUT_MEMORY_MS <= 0:
             return
         if len(self.refusals) >= self.MAX_ENTRIES:
             self.refusals.clear()
-        self.refusals[customer_id] = (verdict, sku, monotonic() + settings.SOLD_OUT_MEMORY_MS / 1000, generation)
+        edits = edits if verdict == "sold_out" else None
+        lasts = settings.SOLD_OUT_MEMORY_MS / 1000 if edits is None else self.REMEMBERED_CART_SECONDS
+        self.refusals[customer_id] = (verdict, sku, monotonic() + lasts, generation, edits)
 
     def forget(self, customer_id: int) -> None:
         self.refusals.pop(customer_id, None)
@@ -100,8 +124,11 @@ class RefusalMemory:
         found = self.refusals.get(customer_id)
         if found is None:
             return None
-        verdict, sku, deadline, remembered_under = found
-        if monotonic() >= deadline or remembered_under != generation or sku not in rules:
+        verdict, sku, deadline, remembered_under, edits = found
+        lapsed = monotonic() >= deadline or remembered_under != generation or sku not in rules
+        if not lapsed and edits is not None:  # sold out: as long as the gate's fresh word allows
+            lapsed = not self.fresh() or sku not in hot_cache.sold_out or edits != self.edits_seen(customer_id)
+        if lapsed:
             self.refusals.pop(customer_id, None)
             return None
         self.count([sku, sku + gate.LIMIT_REACHED_SUFFIX] if verdict == "limit_reached" else [sku])
@@ -171,6 +198,7 @@ def admit_cart(*, customer_id: int, idempotency_key: str, rate_limited: bool) ->
     generation = hot_cache.ensure_generation()
     scope = "checkout" if rate_limited else None
     rules = gate_rules()
+    edits = refusal_memory.edits_seen(customer_id)  # before the cart is read
     if not gate.shares_cart_redis():
         cart, took = storage.take_cart(
             customer_id=customer_id, idempotency_key=idempotency_key, generation=generation, rate_scope=scope
@@ -185,7 +213,7 @@ def admit_cart(*, customer_id: int, idempotency_key: str, rate_limited: bool) ->
             if took:
                 give_back_cart(customer_id, idempotency_key)
             if isinstance(exc, gate.SoldOut | gate.LimitReached):
-                _heard_refusal(customer_id, exc, generation)
+                _heard_refusal(customer_id, exc, generation, edits)
             raise
         return Admission(lines, cart.voucher, gated, admitted, _cached_address(customer_id), took, _code(cart))
 
@@ -203,6 +231,7 @@ def admit_cart(*, customer_id: int, idempotency_key: str, rate_limited: bool) ->
     for sku, rule in rules.items():
         keys += [gate.remaining_key(sku), gate.bought_key(sku)]
         args += [sku, rule.limit, rule.opens_ms, rule.closes_ms]
+    keys.append(gate.CART_EDITS_KEY)
     try:
         status, flat, verdict, sku, *rest = run_script(_ADMISSION, keys=keys, args=args)
     except RedisError as exc:
@@ -214,17 +243,17 @@ def admit_cart(*, customer_id: int, idempotency_key: str, rate_limited: bool) ->
     if verdict == b"sold_out":
         hot_cache.sold_out = hot_cache.sold_out | {sku.decode()}
     if verdict in (b"sold_out", b"limit_reached"):
-        refusal_memory.remember(customer_id, verdict.decode(), sku.decode(), generation)
+        refusal_memory.remember(customer_id, verdict.decode(), sku.decode(), generation, edits)
     admitted = bool(gated) and gate.judge(verdict, sku, rules)
     return Admission(lines, cart.voucher, gated, admitted, rest[0], bool(rest[1]), _code(cart))
 
 
-def _heard_refusal(customer_id: int, refusal: DomainError, generation: str) -> None:
+def _heard_refusal(customer_id: int, refusal: DomainError, generation: str, edits: int | None) -> None:
     """admit_cart's refusal by a gate on a Redis of its own, remembered as the one-call path does."""
     sku, sold_out = refusal.details["sku"], isinstance(refusal, gate.SoldOut)
     if sold_out:
         hot_cache.sold_out = hot_cache.sold_out | {sku}
-    refusal_memory.remember(customer_id, "sold_out" if sold_out else "limit_reached", sku, generation)
+    refusal_memory.remember(customer_id, "sold_out" if sold_out else "limit_reached", sku, generation, edits)
 
 
 def _code(cart: storage.StoredCart) -> str | None:
@@ -248,17 +277,23 @@ def early_refusal(*, customer_id: int, idempotency_key: str) -> DomainError | No
     on and admit_cart decides (nothing counted). Only while a sale is sold out
     and every answer can come from process memory and one Lua call; None
     whenever anything would need more (a query, a stale cache, Redis down, the
-    queue's broker down, a gate on a Redis of its own)."""
+    queue's broker down). Every SOLD_OUT_MEMORY_MS the process asks the gate
+    which SKUs are sold out and how far each stripe of carts was edited (one
+    call, _hear_the_gate): what RefusalMemory answers from, with no call."""
     rules = gate_rules_in_memory()
     generation = hot_cache.generation
     if not hot_cache.sold_out or not rules or generation is None:
         return None
     if queued_skus() and queue_producer().breaker.refusing():
         return None  # checkout answers 503 queue_unavailable first
+    apart = not gate.shares_cart_redis()
+    if (apart or settings.SOLD_OUT_MEMORY_MS > 0) and not _hear_the_gate(rules):
+        return None
     if (remembered := refusal_memory.recall(customer_id, generation, rules)) is not None:
         return _refusal(*remembered, rules)
-    if not gate.shares_cart_redis():
-        return _refused_by_the_cart(customer_id, generation, rules)
+    edits = refusal_memory.edits_seen(customer_id)  # before the cart is read
+    if apart:
+        return _refused_by_the_cart(customer_id, generation, rules, edits)
     limit = ratelimit.shopper_window("checkout", customer_id)
     keys = [
         storage.cart_key(customer_id),
@@ -281,7 +316,7 @@ def early_refusal(*, customer_id: int, idempotency_key: str) -> DomainError | No
         return None
     if verdict == b"stale":
         return None
-    hot_cache.sold_out, hot_cache.sold_out_heard = frozenset(sku.decode() for sku in now_sold_out), monotonic()
+    hot_cache.sold_out = frozenset(sku.decode() for sku in now_sold_out)
     if verdict == b"pass":
         refusal_memory.forget(customer_id)
         return None
@@ -289,24 +324,31 @@ def early_refusal(*, customer_id: int, idempotency_key: str) -> DomainError | No
         refusal: DomainError = RateLimited(retry_after=max(1, math.ceil(detail / 1000)))
         CHECKOUT_REFUSALS.labels(refusal.code).inc()
         return refusal
-    refusal_memory.remember(customer_id, verdict.decode(), detail.decode(), generation)
+    refusal_memory.remember(customer_id, verdict.decode(), detail.decode(), generation, edits)
     return _refusal(verdict.decode(), detail.decode(), rules)
 
 
-def _refused_by_the_cart(customer_id: int, generation: str, rules: dict) -> DomainError | None:
-    """early_refusal with the gate on a Redis of its own: which SKUs are sold out,
-    as the gate said within SOLD_OUT_MEMORY_MS (else asked now, in one call that
-    carries the refusals answered meanwhile), then one call on the cart's Redis
-    (orders/lua/cart_refusal.lua). Units that come back are admitted at most
-    SOLD_OUT_MEMORY_MS later."""
-    if monotonic() - hot_cache.sold_out_heard >= settings.SOLD_OUT_MEMORY_MS / 1000:
-        counts = refusal_memory.take()
-        try:
-            hot_cache.sold_out = gate.sold_out(sorted(rules), counts)
-        except RedisError:
-            refusal_memory.put_back(counts)
-            return None
-        hot_cache.sold_out_heard = monotonic()
+def _hear_the_gate(rules: dict) -> bool:
+    """Which gated SKUs are sold out and the cart edits per stripe, as the gate
+    said within SOLD_OUT_MEMORY_MS, else asked now (one call, which carries the
+    refusals answered meanwhile); False when the gate cannot be asked."""
+    if refusal_memory.fresh():
+        return True
+    counts = refusal_memory.take()
+    try:
+        sold_out, edits = gate.sold_out(sorted(rules), counts)
+    except RedisError:
+        refusal_memory.put_back(counts)
+        return False
+    hot_cache.sold_out, hot_cache.cart_edits, hot_cache.sold_out_heard = sold_out, edits, monotonic()
+    return True
+
+
+def _refused_by_the_cart(customer_id: int, generation: str, rules: dict, edits: int | None) -> DomainError | None:
+    """early_refusal with the gate on a Redis of its own (or carts on a cluster):
+    the SKUs the gate called sold out within SOLD_OUT_MEMORY_MS, and one call on
+    the cart's Redis (orders/lua/cart_refusal.lua). Units that come back are
+    admitted at most SOLD_OUT_MEMORY_MS later."""
     sold_out = hot_cache.sold_out
     if not sold_out:
         return None
@@ -330,7 +372,7 @@ def _refused_by_the_cart(customer_id: int, generation: str, rules: dict) -> Doma
         return None
     sku = detail.decode()
     refusal_memory.count([sku])
-    refusal_memory.remember(customer_id, "sold_out", sku, generation)
+    refusal_memory.remember(customer_id, "sold_out", sku, generation, edits)
     return _refusal("sold_out", sku, rules)
 
 

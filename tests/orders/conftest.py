@@ -158,3 +158,13 @@ def views(monkeypatch) -> list[int]:
 
     monkeypatch.setattr(apis, "place_order", place_order)
     return reached
+
+
+@pytest.fixture(autouse=True)
+def no_uncounted_refusals():
+    """Refusals another test answered from memory and left for the gate's next call: not this test's."""
+    from orders.services import admission
+
+    admission.refusal_memory.take()
+    yield
+    admission.refusal_memory.take()

@@ -30,14 +30,6 @@ def gate_apart(redis, settings):
     gate.connection().flushdb()
 
 
-@pytest.fixture(autouse=True)
-def no_uncounted_refusals():
-    """Refusals another test answered and left for the gate's next call: not this test's."""
-    admission.refusal_memory.take()
-    yield
-    admission.refusal_memory.take()
-
-
 @pytest.fixture
 def clock(monkeypatch, settings) -> Clock:
     settings.SOLD_OUT_MEMORY_MS = 500
@@ -52,7 +44,10 @@ def sent(monkeypatch) -> list[tuple[int, str]]:
     recorded, real = [], Connection.send_command
 
     def send(self, *args, **kwargs):
-        recorded.append((self.db, args[0]))
+        if args[0] == "SCRIPT LOAD":
+            recorded.pop()  # the EVALSHA Redis answered NOSCRIPT: its script cache was empty
+        else:
+            recorded.append((self.db, args[0]))
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(Connection, "send_command", send)
@@ -66,7 +61,7 @@ def shopper_with(redis, lines: dict[str, int]):
 
 
 def on(db: int, sent: list[tuple[int, str]]) -> list[str]:
-    return [command for database, command in sent if database == db and command != "SCRIPT LOAD"]
+    return [command for database, command in sent if database == db]
 
 
 def test_a_sold_out_sale_costs_the_gate_one_call_per_memory_not_one_per_refusal(redis, gate_apart, clock, views, sent):
@@ -103,9 +98,9 @@ def test_the_refusals_answered_on_the_cart_are_counted_in_the_gate_by_its_next_c
         assert shopper.get("/api/cart").status_code == 200  # their tokens in this process's memory
     assert checkout(shoppers[0], key="ordinary").status_code == 409  # counted by the gate itself
     for shopper in shoppers:
-        assert checkout(shopper, key="early").status_code == 409  # memory, then the cart (the gate asked once)
+        assert checkout(shopper, key="early").status_code == 409  # the gate asked once, then memory or the cart
     assert views == [shoppers[0].user.id]
-    assert gate.counters(skus=["HOT"])["HOT"]["refused"] == 2  # the memory's one came with that call
+    assert gate.counters(skus=["HOT"])["HOT"]["refused"] == 1 and admission.refusal_memory.unflushed == {"HOT": 3}
 
     clock.advance(500)  # the gate's word lapses: the next refusal asks it again, with the counts
     assert checkout(shoppers[1], key="asks").status_code == 409
@@ -202,3 +197,15 @@ def test_a_stale_cache_or_a_cart_redis_outage_leaves_the_refusal_to_the_ordinary
 
     assert answer.status_code == 409 and len(views) > 1 and set(views) == {shopper.user.id}  # the view decided
     assert hot_cache.sold_out == {"HOT"}
+
+
+def test_an_admission_by_the_gate_apart_counts_as_an_edit_of_the_cart(
+    redis, gate_apart, clock, views, django_capture_on_commit_callbacks
+):
+    seed(stock=1)
+    winner = shopper_with(redis, {"HOT": 1})
+    with django_capture_on_commit_callbacks(execute=True):
+        assert checkout(winner, key="won").status_code == 201
+
+    edits = gate.connection().hget(gate.CART_EDITS_KEY, gate.cart_edit_stripe(winner.user.id))
+    assert int(edits) == 1 and redis.hget(gate.CART_EDITS_KEY, gate.cart_edit_stripe(winner.user.id)) is None

@@ -8,6 +8,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from core.hotcache import hot_cache
+from core.redis_scripts import script_client
 from inventory import gate
 from inventory.models import Stock
 from inventory.services.flash_sales import end_flash_sale
@@ -52,6 +53,7 @@ def test_sold_out_memory_refuses_without_redis_then_asks_the_gate_again(redis, c
     shopper = shopper_with(redis, {"HOT": 1})
     ordinary = checkout(shopper, key="first")  # the ordinary path: the gate says sold out
     assert ordinary.status_code == 409 and views == [shopper.user.id]
+    script_client("gate").connection.connect()  # open, as in any warm process
 
     sent = redis_commands(redis, monkeypatch)
     with CaptureQueriesContext(connection) as queries:
@@ -59,7 +61,8 @@ def test_sold_out_memory_refuses_without_redis_then_asks_the_gate_again(redis, c
         clock.advance(499)
         remembered.append(checkout(shopper, key="just-before"))
 
-    assert sent == [] and len(queries) == 0 and views == [shopper.user.id]
+    assert sent == ["EVALSHA"]  # the gate's word (which SKUs are sold out), once for SOLD_OUT_MEMORY_MS
+    assert len(queries) == 0 and views == [shopper.user.id]
     for response in remembered:
         assert (response.status_code, response.content) == (409, ordinary.content)
         assert all(response[k] == ordinary[k] for k in ("Content-Type", "Allow", "Content-Length", "X-Frame-Options"))
@@ -68,8 +71,8 @@ def test_sold_out_memory_refuses_without_redis_then_asks_the_gate_again(redis, c
     asked = checkout(shopper, key="asked")
 
     assert (asked.status_code, asked.content) == (409, ordinary.content)
-    assert sent == ["EVALSHA"] and views == [shopper.user.id]  # the gate's early call, not the view
-    assert gate.counters(skus=["HOT"])["HOT"]["refused"] == 6  # those from memory added by that same call
+    assert sent == ["EVALSHA"] * 3 and views == [shopper.user.id]  # the gate's word again, its early call
+    assert gate.counters(skus=["HOT"])["HOT"]["refused"] == 6  # those from memory added by the gate's word
 
 
 def test_sold_out_memory_counts_its_refusals_in_the_gate_once_it_lapses(redis, clock, views):
@@ -224,3 +227,101 @@ def test_sold_out_memory_ignores_an_old_generation(redis, clock):
     [(customer_id, _)] = hot_cache.refusals.items()
 
     assert memory.recall(customer_id, "8", {"HOT": object()}) is None and hot_cache.refusals == {}
+
+
+def refused_early(redis, clock, shopper) -> None:
+    """The shopper refused once by the gate, then early with the gate's word fresh: remembered with its cart edits."""
+    assert checkout(shopper, key="ordinary").status_code == 409
+    clock.advance(500)
+    assert checkout(shopper, key="early").status_code == 409
+    _, _, _, _, edits = hot_cache.refusals[shopper.user.id]
+    assert edits is not None  # remembered for as long as the gate's word confirms it
+
+
+def test_a_sold_out_refusal_is_remembered_while_the_gate_says_so_one_call_per_half_second(
+    redis, clock, views, monkeypatch
+):
+    seed(stock=0)
+    shopper = shopper_with(redis, {"HOT": 1})
+    refused_early(redis, clock, shopper)
+    script_client("gate").connection.connect()
+    sent = redis_commands(redis, monkeypatch)
+
+    answers = []
+    for step in range(40):  # 10 s of retries, 4 a second
+        clock.advance(250)
+        answers.append(checkout(shopper, key=f"retry-{step}"))
+
+    assert {a.status_code for a in answers} == {409}
+    assert sent == ["EVALSHA"] * 20  # the gate's word every SOLD_OUT_MEMORY_MS, nothing per refusal
+    assert views == [shopper.user.id]
+
+
+def test_a_cart_edited_in_another_process_is_seen_by_the_gates_next_word(
+    redis, clock, views, django_capture_on_commit_callbacks
+):
+    from tests.factories import product_with_stock
+
+    seed(stock=0)
+    product_with_stock(sku="MUG", available=5)
+    shopper = shopper_with(redis, {"HOT": 1})
+    refused_early(redis, clock, shopper)
+    fill_cart(redis, shopper.user.id, {"MUG": 1})  # another process: the sold-out line removed, and counted
+    gate.connection().hincrby(gate.CART_EDITS_KEY, gate.cart_edit_stripe(shopper.user.id), 1)
+
+    clock.advance(499)
+    assert checkout(shopper, key="too-early").status_code == 409  # the stated cost: until the gate's next word
+    clock.advance(1)
+    with django_capture_on_commit_callbacks(execute=True):
+        ordered = checkout(shopper, key="after")
+
+    assert ordered.status_code == 201 and views[-1] == shopper.user.id
+    assert shopper.user.id not in hot_cache.refusals
+
+
+def test_a_cart_edited_through_this_process_is_seen_at_once(redis, clock, views, django_capture_on_commit_callbacks):
+    from tests.factories import product_with_stock
+
+    seed(stock=0)
+    product_with_stock(sku="MUG", available=5)
+    shopper = shopper_with(redis, {"HOT": 1, "MUG": 1})
+    refused_early(redis, clock, shopper)
+    stripe = gate.cart_edit_stripe(shopper.user.id)
+    before = int(gate.connection().hget(gate.CART_EDITS_KEY, stripe) or 0)
+
+    assert shopper.delete("/api/cart/items/HOT").status_code == 204
+    with django_capture_on_commit_callbacks(execute=True):
+        ordered = checkout(shopper, key="right-after")
+
+    assert ordered.status_code == 201
+    assert int(gate.connection().hget(gate.CART_EDITS_KEY, stripe)) == before + 1  # for the other processes
+    assert shopper.put("/api/cart/items/MUG", {"quantity": 2}, format="json").status_code == 200
+    assert int(gate.connection().hget(gate.CART_EDITS_KEY, stripe)) == before + 1  # not a flash-sale line
+
+
+def test_an_admission_counts_as_an_edit_of_the_cart(redis, clock, views, django_capture_on_commit_callbacks):
+    seed(stock=1)
+    winner = shopper_with(redis, {"HOT": 1})
+    stripe = gate.cart_edit_stripe(winner.user.id)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert checkout(winner, key="won").status_code == 201
+
+    assert int(gate.connection().hget(gate.CART_EDITS_KEY, stripe)) == 1  # a memory of refusing it lapses
+
+
+def test_a_guest_cart_merged_at_registration_counts_as_an_edit(redis, clock):
+    from django.contrib.auth import get_user_model
+    from rest_framework.test import APIClient
+
+    from tests.factories import PASSWORD, product_with_stock
+
+    seed(stock=0)
+    product_with_stock(sku="MUG", available=5)
+    token = APIClient().put("/api/cart/items/MUG", {"quantity": 1}, format="json")["Cart-Token"]
+    registered = APIClient().post(
+        "/api/auth/register", {"username": "merger", "password": PASSWORD}, format="json", HTTP_CART_TOKEN=token
+    )
+    assert registered.status_code == 201 and registered.json()["cart_merged"] == 1
+
+    shopper = get_user_model().objects.get(username="merger")
+    assert int(gate.connection().hget(gate.CART_EDITS_KEY, gate.cart_edit_stripe(shopper.id))) == 1
