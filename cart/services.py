@@ -224,6 +224,7 @@ def get_cart(*, customer_id: int) -> PricedCart:
 def set_cart_item(*, customer_id: int, sku: str, quantity: int) -> PricedCart:
     """Set the absolute quantity of one line (idempotent); 0 removes it."""
     counted = _check_writable(sku=sku, quantity=quantity, count=lambda: storage.count_write(customer_id=customer_id))
+    _editing(customer_id, sku)
     cart = storage.write_line(
         customer_id=customer_id,
         sku=sku,
@@ -235,11 +236,23 @@ def set_cart_item(*, customer_id: int, sku: str, quantity: int) -> PricedCart:
     return _price(cart, *catalog_for(list(cart.lines)))
 
 
+def _editing(customer_id: int, sku: str) -> None:
+    """A flash-sale line of the shopper's cart is about to change: the processes
+    remembering a refusal of this cart hear of it (gate.note_cart_edit) before
+    the write and again after it (_edited), so that none keeps a memory of the
+    cart as it was. GateUnavailable (503) when the gate cannot count it: nothing
+    is written."""
+    if sku in gate_rules():
+        try:
+            gate.note_cart_edit(customer_id)
+        except RedisError as exc:
+            raise gate.GateUnavailable(sku=sku) from exc
+
+
 def _edited(customer_id: int, sku: str | None = None) -> None:
-    """A flash-sale line of the shopper's cart changed (any line when None): the
-    processes remembering a refusal of this cart hear of it (gate.note_cart_edit).
-    Best effort once the cart is written: when the gate cannot count it, such a
-    memory lasts at most its bound (orders/services/admission.py, RefusalMemory)."""
+    """After the write (any line when `sku` is None: a merge): the second count,
+    best effort. Without it, a memory made in the instant between the first count
+    and the write lasts at most its bound (orders/services/admission.py, RefusalMemory)."""
     if sku is not None and sku not in gate_rules():
         return
     try:
@@ -321,6 +334,7 @@ def merge_guest_cart(*, token: str, customer_id: int) -> int:
 
 
 def remove_cart_item(*, customer_id: int, sku: str) -> None:
+    _editing(customer_id, sku)
     storage.write_line(customer_id=customer_id, sku=sku, quantity=0, generation=hot_cache.ensure_generation())
     _edited(customer_id, sku)
 

@@ -70,9 +70,9 @@ class RefusalMemory:
       of cart edits (gate.note_cart_edit; every edit of a gated line and every
       admission counts there) has not moved since before the cart was read, for
       at most REMEMBERED_CART_SECONDS. So units that come back, or a cart edited
-      in another process, are seen at most SOLD_OUT_MEMORY_MS later (plus the
-      one call that counts the edit), and a losing shopper's retries cost Redis
-      nothing in between. An edit through this process forgets at once.
+      in another process, are seen at most SOLD_OUT_MEMORY_MS later, and a
+      losing shopper's retries cost Redis nothing in between. An edit through
+      this process forgets at once.
 
     The refusals it answers are counted here and added to the gate's refusals
     hash by the process's next call to the gate (refusal.lua and sold_out.lua
@@ -82,7 +82,9 @@ class RefusalMemory:
     refusals wait for the process's next one."""
 
     MAX_ENTRIES = 100_000  # one shopper's refusal each; cleared whole when full, as the hot cache does
-    REMEMBERED_CART_SECONDS = 60  # the bound for an edit whose count failed (the gate unreachable for that call)
+    # A process meets a shopper again only after the shopper has tried the others; the bound for a memory
+    # made in the instant between an edit's two counts, when the second fails (cart/services.py, _editing).
+    REMEMBERED_CART_SECONDS = 600
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -12,6 +12,7 @@ from rest_framework.test import APIClient
 from cart.services import catalog_for
 from cart.storage import cart_key
 from core.hotcache import hot_cache
+from inventory.services.flash_sales import gate_rules
 from tests.factories import ProductFactory, PromotionFactory, UserFactory, api_token, product_with_stock
 from tests.helpers import redis_commands
 
@@ -309,6 +310,7 @@ def test_cart_line_cap_holds_under_150_concurrent_adds(redis):
     # Warm the caches so that the 150 threads race on Redis alone, not for
     # PostgreSQL's 100 connections.
     catalog_for(skus)
+    gate_rules()  # a cart write asks whether its SKU is a flash sale's
     warm = APIClient()
     warm.credentials(HTTP_AUTHORIZATION=f"Token {token}")
     assert warm.get("/api/cart").status_code == 200

@@ -294,9 +294,9 @@ def test_a_cart_edited_through_this_process_is_seen_at_once(redis, clock, views,
         ordered = checkout(shopper, key="right-after")
 
     assert ordered.status_code == 201
-    assert int(gate.connection().hget(gate.CART_EDITS_KEY, stripe)) == before + 1  # for the other processes
+    assert int(gate.connection().hget(gate.CART_EDITS_KEY, stripe)) == before + 2  # before the write, and after it
     assert shopper.put("/api/cart/items/MUG", {"quantity": 2}, format="json").status_code == 200
-    assert int(gate.connection().hget(gate.CART_EDITS_KEY, stripe)) == before + 1  # not a flash-sale line
+    assert int(gate.connection().hget(gate.CART_EDITS_KEY, stripe)) == before + 2  # not a flash-sale line
 
 
 def test_an_admission_counts_as_an_edit_of_the_cart(redis, clock, views, django_capture_on_commit_callbacks):
@@ -325,3 +325,21 @@ def test_a_guest_cart_merged_at_registration_counts_as_an_edit(redis, clock):
 
     shopper = get_user_model().objects.get(username="merger")
     assert int(gate.connection().hget(gate.CART_EDITS_KEY, gate.cart_edit_stripe(shopper.id))) == 1
+
+
+def test_a_flash_sale_line_is_not_written_while_the_gate_cannot_count_the_edit(redis, settings):
+    from tests.factories import product_with_stock
+
+    seed(stock=5)
+    product_with_stock(sku="MUG", available=5)
+    shopper = shopper_with(redis, {"HOT": 1})
+    settings.CACHES = {**settings.CACHES, "gate": {**settings.CACHES["gate"], "LOCATION": "redis://127.0.0.1:1/0"}}
+
+    refused = shopper.put("/api/cart/items/HOT", {"quantity": 2}, format="json")
+    removed = shopper.delete("/api/cart/items/HOT")
+    plain = shopper.put("/api/cart/items/MUG", {"quantity": 1}, format="json")
+
+    assert (refused.status_code, removed.status_code) == (503, 503)
+    assert refused.json()["error"]["code"] == "gate_unavailable"
+    assert plain.status_code == 200  # a line no sale gates: the gate is not asked
+    assert redis.hgetall(f"cart:{shopper.user.id}") == {b"HOT": b"1", b"MUG": b"1"}
