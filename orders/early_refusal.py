@@ -11,9 +11,9 @@ that call's question first (orders.services.admission.early_refusal): the
 gate's refusal (409) or the rate limit's (429) is answered here with the body
 and headers the view would send; any other answer lets the request take the
 ordinary path, which decides it as before. Nothing here is a second rule: the verdict is the
-gate's, from the same Lua functions. For SOLD_OUT_MEMORY_MS after the gate refused a shopper,
-that shopper's checkouts get the same refusal from process memory with no Redis call at all
-(admission.RefusalMemory); then the gate is asked again.
+gate's, from the same Lua functions. Once the gate refused a shopper, that shopper's checkouts
+get the same refusal from process memory with no Redis call at all, for as long as the gate,
+asked once every SOLD_OUT_MEMORY_MS, says nothing changed (admission.RefusalMemory).
 """
 
 from django.conf import settings

@@ -12,8 +12,8 @@ that nobody pays for that call while no sale is sold out.
 
 Once the gate has refused a shopper (sold out, or over the SKU's limit), this
 process answers that shopper's next checkouts with the same refusal from
-memory, with no Redis call, for SOLD_OUT_MEMORY_MS (RefusalMemory below);
-then it asks the gate again. Admission always goes through the gate's script.
+memory, with no Redis call, as long as the gate's word allows (RefusalMemory
+below). Admission always goes through the gate's script.
 
 With the gate on a Redis of its own (or carts on a Redis Cluster), an early
 refusal costs the gate nothing: the process asks the gate which SKUs are sold
