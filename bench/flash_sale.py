@@ -77,10 +77,10 @@ def sql_probe(environ, start_response):
 def own_gate_redis() -> dict:
     """A Redis for the gate alone on GATE_PORT, for this process and the children it starts (env)."""
     server = ["redis-server", "--port", str(GATE_PORT), "--save", "", "--appendonly", "no", "--daemonize", "yes"]
-    if subprocess.run(["redis-cli", "-p", str(GATE_PORT), "ping"], capture_output=True).returncode != 0:
-        subprocess.run(server, check=True, capture_output=True)
-        h.wait_until(lambda: Redis(port=GATE_PORT).ping(), 10, "the gate's Redis did not start")
-    Redis(port=GATE_PORT).flushall()
+    if subprocess.run(["redis-cli", "-p", str(GATE_PORT), "ping"], capture_output=True).returncode == 0:
+        raise SystemExit(f"something already answers on port {GATE_PORT}: stop it, or run with --gate-redis shared")
+    subprocess.run(server, check=True, capture_output=True)
+    h.wait_until(lambda: Redis(port=GATE_PORT).ping(), 10, "the gate's Redis did not start")
     url = f"redis://127.0.0.1:{GATE_PORT}/0"
     settings.CACHES["gate"]["LOCATION"] = os.environ["GATE_REDIS_URL"] = url  # before this process's first gate call
     return {"GATE_REDIS_URL": url}

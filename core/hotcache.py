@@ -77,6 +77,7 @@ class HotCache:
         self.sold_out: frozenset[str] = frozenset()  # what the gate last said (orders/services/admission.py)
         self.sold_out_heard = 0.0  # when it said all of it (monotonic; 0: not since the caches were filled)
         self.cart_edits: dict[int, int] = {}  # and the gate's cart edits per stripe, then
+        self.buyers: dict[str, tuple[int, frozenset[int]]] = {}  # sold-out SKU -> (count, who bought it)
         self.refusals: dict = {}  # the gate's last refusal per shopper, for a moment (orders/services/admission.py)
 
     def ensure_generation(self) -> str:
@@ -101,6 +102,7 @@ class HotCache:
             self.sold_out = frozenset()
             self.sold_out_heard = 0.0
             self.cart_edits = {}
+            self.buyers = {}
             self.refusals.clear()
 
     def check_generation(self) -> None:

@@ -150,15 +150,20 @@ def admit(*, customer_id: int, idempotency_key: str, lines: dict[str, int], rule
     return judge(verdict, sku, rules)
 
 
-def sold_out(skus: list[str], counts: dict[str, int]) -> tuple[frozenset[str], dict[int, int]]:
-    """Those of `skus` with no unit left in the gate, and the cart edits per
-    stripe, in one call that first adds `counts` (refusals-hash field ->
-    refusals answered without the gate). Raises RedisError."""
-    keys = [REFUSALS_KEY, CART_EDITS_KEY, *[remaining_key(sku) for sku in skus]]
+def sold_out(skus: list[str], counts: dict[str, int]) -> tuple[frozenset[str], dict[int, int], dict[str, int]]:
+    """Those of `skus` with no unit left in the gate, the cart edits per stripe,
+    and how many shoppers bought each SKU, in one call that first adds `counts`
+    (refusals-hash field -> refusals answered without the gate). Raises RedisError."""
+    keys = [REFUSALS_KEY, CART_EDITS_KEY, *[key for sku in skus for key in (remaining_key(sku), bought_key(sku))]]
     args = [*skus, *[item for pair in counts.items() for item in pair]]
-    skus_sold_out, edits = run_script(_SOLD_OUT, keys=keys, args=args, alias="gate")
+    skus_sold_out, edits, buyers = run_script(_SOLD_OUT, keys=keys, args=args, alias="gate")
     stripes = {int(edits[i]): int(edits[i + 1]) for i in range(0, len(edits), 2)}
-    return frozenset(sku.decode() for sku in skus_sold_out), stripes
+    return frozenset(sku.decode() for sku in skus_sold_out), stripes, dict(zip(skus, buyers, strict=True))
+
+
+def buyers(sku: str) -> frozenset[int]:
+    """The shoppers the gate admitted for the SKU (its bought hash). Raises RedisError."""
+    return frozenset(int(customer) for customer in connection().hkeys(bought_key(sku)))
 
 
 def cart_edit_stripe(customer_id: int) -> int:
@@ -170,7 +175,9 @@ def note_cart_edit(customer_id: int) -> None:
     remembering a refusal of that cart stop answering from memory by their next
     look at the gate (orders/services/admission.py). Raises RedisError."""
     hot_cache.refusals.pop(customer_id, None)  # this process's own memory, at once
-    connection().hincrby(CART_EDITS_KEY, cart_edit_stripe(customer_id), 1)
+    stripe = cart_edit_stripe(customer_id)
+    edits = connection().hincrby(CART_EDITS_KEY, stripe, 1)
+    hot_cache.cart_edits = {**hot_cache.cart_edits, stripe: edits}  # no memory of the cart as it was, here either
 
 
 def judge(verdict: bytes, sku: bytes, rules: dict[str, GateRule]) -> bool:

@@ -26,6 +26,7 @@ then serves admissions only.
 import logging
 import math
 import threading
+import time
 from dataclasses import dataclass
 from time import monotonic
 
@@ -35,7 +36,7 @@ from redis.exceptions import RedisError
 from cart import storage
 from core import ratelimit
 from core.exceptions import DomainError, RateLimited
-from core.hotcache import GENERATION_KEY, generation_key_beside, hot_cache
+from core.hotcache import GENERATION_KEY, StaleCache, generation_key_beside, hot_cache
 from core.redis_scripts import GENERATION_LUA, compose, load_lua, run_script
 from core.sharding import CARTS, customer_redis
 from inventory import gate
@@ -129,7 +130,13 @@ class RefusalMemory:
         verdict, sku, deadline, remembered_under, edits = found
         lapsed = monotonic() >= deadline or remembered_under != generation or sku not in rules
         if not lapsed and edits is not None:  # sold out: as long as the gate's fresh word allows
-            lapsed = not self.fresh() or sku not in hot_cache.sold_out or edits != self.edits_seen(customer_id)
+            lapsed = (
+                not self.fresh()
+                or sku not in hot_cache.sold_out
+                or edits != self.edits_seen(customer_id)
+                or bought(customer_id, sku)  # a retry of that order must find it: the ordinary path
+                or not _in_window(rules[sku])
+            )
         if lapsed:
             self.refusals.pop(customer_id, None)
             return None
@@ -243,7 +250,7 @@ def admit_cart(*, customer_id: int, idempotency_key: str, rate_limited: bool) ->
     lines = cart.lines
     gated = {sku: quantity for sku, quantity in lines.items() if sku in rules}
     if verdict == b"sold_out":
-        hot_cache.sold_out = hot_cache.sold_out | {sku.decode()}
+        _heard_sold_out(sku.decode())
     if verdict in (b"sold_out", b"limit_reached"):
         refusal_memory.remember(customer_id, verdict.decode(), sku.decode(), generation, edits)
     admitted = bool(gated) and gate.judge(verdict, sku, rules)
@@ -254,8 +261,25 @@ def _heard_refusal(customer_id: int, refusal: DomainError, generation: str, edit
     """admit_cart's refusal by a gate on a Redis of its own, remembered as the one-call path does."""
     sku, sold_out = refusal.details["sku"], isinstance(refusal, gate.SoldOut)
     if sold_out:
-        hot_cache.sold_out = hot_cache.sold_out | {sku}
+        _heard_sold_out(sku)
     refusal_memory.remember(customer_id, "sold_out" if sold_out else "limit_reached", sku, generation, edits)
+
+
+def _heard_sold_out(sku: str) -> None:
+    """The gate refused a checkout as sold out: early refusals start. That may
+    mean fewer units left than that cart wanted, not none: the gate's word is
+    asked again before anything is answered from it."""
+    hot_cache.sold_out, hot_cache.sold_out_heard = hot_cache.sold_out | {sku}, 0.0
+
+
+def bought(customer_id: int, sku: str) -> bool:
+    """The gate admitted this shopper for the sold-out SKU, as of its last word."""
+    return customer_id in hot_cache.buyers.get(sku, (0, frozenset()))[1]
+
+
+def _in_window(rule) -> bool:
+    now_ms = time.time() * 1000
+    return rule.opens_ms <= now_ms and (not rule.closes_ms or now_ms < rule.closes_ms)
 
 
 def _code(cart: storage.StoredCart) -> str | None:
@@ -330,20 +354,48 @@ def early_refusal(*, customer_id: int, idempotency_key: str) -> DomainError | No
     return _refusal(verdict.decode(), detail.decode(), rules)
 
 
+_hearing = threading.Lock()  # one question to the gate at a time per process
+
+
 def _hear_the_gate(rules: dict) -> bool:
-    """Which gated SKUs are sold out and the cart edits per stripe, as the gate
-    said within SOLD_OUT_MEMORY_MS, else asked now (one call, which carries the
-    refusals answered meanwhile); False when the gate cannot be asked."""
+    """Which gated SKUs are sold out, who bought them and the cart edits per
+    stripe, as the gate said within SOLD_OUT_MEMORY_MS, else asked now (one call,
+    which carries the refusals answered meanwhile; the buyers of a SKU are read
+    again only when their count moved), after checking the cache generation
+    (a revoked token, a changed sale: caches dropped). False when either fails."""
     if refusal_memory.fresh():
         return True
-    counts = refusal_memory.take()
-    try:
-        sold_out, edits = gate.sold_out(sorted(rules), counts)
-    except RedisError:
-        refusal_memory.put_back(counts)
-        return False
-    hot_cache.sold_out, hot_cache.cart_edits, hot_cache.sold_out_heard = sold_out, edits, monotonic()
-    return True
+    with _hearing:
+        if refusal_memory.fresh():
+            return True  # another thread asked meanwhile
+        asked = monotonic()  # the word is as old as the question
+        try:
+            hot_cache.check_generation()
+        except StaleCache:
+            hot_cache.clear()
+            return False
+        except RedisError:
+            return False
+        counts = refusal_memory.take()
+        try:
+            sold_out, edits, buyers = gate.sold_out(sorted(rules), counts)
+        except RedisError:
+            refusal_memory.put_back(counts)
+            return False
+        try:
+            known = {sku: _buyers(sku, buyers[sku]) for sku in sold_out}
+        except RedisError:
+            return False
+        hot_cache.sold_out, hot_cache.cart_edits, hot_cache.buyers = sold_out, edits, known
+        hot_cache.sold_out_heard = asked
+        return True
+
+
+def _buyers(sku: str, count: int) -> tuple[int, frozenset[int]]:
+    kept = hot_cache.buyers.get(sku)
+    if kept is not None and kept[0] == count:
+        return kept
+    return count, gate.buyers(sku) if count else frozenset()
 
 
 def _refused_by_the_cart(customer_id: int, generation: str, rules: dict, edits: int | None) -> DomainError | None:
@@ -352,8 +404,8 @@ def _refused_by_the_cart(customer_id: int, generation: str, rules: dict, edits: 
     the cart's Redis (orders/lua/cart_refusal.lua). Units that come back are
     admitted at most SOLD_OUT_MEMORY_MS later."""
     sold_out = hot_cache.sold_out
-    if not sold_out:
-        return None
+    if not sold_out or any(bought(customer_id, sku) for sku in sold_out):
+        return None  # a buyer's retry may be of that order: the ordinary path finds it
     cart = storage.cart_key(customer_id)
     limit = ratelimit.shopper_window("checkout", customer_id)
     keys = [cart, generation_key_beside(cart), limit.key, storage.taken_key(customer_id)]

@@ -3,6 +3,8 @@ the gate refused a shopper (sold out, or over a SKU's limit), that shopper's
 checkouts are refused again with no Redis call for SOLD_OUT_MEMORY_MS, then the
 gate is asked again; admission always goes through the gate."""
 
+import time
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -54,6 +56,7 @@ def test_sold_out_memory_refuses_without_redis_then_asks_the_gate_again(redis, c
     ordinary = checkout(shopper, key="first")  # the ordinary path: the gate says sold out
     assert ordinary.status_code == 409 and views == [shopper.user.id]
     script_client("gate").connection.connect()  # open, as in any warm process
+    hot_cache.check_generation()
 
     sent = redis_commands(redis, monkeypatch)
     with CaptureQueriesContext(connection) as queries:
@@ -61,7 +64,7 @@ def test_sold_out_memory_refuses_without_redis_then_asks_the_gate_again(redis, c
         clock.advance(499)
         remembered.append(checkout(shopper, key="just-before"))
 
-    assert sent == ["EVALSHA"]  # the gate's word (which SKUs are sold out), once for SOLD_OUT_MEMORY_MS
+    assert sent == ["GET", "EVALSHA"]  # the generation, the gate's word: once for SOLD_OUT_MEMORY_MS
     assert len(queries) == 0 and views == [shopper.user.id]
     for response in remembered:
         assert (response.status_code, response.content) == (409, ordinary.content)
@@ -71,7 +74,7 @@ def test_sold_out_memory_refuses_without_redis_then_asks_the_gate_again(redis, c
     asked = checkout(shopper, key="asked")
 
     assert (asked.status_code, asked.content) == (409, ordinary.content)
-    assert sent == ["EVALSHA"] * 3 and views == [shopper.user.id]  # the gate's word again, its early call
+    assert sent == ["GET", "EVALSHA"] * 2 + ["EVALSHA"] and views == [shopper.user.id]  # the word again, the early call
     assert gate.counters(skus=["HOT"])["HOT"]["refused"] == 6  # those from memory added by the gate's word
 
 
@@ -245,6 +248,7 @@ def test_a_sold_out_refusal_is_remembered_while_the_gate_says_so_one_call_per_ha
     shopper = shopper_with(redis, {"HOT": 1})
     refused_early(redis, clock, shopper)
     script_client("gate").connection.connect()
+    hot_cache.check_generation()
     sent = redis_commands(redis, monkeypatch)
 
     answers = []
@@ -253,7 +257,7 @@ def test_a_sold_out_refusal_is_remembered_while_the_gate_says_so_one_call_per_ha
         answers.append(checkout(shopper, key=f"retry-{step}"))
 
     assert {a.status_code for a in answers} == {409}
-    assert sent == ["EVALSHA"] * 20  # the gate's word every SOLD_OUT_MEMORY_MS, nothing per refusal
+    assert sent == ["GET", "EVALSHA"] * 20  # the generation and the gate's word every SOLD_OUT_MEMORY_MS
     assert views == [shopper.user.id]
 
 
@@ -343,3 +347,49 @@ def test_a_flash_sale_line_is_not_written_while_the_gate_cannot_count_the_edit(r
     assert refused.json()["error"]["code"] == "gate_unavailable"
     assert plain.status_code == 200  # a line no sale gates: the gate is not asked
     assert redis.hgetall(f"cart:{shopper.user.id}") == {b"HOT": b"1", b"MUG": b"1"}
+
+
+def test_a_retry_of_a_bought_checkout_is_not_answered_from_a_later_refusal(
+    redis, clock, views, django_capture_on_commit_callbacks
+):
+    seed(stock=1)
+    winner = shopper_with(redis, {"HOT": 1})
+    with django_capture_on_commit_callbacks(execute=True):
+        bought = checkout(winner, key="mine")
+    assert bought.status_code == 201
+    fill_cart(redis, winner.user.id, {"HOT": 1})  # the same item again, in another tab
+    refused_early(redis, clock, winner)  # refused under new keys, and remembered
+
+    replayed = checkout(winner, key="mine")  # the first answer never came: the client retries
+
+    assert replayed.status_code == 200 and replayed.json()["id"] == bought.json()["id"]
+
+
+def test_a_token_revoked_by_another_process_ends_a_long_memory_at_the_gates_next_word(redis, clock, views):
+    from knox.models import AuthToken
+
+    from core.authentication import forget_tokens
+
+    seed(stock=0)
+    shopper = shopper_with(redis, {"HOT": 1})
+    refused_early(redis, clock, shopper)
+    digests = list(AuthToken.objects.filter(user=shopper.user).values_list("digest", flat=True))
+    with connection.cursor() as cursor:  # another process revokes it: no signal here
+        cursor.execute("DELETE FROM knox_authtoken WHERE user_id = %s", [shopper.user.id])
+    forget_tokens(digests)
+    redis.incr("shop:cache-generation")
+
+    clock.advance(500)
+    assert checkout(shopper, key="revoked").status_code == 401
+
+
+def test_a_long_memory_ends_with_its_sales_window(redis, clock):
+    from inventory.services.flash_sales import GateRule
+
+    memory, now_ms = admission.refusal_memory, int(time.time() * 1000)
+    hot_cache.sold_out, hot_cache.cart_edits, hot_cache.sold_out_heard = frozenset({"HOT"}), {}, clock.now
+    memory.remember(7, "sold_out", "HOT", "1", edits=0)
+    open_rule, closed_rule = GateRule(0, "direct", now_ms - 60_000, 0), GateRule(0, "direct", 0, now_ms - 1)
+
+    assert memory.recall(7, "1", {"HOT": open_rule}) == ("sold_out", "HOT")
+    assert memory.recall(7, "1", {"HOT": closed_rule}) is None  # the gate says sale_ended now
