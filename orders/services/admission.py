@@ -347,9 +347,7 @@ def early_refusal(*, customer_id: int, idempotency_key: str) -> DomainError | No
         refusal_memory.forget(customer_id)
         return None
     if verdict == b"rate_limited":
-        refusal: DomainError = RateLimited(retry_after=max(1, math.ceil(detail / 1000)))
-        CHECKOUT_REFUSALS.labels(refusal.code).inc()
-        return refusal
+        return _rate_limited(detail)
     refusal_memory.remember(customer_id, verdict.decode(), detail.decode(), generation, edits)
     return _refusal(verdict.decode(), detail.decode(), rules)
 
@@ -419,15 +417,19 @@ def _refused_by_the_cart(customer_id: int, generation: str, rules: dict, edits: 
         return None
     if verdict == b"rate_limited":
         refusal_memory.count([sku.decode() + gate.RATE_LIMITED_SUFFIX for sku in held])
-        refusal: DomainError = RateLimited(retry_after=max(1, math.ceil(detail / 1000)))
-        CHECKOUT_REFUSALS.labels(refusal.code).inc()
-        return refusal
+        return _rate_limited(detail)
     if verdict != b"sold_out":
         return None
     sku = detail.decode()
     refusal_memory.count([sku])
     refusal_memory.remember(customer_id, "sold_out", sku, generation, edits)
     return _refusal("sold_out", sku, rules)
+
+
+def _rate_limited(wait_ms: int) -> DomainError:
+    refusal = RateLimited(retry_after=max(1, math.ceil(wait_ms / 1000)))
+    CHECKOUT_REFUSALS.labels(refusal.code).inc()
+    return refusal
 
 
 def _refusal(verdict: str, sku: str, rules: dict) -> DomainError:

@@ -168,3 +168,17 @@ def no_uncounted_refusals():
     admission.refusal_memory.take()
     yield
     admission.refusal_memory.take()
+
+
+@pytest.fixture
+def gate_apart(redis, settings):
+    """The gate on a database of its own (shares_cart_redis() is False), emptied around the test."""
+    server, db = settings.CACHES["default"]["LOCATION"].rsplit("/", 1)
+    own = f"{server}/{14 if db == '13' else 13}"
+    settings.CACHES = {**settings.CACHES, "gate": {**settings.CACHES["gate"], "LOCATION": own}}
+    from inventory import gate
+
+    assert not gate.shares_cart_redis()
+    gate.connection().flushdb()
+    yield int(own.rsplit("/", 1)[1])
+    gate.connection().flushdb()

@@ -9,25 +9,12 @@ from redis.connection import Connection
 
 from core.hotcache import hot_cache
 from inventory import gate
-from orders.models import Order
 from orders.services import admission
 from tests.helpers import checkout, fill_cart, shopper_client
 from tests.inventory.conftest import counter, seed
 from tests.orders.test_sold_out_memory import Clock
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def gate_apart(redis, settings):
-    """The gate on a database of its own (shares_cart_redis() is False), emptied around the test."""
-    server, db = settings.CACHES["default"]["LOCATION"].rsplit("/", 1)
-    own = f"{server}/{14 if db == '13' else 13}"
-    settings.CACHES = {**settings.CACHES, "gate": {**settings.CACHES["gate"], "LOCATION": own}}
-    assert not gate.shares_cart_redis()
-    gate.connection().flushdb()
-    yield int(own.rsplit("/", 1)[1])
-    gate.connection().flushdb()
 
 
 @pytest.fixture
@@ -107,30 +94,6 @@ def test_the_refusals_answered_on_the_cart_are_counted_in_the_gate_by_its_next_c
 
     assert gate.counters(skus=["HOT"])["HOT"]["by_reason"] == {"sold_out": 4, "limit_reached": 0, "rate_limited": 0}
     assert admission.refusal_memory.unflushed == {"HOT": 1}  # the last one, for the call after
-
-
-def test_units_given_back_are_admitted_once_the_gates_word_lapses(
-    redis, gate_apart, clock, views, django_capture_on_commit_callbacks
-):
-    seed(stock=1)
-    winner, loser = shopper_with(redis, {"HOT": 1}), shopper_with(redis, {"HOT": 1})
-    with django_capture_on_commit_callbacks(execute=True):
-        order_id = checkout(winner, key="won").json()["id"]
-    assert checkout(loser, key="lost").status_code == 409  # the gate's refusal, remembered
-    clock.advance(500)
-    assert checkout(loser, key="asked").status_code == 409  # the gate asked once more: still sold out
-
-    with django_capture_on_commit_callbacks(execute=True):
-        assert winner.post(f"/api/orders/{order_id}/cancel").status_code == 200
-    assert counter() == 1
-    clock.advance(499)
-    assert checkout(loser, key="too-early").status_code == 409  # the stated cost: refused that much longer
-
-    clock.advance(1)
-    with django_capture_on_commit_callbacks(execute=True):
-        admitted = checkout(loser, key="after")
-    assert admitted.status_code == 201 and counter() == 0
-    assert Order.objects.filter(customer_id=loser.user.id).count() == 1
 
 
 def test_a_retry_of_the_checkout_that_took_the_last_unit_gets_its_order_not_a_refusal(

@@ -93,9 +93,12 @@ def test_sold_out_memory_counts_its_refusals_in_the_gate_once_it_lapses(redis, c
     assert admission.refusal_memory.unflushed == {}
 
 
+@pytest.mark.parametrize("gate_redis", ["shared", "apart"])
 def test_sold_out_memory_units_given_back_are_admitted_once_it_lapses_never_before(
-    redis, clock, views, django_capture_on_commit_callbacks
+    redis, clock, views, django_capture_on_commit_callbacks, request, gate_redis
 ):
+    if gate_redis == "apart":
+        request.getfixturevalue("gate_apart")  # refused on the cart's Redis, the gate asked every half second
     seed(stock=1)
     winner, loser = shopper_with(redis, {"HOT": 1}), shopper_with(redis, {"HOT": 1})
     with django_capture_on_commit_callbacks(execute=True):
